@@ -1,0 +1,395 @@
+"""The driver's vocabulary: frozen, typed values that every planner takes and returns.
+
+Kubernetes JSON stops at the decoders (`core.decoding`) and the object builders
+(`core.objects`); between them only these dataclasses flow.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+from collections.abc import Mapping
+from typing import Any
+
+from core import names
+
+JSONObject = dict[str, Any]
+
+
+class IMEXMode(enum.StrEnum):
+    """Who runs `nvidia-imex`: the driver (one DaemonSet per CD) or the host (systemd)."""
+
+    DRIVER_MANAGED = "driverManaged"
+    HOST_MANAGED = "hostManaged"
+
+
+class Isolation(enum.StrEnum):
+    """How ComputeDomains sharing one fabric are kept apart."""
+
+    DOMAIN = "domain"
+    CHANNEL = "channel"
+    NONE = "none"
+
+
+class AllocationMode(enum.StrEnum):
+    SINGLE = "Single"
+    ALL = "All"
+
+
+class DomainStatus(enum.StrEnum):
+    READY = "Ready"
+    NOT_READY = "NotReady"
+
+
+# ---------------------------------------------------------------- configuration
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class FeatureGates:
+    """Resolved feature gates: every known gate with its effective value."""
+
+    values: Mapping[str, bool]
+
+    def enabled(self, gate: str) -> bool:
+        return self.values.get(gate, False)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class DriverConfig:
+    """Everything install-wide that planners need: the validated mode matrix and gates."""
+
+    mode: IMEXMode
+    isolation: Isolation
+    gates: FeatureGates
+    namespace: str = "nvidia-dra-driver"
+    # Host IMEX readiness probe (hostManaged, optional).
+    host_imex_check: bool = False
+
+    @property
+    def host_managed(self) -> bool:
+        return self.mode is IMEXMode.HOST_MANAGED
+
+
+# ---------------------------------------------------------------- ComputeDomain
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ObjectMeta:
+    name: str
+    namespace: str = ""
+    uid: str = ""
+    resource_version: str = ""
+    deletion_timestamp: str | None = None
+    finalizers: tuple[str, ...] = ()
+    labels: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    annotations: Mapping[str, str] = dataclasses.field(default_factory=dict)
+
+    @property
+    def deleting(self) -> bool:
+        return self.deletion_timestamp is not None
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ChannelSpec:
+    resource_claim_template_name: str
+    allocation_mode: AllocationMode = AllocationMode.SINGLE
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ComputeDomainSpec:
+    channel: ChannelSpec
+    num_nodes: int = 0
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ComputeDomainNode:
+    name: str
+    ip_address: str
+    clique_id: str
+    index: int = 0
+    status: DomainStatus = DomainStatus.NOT_READY
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ComputeDomainStatus:
+    status: DomainStatus = DomainStatus.NOT_READY
+    nodes: tuple[ComputeDomainNode, ...] = ()
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ComputeDomain:
+    meta: ObjectMeta
+    spec: ComputeDomainSpec
+    status: ComputeDomainStatus | None = None
+
+    @property
+    def uid(self) -> names.ComputeDomainUID:
+        return names.ComputeDomainUID(self.meta.uid)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class CliqueDaemon:
+    node_name: str
+    ip_address: str
+    clique_id: str
+    index: int = 0
+    status: DomainStatus = DomainStatus.NOT_READY
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ComputeDomainClique:
+    """`<cdUID>.<cliqueID>` in the driver namespace; daemons are top-level (not in status)."""
+
+    meta: ObjectMeta
+    daemons: tuple[CliqueDaemon, ...] = ()
+
+
+# ---------------------------------------------------------------- opaque configs
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ChannelConfig:
+    """`ComputeDomainChannelConfig`. allocation_mode is kept raw: validity depends on the mode."""
+
+    domain_id: str
+    allocation_mode: str = ""
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class DaemonConfig:
+    """`ComputeDomainDaemonConfig`."""
+
+    domain_id: str
+
+
+OpaqueConfig = ChannelConfig | DaemonConfig
+
+
+# ---------------------------------------------------------------- claims
+
+
+class ConfigSource(enum.StrEnum):
+    """Where an opaque config came from; class configs apply before claim configs."""
+
+    CLASS = "FromClass"
+    CLAIM = "FromClaim"
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class RawOpaqueConfig:
+    """One `status.allocation.devices.config[]` entry, parameters still JSON."""
+
+    source: ConfigSource
+    requests: tuple[str, ...]
+    driver: str
+    parameters: Mapping[str, Any]
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class DeviceResult:
+    """One `status.allocation.devices.results[]` entry."""
+
+    request: str
+    driver: str
+    pool: str
+    device: str
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ResourceClaim:
+    """The view of a ResourceClaim that the plugin needs to prepare it."""
+
+    uid: names.ClaimUID
+    namespace: str
+    name: str
+    allocated: bool
+    results: tuple[DeviceResult, ...] = ()
+    configs: tuple[RawOpaqueConfig, ...] = ()
+
+
+# ---------------------------------------------------------------- node
+
+
+class FabricState(enum.IntEnum):
+    """NVML `nvmlGpuFabricState_t`."""
+
+    NOT_SUPPORTED = 0
+    NOT_STARTED = 1
+    IN_PROGRESS = 2
+    COMPLETED = 3
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class FabricRecord:
+    """What NVML reports of one GPU's NVLink fabric membership."""
+
+    gpu_uuid: str
+    state: FabricState
+    cluster_uuid: bytes = b"\x00" * 16
+    clique_id: int = 0
+    status_ok: bool = True
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class NodeFacts:
+    """Node-local facts the plugin reads at startup and passes into every planner."""
+
+    node_name: names.NodeName
+    clique_id: str
+    channel_major: int
+    boot_id: str
+
+
+# ---------------------------------------------------------------- checkpoint
+
+
+class ClaimState(enum.StrEnum):
+    PREPARE_STARTED = "PrepareStarted"
+    PREPARE_COMPLETED = "PrepareCompleted"
+    PREPARE_ABORTED = "PrepareAborted"
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class PreparedDevice:
+    """One device of a kubelet prepare response, as recorded in the checkpoint."""
+
+    request_names: tuple[str, ...]
+    pool_name: str
+    device_name: str
+    cdi_device_ids: tuple[str, ...]
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class CheckpointEntry:
+    """One claim's prepare record. `extra` keeps fields a newer writer added (downgrade safety)."""
+
+    claim_uid: names.ClaimUID
+    namespace: str
+    name: str
+    state: ClaimState
+    mode: IMEXMode
+    isolation: Isolation
+    domain_id: str = ""
+    channel_ids: tuple[int, ...] = ()
+    devices: tuple[PreparedDevice, ...] = ()
+    # Epoch seconds of the last change, passed in by the caller (no clocks in core).
+    updated_at: float = 0.0
+    extra: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Checkpoint:
+    """The plugin's durable state on one node (DESIGN §5)."""
+
+    boot_id: str
+    mode: IMEXMode
+    isolation: Isolation
+    entries: Mapping[names.ClaimUID, CheckpointEntry] = dataclasses.field(default_factory=dict)
+    extra: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+
+
+# ---------------------------------------------------------------- plugin actions
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class WriteCheckpoint:
+    checkpoint: Checkpoint
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class WriteCDISpec:
+    claim_uid: names.ClaimUID
+    spec: Mapping[str, Any]
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class DeleteCDISpec:
+    claim_uid: names.ClaimUID
+
+
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ClaimOutcome:
+    """What prepare/unprepare of one claim decided: steps to run in order, then the answer.
+
+    Exactly one of `devices` and `error` is meaningful: `error is None` means success.
+    `checkpoint` is the state after all steps ran (feed it to the next claim's planner).
+    """
+
+    steps: tuple[PluginAction, ...]
+    checkpoint: Checkpoint
+    devices: tuple[PreparedDevice, ...] = ()
+    error: Exception | None = None
+
+
+# ---------------------------------------------------------------- cluster actions
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ObjectRef:
+    kind: str
+    name: str
+    namespace: str = ""
+    uid: str = ""
+    api_version: str = ""
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class CreateObject:
+    kind: str
+    obj: Mapping[str, Any]
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class PatchObject:
+    """A JSON merge patch. `resource_version` set means optimistic concurrency (409 on race)."""
+
+    kind: str
+    namespace: str
+    name: str
+    patch: Mapping[str, Any]
+    subresource: str = ""
+    resource_version: str = ""
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class DeleteObject:
+    kind: str
+    namespace: str
+    name: str
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class EmitEvent:
+    involved: ObjectRef
+    reason: str
+    message: str
+    warning: bool = True
+
+
+ClusterAction = CreateObject | PatchObject | DeleteObject | EmitEvent
+
+# Plugin steps: mostly node-local files; PatchObject/EmitEvent for the node label
+# (driver-managed) and the pod-facing events of permanent errors.
+PluginAction = WriteCheckpoint | WriteCDISpec | DeleteCDISpec | PatchObject | EmitEvent
+
+
+# ---------------------------------------------------------------- kubelet calls
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ClaimRef:
+    """A claim as the kubelet names it in NodePrepareResources/NodeUnprepareResources."""
+
+    uid: names.ClaimUID
+    namespace: str
+    name: str
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ClaimResult:
+    """Per-claim answer to the kubelet: devices, or an error string (never both)."""
+
+    devices: tuple[PreparedDevice, ...] = ()
+    error: str = ""

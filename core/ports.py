@@ -1,0 +1,162 @@
+"""Ports: the few operations core-side orchestration needs from the outside world.
+
+Adapters implement these Protocols (`adapters.kube` and `adapters.memory` the cluster,
+`adapters.fs` the node's files, `adapters.nvml` the GPUs). All speak core values or
+Kubernetes JSON objects (the JSON edge), never library types. All are synchronous.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import enum
+from collections.abc import Iterator, Mapping
+from typing import Any, Protocol
+
+from core import models, names
+
+
+class WatchEventType(enum.StrEnum):
+    ADDED = "ADDED"
+    MODIFIED = "MODIFIED"
+    DELETED = "DELETED"
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class WatchEvent:
+    type: WatchEventType
+    obj: Mapping[str, Any]
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ListResult:
+    items: tuple[Mapping[str, Any], ...]
+    resource_version: str
+
+
+class Cluster(Protocol):
+    """Kubernetes API operations on JSON objects, addressed by `kind` (see `core.kinds`).
+
+    Errors: `errors.NotFoundError` (404), `errors.AlreadyExistsError` (409 on create),
+    `errors.ConflictError` (409 stale resourceVersion), `errors.GoneError` (410 on watch).
+    """
+
+    def get(self, kind: str, *, namespace: str, name: str) -> Mapping[str, Any]:
+        """Return the object or raise NotFoundError."""
+        ...
+
+    def list(
+        self, kind: str, *, namespace: str = "", label_selector: Mapping[str, str] | None = None
+    ) -> ListResult:
+        """All objects of a kind (in a namespace when given), with the list resourceVersion."""
+        ...
+
+    def watch(
+        self, kind: str, *, namespace: str = "", resource_version: str, timeout_s: float
+    ) -> Iterator[WatchEvent]:
+        """Events after `resource_version`; ends after `timeout_s`. Raises GoneError if expired."""
+        ...
+
+    def create(self, kind: str, obj: Mapping[str, Any]) -> Mapping[str, Any]:
+        """Create and return the stored object (with uid, resourceVersion)."""
+        ...
+
+    def patch(
+        self,
+        kind: str,
+        *,
+        namespace: str,
+        name: str,
+        patch: Mapping[str, Any],
+        subresource: str = "",
+        resource_version: str = "",
+    ) -> Mapping[str, Any]:
+        """JSON merge patch; with `resource_version`, ConflictError if the object moved on."""
+        ...
+
+    def delete(self, kind: str, *, namespace: str, name: str) -> None:
+        """Request deletion (finalizers may keep it). NotFoundError if absent."""
+        ...
+
+    def emit_event(
+        self, *, involved: models.ObjectRef, reason: str, message: str, warning: bool = True
+    ) -> None:
+        """Record a Kubernetes Event about `involved` (best effort)."""
+        ...
+
+
+class CheckpointStore(Protocol):
+    """Raw bytes of the node's checkpoint file; the codec is `core.checkpoint`."""
+
+    def read(self) -> bytes | None:
+        """Current bytes, or None when no checkpoint exists yet."""
+        ...
+
+    def write(self, data: bytes) -> None:
+        """Replace atomically and durably (temp + fsync + rename + dir fsync)."""
+        ...
+
+    def quarantine(self, *, suffix: str) -> str:
+        """Move the current file aside (never delete it); return where it went."""
+        ...
+
+    def locked(self) -> contextlib.AbstractContextManager[None]:
+        """Node-wide exclusive lock around a read-modify-write."""
+        ...
+
+
+class CDIStore(Protocol):
+    """One CDI spec file per claim in the CDI root."""
+
+    def write(self, claim_uid: names.ClaimUID, spec: Mapping[str, Any]) -> None:
+        """Write atomically; replaces an existing spec of that claim."""
+        ...
+
+    def delete(self, claim_uid: names.ClaimUID) -> None:
+        """Remove the claim's spec; idempotent."""
+        ...
+
+    def claim_uids(self) -> frozenset[names.ClaimUID]:
+        """Claims that have a spec file on disk (used to rebuild a lost checkpoint)."""
+        ...
+
+    def read(self, claim_uid: names.ClaimUID) -> Mapping[str, Any] | None:
+        """The spec of that claim, or None."""
+        ...
+
+
+class DeviceInventory(Protocol):
+    """The node's GPUs as NVML sees them (real or simulated)."""
+
+    def fabric_records(self) -> tuple[models.FabricRecord, ...]:
+        """One record per GPU; an empty tuple on a node without GPUs."""
+        ...
+
+
+class NodeFiles(Protocol):
+    """Node facts that come from procfs."""
+
+    def proc_devices(self) -> str:
+        """Text of /proc/devices."""
+        ...
+
+    def boot_id(self) -> str:
+        """Contents of /proc/sys/kernel/random/boot_id, stripped."""
+        ...
+
+
+class KubeletPluginService(Protocol):
+    """What the DRA gRPC servicer delegates to (implemented by the kubelet plugin app).
+
+    A claim missing from the returned mapping tells the kubelet to retry it.
+    """
+
+    def node_prepare(
+        self, claims: tuple[models.ClaimRef, ...]
+    ) -> Mapping[names.ClaimUID, models.ClaimResult]:
+        ...
+
+    def node_unprepare(
+        self, claims: tuple[models.ClaimRef, ...]
+    ) -> Mapping[names.ClaimUID, models.ClaimResult]:
+        ...
