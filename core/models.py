@@ -64,6 +64,8 @@ class DriverConfig:
     namespace: str = "nvidia-dra-driver"
     # Host IMEX readiness probe (hostManaged, optional).
     host_imex_check: bool = False
+    # Image of the per-CD IMEX daemon pods (driver-managed only).
+    daemon_image: str = "nvcr.io/nvidia/k8s-dra-driver-gpu:v25.8.0"
 
     @property
     def host_managed(self) -> bool:

@@ -78,3 +78,8 @@ def channel_device_name(channel_id: int) -> str:
 def daemon_device_name(index: int = 0) -> str:
     """ResourceSlice device name of the IMEX daemon device."""
     return f"{DEVICE_TYPE_DAEMON}-{index}"
+
+
+def cdi_spec_file_name(claim_uid: str) -> str:
+    """File name of a claim's CDI spec in the CDI root (one file per claim)."""
+    return f"{CDI_VENDOR}-{CDI_CLASS_CLAIM}_{claim_uid}.json"
