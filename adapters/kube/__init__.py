@@ -1,1 +1,11 @@
-"""Adapter: kube."""
+"""Adapter: the real Kubernetes API server through the official `kubernetes` client.
+
+`KubeCluster` implements `core.ports.Cluster`; `retrying`, `leader` and `slices` build the
+informer loop, leader election and ResourceSlice publishing on top of any such port.
+"""
+
+from adapters.kube.cluster import KubeCluster
+from adapters.kube.leader import LeaderElector
+from adapters.kube.slices import SlicePublisher
+
+__all__ = ["KubeCluster", "LeaderElector", "SlicePublisher"]

@@ -1,0 +1,112 @@
+"""The CDI root: one JSON spec file per prepared claim, written so a runtime never sees half.
+
+Container runtimes read every `*.json`/`*.yaml` file in the CDI root when a container
+starts, so a spec appears by atomic rename only. File names come from
+`core.names.cdi_spec_file_name`; other vendors' files in the same root are left alone.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+from collections.abc import Mapping
+from typing import Any
+
+from adapters.fs import _atomic
+from core import errors, names
+
+logger = logging.getLogger(__name__)
+
+CDI_ROOT_MODE = 0o755
+CDI_FILE_MODE = 0o644
+_SPEC_SUFFIX = ".json"
+_SPEC_PREFIX = names.cdi_spec_file_name("")[: -len(_SPEC_SUFFIX)]
+
+
+def claim_uid_from_file_name(file_name: str) -> names.ClaimUID | None:
+    """The claim UID encoded in one of our spec file names, or None for any other file."""
+    if not (file_name.startswith(_SPEC_PREFIX) and file_name.endswith(_SPEC_SUFFIX)):
+        return None
+    uid = file_name[len(_SPEC_PREFIX) : -len(_SPEC_SUFFIX)]
+    return names.ClaimUID(uid) if uid else None
+
+
+class CDIDirectory:
+    """`core.ports.CDIStore` on a directory (default `/var/run/cdi` in the apps)."""
+
+    def __init__(self, root: str) -> None:
+        self.root = os.path.abspath(root)
+
+    def __repr__(self) -> str:
+        return f"CDIDirectory({self.root!r})"
+
+    def spec_path(self, claim_uid: names.ClaimUID) -> str:
+        """Where the spec of `claim_uid` lives (whether or not it exists)."""
+        _check_claim_uid(claim_uid)
+        return os.path.join(self.root, names.cdi_spec_file_name(claim_uid))
+
+    def write(self, claim_uid: names.ClaimUID, spec: Mapping[str, Any]) -> None:
+        """Write atomically (temp, fsync, rename, dir fsync), mode 0644; replaces any old spec."""
+        path = self.spec_path(claim_uid)
+        data = (json.dumps(spec, indent=2, sort_keys=True) + "\n").encode()
+        self._ensure_root()
+        _atomic.write_atomically(path, data, mode=CDI_FILE_MODE)
+        logger.debug("cdi spec written claim_uid=%s path=%s", claim_uid, path)
+
+    def delete(self, claim_uid: names.ClaimUID) -> None:
+        """Remove the claim's spec; a missing file (or root) is success."""
+        path = self.spec_path(claim_uid)
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            return
+        _atomic.fsync_directory(self.root)
+        logger.debug("cdi spec deleted claim_uid=%s path=%s", claim_uid, path)
+
+    def claim_uids(self) -> frozenset[names.ClaimUID]:
+        """Claims with one of our spec files in the root (temp and foreign files ignored)."""
+        try:
+            entries = os.listdir(self.root)
+        except FileNotFoundError:
+            return frozenset()
+        found = (claim_uid_from_file_name(entry) for entry in entries)
+        return frozenset(uid for uid in found if uid is not None)
+
+    def read(self, claim_uid: names.ClaimUID) -> Mapping[str, Any] | None:
+        """The parsed spec of that claim, or None; DecodeError if the file is not a JSON object."""
+        path = self.spec_path(claim_uid)
+        try:
+            with open(path, "rb") as spec_file:
+                raw = spec_file.read()
+        except FileNotFoundError:
+            return None
+        try:
+            spec = json.loads(raw)
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise errors.DecodeError(
+                f"CDI spec {path} is not valid JSON ({exc}); delete the file or unprepare the "
+                "claim so the driver can rewrite it",
+                field=path,
+            ) from exc
+        if not isinstance(spec, dict):
+            raise errors.DecodeError(
+                f"CDI spec {path} holds a JSON {type(spec).__name__}, not an object; delete the "
+                "file or unprepare the claim so the driver can rewrite it",
+                field=path,
+            )
+        return spec
+
+    def _ensure_root(self) -> None:
+        if os.path.isdir(self.root):
+            return
+        with contextlib.suppress(FileExistsError):
+            os.makedirs(self.root, mode=CDI_ROOT_MODE)
+            # NB: makedirs' mode is filtered by the umask; set the bits the runtime needs.
+            os.chmod(self.root, CDI_ROOT_MODE)
+
+
+def _check_claim_uid(claim_uid: str) -> None:
+    if not claim_uid or "/" in claim_uid or "\0" in claim_uid or claim_uid in (".", ".."):
+        raise ValueError(f"claim UID {claim_uid!r} cannot name a CDI spec file")

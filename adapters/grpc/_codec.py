@@ -1,0 +1,160 @@
+"""Translation between the kubelet's protobuf messages and core values.
+
+Pure: no sockets, no logging. The servicers, the client and the kubelet emulator all go through
+these functions, so that the wire shape of a claim, a device and an error is decided once.
+
+The DRA API exists as v1 and v1beta1 with identical messages and field numbers; only the proto
+package differs. Core translation is written against v1, and v1beta1 messages are converted by
+re-reading their bytes as the v1 type (`convert`), which is exact because the wire format is the
+same.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import TypeVar
+
+from google.protobuf import message
+
+from adapters.grpc.generated import dra_v1_pb2, pluginregistration_v1_pb2
+from core import models, names
+
+MessageT = TypeVar("MessageT", bound=message.Message)
+
+PLUGIN_TYPE_DRA = "DRAPlugin"
+VERSION_V1 = "v1.DRAPlugin"
+VERSION_V1BETA1 = "v1beta1.DRAPlugin"
+# The order the plugin advertises them in; the kubelet prefers the first it speaks.
+SUPPORTED_VERSIONS = (VERSION_V1, VERSION_V1BETA1)
+
+
+def convert(msg: message.Message, target: type[MessageT]) -> MessageT:
+    """Re-read `msg` as `target` (a wire-compatible message type of another API version)."""
+    return target.FromString(msg.SerializeToString(deterministic=True))
+
+
+# ---------------------------------------------------------------- claims
+
+
+def claim_refs_from_pb(claims: Iterable[dra_v1_pb2.Claim]) -> tuple[models.ClaimRef, ...]:
+    """Claims of a request, in request order."""
+    return tuple(
+        models.ClaimRef(uid=names.ClaimUID(c.uid), namespace=c.namespace, name=c.name)
+        for c in claims
+    )
+
+
+def claim_refs_to_pb(refs: Iterable[models.ClaimRef]) -> list[dra_v1_pb2.Claim]:
+    return [dra_v1_pb2.Claim(namespace=r.namespace, uid=r.uid, name=r.name) for r in refs]
+
+
+def prepare_request_to_pb(
+    refs: Iterable[models.ClaimRef],
+) -> dra_v1_pb2.NodePrepareResourcesRequest:
+    return dra_v1_pb2.NodePrepareResourcesRequest(claims=claim_refs_to_pb(refs))
+
+
+def unprepare_request_to_pb(
+    refs: Iterable[models.ClaimRef],
+) -> dra_v1_pb2.NodeUnprepareResourcesRequest:
+    return dra_v1_pb2.NodeUnprepareResourcesRequest(claims=claim_refs_to_pb(refs))
+
+
+# ---------------------------------------------------------------- devices and results
+
+
+def device_to_pb(device: models.PreparedDevice) -> dra_v1_pb2.Device:
+    return dra_v1_pb2.Device(
+        request_names=list(device.request_names),
+        pool_name=device.pool_name,
+        device_name=device.device_name,
+        cdi_device_ids=list(device.cdi_device_ids),
+    )
+
+
+def device_from_pb(device: dra_v1_pb2.Device) -> models.PreparedDevice:
+    return models.PreparedDevice(
+        request_names=tuple(device.request_names),
+        pool_name=device.pool_name,
+        device_name=device.device_name,
+        cdi_device_ids=tuple(device.cdi_device_ids),
+    )
+
+
+def prepare_response_to_pb(
+    results: Mapping[names.ClaimUID, models.ClaimResult],
+) -> dra_v1_pb2.NodePrepareResourcesResponse:
+    """One map entry per result; an errored claim carries only its error (devices dropped)."""
+    response = dra_v1_pb2.NodePrepareResourcesResponse()
+    for uid in sorted(results):
+        result = results[uid]
+        entry = response.claims[uid]
+        if result.error:
+            entry.error = result.error
+        else:
+            entry.devices.extend(device_to_pb(d) for d in result.devices)
+    return response
+
+
+def prepare_response_from_pb(
+    response: dra_v1_pb2.NodePrepareResourcesResponse,
+) -> dict[names.ClaimUID, models.ClaimResult]:
+    return {
+        names.ClaimUID(uid): (
+            models.ClaimResult(error=entry.error)
+            if entry.error
+            else models.ClaimResult(devices=tuple(device_from_pb(d) for d in entry.devices))
+        )
+        for uid, entry in sorted(response.claims.items())
+    }
+
+
+def unprepare_response_to_pb(
+    results: Mapping[names.ClaimUID, models.ClaimResult],
+) -> dra_v1_pb2.NodeUnprepareResourcesResponse:
+    response = dra_v1_pb2.NodeUnprepareResourcesResponse()
+    for uid in sorted(results):
+        response.claims[uid].error = results[uid].error
+    return response
+
+
+def unprepare_response_from_pb(
+    response: dra_v1_pb2.NodeUnprepareResourcesResponse,
+) -> dict[names.ClaimUID, models.ClaimResult]:
+    return {
+        names.ClaimUID(uid): models.ClaimResult(error=entry.error)
+        for uid, entry in sorted(response.claims.items())
+    }
+
+
+def failed_results(
+    refs: Iterable[models.ClaimRef], *, error: str
+) -> dict[names.ClaimUID, models.ClaimResult]:
+    """The same error for every claim of a batch (the service raised instead of answering)."""
+    return {r.uid: models.ClaimResult(error=error) for r in refs}
+
+
+# ---------------------------------------------------------------- registration
+
+
+def plugin_info_to_pb(
+    *, driver_name: str, endpoint: str, supported_versions: Iterable[str] = SUPPORTED_VERSIONS
+) -> pluginregistration_v1_pb2.PluginInfo:
+    return pluginregistration_v1_pb2.PluginInfo(
+        type=PLUGIN_TYPE_DRA,
+        name=driver_name,
+        endpoint=endpoint,
+        supported_versions=list(supported_versions),
+    )
+
+
+def choose_version(supported: Iterable[str], *, spoken: Iterable[str]) -> str | None:
+    """The first of `spoken` (in our preference order) that the plugin advertises, or None.
+
+    Accepts the bare forms "v1"/"v1beta1" too, as older kubelets did.
+    """
+    advertised = set(supported)
+    for version in spoken:
+        if version in advertised or version.split(".", 1)[0] in advertised:
+            return version
+    return None

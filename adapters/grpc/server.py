@@ -1,0 +1,332 @@
+"""The kubelet-facing gRPC servers of the plugin: DRA, registration and health probes.
+
+Three servers, because the kubelet reaches them at three places:
+- `<plugin_dir>/dra.sock`: `DRAPlugin` in packages `k8s.io.kubelet.pkg.apis.dra.v1` and
+  `...v1beta1` (same servicer behind both), plus the optional `v1alpha1.DRAResourceHealth`;
+- `<registry_dir>/<driver>-reg.sock`: `pluginregistration.Registration`, which the kubelet's
+  plugin watcher finds, asks `GetInfo` and answers with `NotifyRegistrationStatus`;
+- TCP `<health_host>:<health_port>`: `grpc.health.v1.Health` for liveness/readiness probes.
+
+The servicers decide nothing: they translate with `_codec`, call the `KubeletPluginService` port
+and turn anything unexpected into per-claim errors, so that one bad claim, or a bug, never fails
+the kubelet's whole batch or takes the server down.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import logging
+import os
+import pathlib
+import stat
+import threading
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+
+from adapters.grpc import _codec
+from adapters.grpc.generated import (
+    dra_health_v1alpha1_pb2,
+    dra_health_v1alpha1_pb2_grpc,
+    dra_v1_pb2,
+    dra_v1_pb2_grpc,
+    dra_v1beta1_pb2,
+    dra_v1beta1_pb2_grpc,
+    pluginregistration_v1_pb2,
+    pluginregistration_v1_pb2_grpc,
+)
+from core import models, names, ports
+
+log = logging.getLogger(__name__)
+
+DRA_SOCKET_NAME = "dra.sock"
+REGISTRATION_SOCKET_SUFFIX = "-reg.sock"
+# Health-stream threads poll this often for server shutdown.
+_STREAM_POLL_S = 0.5
+
+Results = Mapping[names.ClaimUID, models.ClaimResult]
+
+
+def registration_socket_name(driver_name: str) -> str:
+    return f"{driver_name}{REGISTRATION_SOCKET_SUFFIX}"
+
+
+def remove_stale_socket(path: str) -> bool:
+    """Remove whatever non-directory is at `path` (a socket left by a killed plugin).
+
+    Returns whether something was removed. A directory there is a deployment error and raises.
+    """
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        return False
+    if stat.S_ISDIR(mode):
+        raise IsADirectoryError(
+            f"{path} is a directory, but the plugin needs to create its socket there; "
+            "remove the directory or point the plugin at another path"
+        )
+    os.unlink(path)
+    return True
+
+
+def _call_service(
+    call: Callable[[tuple[models.ClaimRef, ...]], Results],
+    refs: tuple[models.ClaimRef, ...],
+    *,
+    verb: str,
+) -> Results:
+    """Run one service call; an exception becomes the same per-claim error for every claim."""
+    if not refs:
+        return {}
+    try:
+        return dict(call(refs))
+    except Exception as exc:
+        log.exception("kubelet %s failed inside the plugin claims=%d", verb, len(refs))
+        return _codec.failed_results(
+            refs,
+            error=(
+                f"{verb} failed inside the DRA plugin ({type(exc).__name__}: {exc}); "
+                "the kubelet retries; if this persists, read the kubelet plugin's log"
+            ),
+        )
+
+
+class _DRAServicer(dra_v1_pb2_grpc.DRAPluginServicer):
+    """`k8s.io.kubelet.pkg.apis.dra.v1.DRAPlugin`."""
+
+    def __init__(self, service: ports.KubeletPluginService) -> None:
+        self._service = service
+
+    def NodePrepareResources(
+        self, request: dra_v1_pb2.NodePrepareResourcesRequest, context: grpc.ServicerContext
+    ) -> dra_v1_pb2.NodePrepareResourcesResponse:
+        refs = _codec.claim_refs_from_pb(request.claims)
+        results = _call_service(self._service.node_prepare, refs, verb="prepare")
+        try:
+            return _codec.prepare_response_to_pb(results)
+        except Exception as exc:
+            log.exception("cannot encode prepare results claims=%d", len(refs))
+            error = f"the DRA plugin produced an invalid prepare result ({exc}); report a bug"
+            return _codec.prepare_response_to_pb(_codec.failed_results(refs, error=error))
+
+    def NodeUnprepareResources(
+        self, request: dra_v1_pb2.NodeUnprepareResourcesRequest, context: grpc.ServicerContext
+    ) -> dra_v1_pb2.NodeUnprepareResourcesResponse:
+        refs = _codec.claim_refs_from_pb(request.claims)
+        results = _call_service(self._service.node_unprepare, refs, verb="unprepare")
+        try:
+            return _codec.unprepare_response_to_pb(results)
+        except Exception as exc:
+            log.exception("cannot encode unprepare results claims=%d", len(refs))
+            error = f"the DRA plugin produced an invalid unprepare result ({exc}); report a bug"
+            return _codec.unprepare_response_to_pb(_codec.failed_results(refs, error=error))
+
+
+class _DRAV1Beta1Servicer(dra_v1beta1_pb2_grpc.DRAPluginServicer):
+    """`k8s.io.kubelet.pkg.apis.dra.v1beta1.DRAPlugin`: the v1 servicer behind a wire conversion."""
+
+    def __init__(self, v1: _DRAServicer) -> None:
+        self._v1 = v1
+
+    def NodePrepareResources(
+        self, request: dra_v1beta1_pb2.NodePrepareResourcesRequest, context: grpc.ServicerContext
+    ) -> dra_v1beta1_pb2.NodePrepareResourcesResponse:
+        v1_request = _codec.convert(request, dra_v1_pb2.NodePrepareResourcesRequest)
+        v1_response = self._v1.NodePrepareResources(v1_request, context)
+        return _codec.convert(v1_response, dra_v1beta1_pb2.NodePrepareResourcesResponse)
+
+    def NodeUnprepareResources(
+        self,
+        request: dra_v1beta1_pb2.NodeUnprepareResourcesRequest,
+        context: grpc.ServicerContext,
+    ) -> dra_v1beta1_pb2.NodeUnprepareResourcesResponse:
+        v1_request = _codec.convert(request, dra_v1_pb2.NodeUnprepareResourcesRequest)
+        v1_response = self._v1.NodeUnprepareResources(v1_request, context)
+        return _codec.convert(v1_response, dra_v1beta1_pb2.NodeUnprepareResourcesResponse)
+
+
+class _ResourceHealthServicer(dra_health_v1alpha1_pb2_grpc.DRAResourceHealthServicer):
+    """`v1alpha1.DRAResourceHealth`: an open stream that reports nothing.
+
+    NB: we have no per-device health to report yet. Ending the stream at once would make a
+    kubelet with ResourceHealthStatus enabled treat it as a broken stream and reconnect in a loop,
+    and an UNIMPLEMENTED answer gets logged on every registration; an open, silent stream means
+    "no health news", which is the truth. It ends when the kubelet cancels or the server stops.
+    """
+
+    def __init__(self, stopping: threading.Event) -> None:
+        self._stopping = stopping
+
+    def NodeWatchResources(
+        self,
+        request: dra_health_v1alpha1_pb2.NodeWatchResourcesRequest,
+        context: grpc.ServicerContext,
+    ) -> Iterator[dra_health_v1alpha1_pb2.NodeWatchResourcesResponse]:
+        while context.is_active() and not self._stopping.wait(_STREAM_POLL_S):
+            pass
+        yield from ()
+
+
+class _RegistrationServicer(pluginregistration_v1_pb2_grpc.RegistrationServicer):
+    """`pluginregistration.Registration`: who we are, and the kubelet's verdict."""
+
+    def __init__(self, *, info: pluginregistration_v1_pb2.PluginInfo, registered: threading.Event):
+        self._info = info
+        self._registered = registered
+
+    def GetInfo(
+        self, request: pluginregistration_v1_pb2.InfoRequest, context: grpc.ServicerContext
+    ) -> pluginregistration_v1_pb2.PluginInfo:
+        return self._info
+
+    def NotifyRegistrationStatus(
+        self,
+        request: pluginregistration_v1_pb2.RegistrationStatus,
+        context: grpc.ServicerContext,
+    ) -> pluginregistration_v1_pb2.RegistrationStatusResponse:
+        if request.plugin_registered:
+            log.info("registered with the kubelet driver=%s", self._info.name)
+            self._registered.set()
+        else:
+            log.error(
+                "the kubelet refused the registration driver=%s error=%r",
+                self._info.name,
+                request.error,
+            )
+        return pluginregistration_v1_pb2.RegistrationStatusResponse()
+
+
+class PluginServer:
+    """Serves a `KubeletPluginService` to the kubelet. `start()` once, `stop()` once.
+
+    `registered` is set when the kubelet confirms the registration. With `health_port=0` an
+    ephemeral port is chosen; read it back from `health_port` after `start()`.
+    """
+
+    def __init__(
+        self,
+        *,
+        service: ports.KubeletPluginService,
+        driver_name: str,
+        plugin_dir: str,
+        registry_dir: str,
+        health_port: int | None,
+        health_host: str = "0.0.0.0",
+        max_workers: int = 16,
+    ) -> None:
+        self._service = service
+        self._driver_name = driver_name
+        self._plugin_dir = plugin_dir
+        self._registry_dir = registry_dir
+        self._health_port_requested = health_port
+        self._health_host = health_host
+        self._max_workers = max_workers
+        self._health_port: int | None = None
+        self._stopping = threading.Event()
+        self._stopped = threading.Event()
+        self._servers: list[Any] = []
+        self._health_server: Any = None
+        self._health_servicer: health.HealthServicer | None = None
+        self.registered = threading.Event()
+
+    @property
+    def dra_socket_path(self) -> str:
+        return os.path.join(self._plugin_dir, DRA_SOCKET_NAME)
+
+    @property
+    def registration_socket_path(self) -> str:
+        return os.path.join(self._registry_dir, registration_socket_name(self._driver_name))
+
+    @property
+    def health_port(self) -> int | None:
+        """The bound TCP port of the health server (None before start or when disabled)."""
+        return self._health_port
+
+    def start(self) -> None:
+        """Listen on all endpoints; health turns SERVING once both sockets accept calls."""
+        if self._servers:
+            raise RuntimeError("PluginServer.start() called twice")
+        for directory in (self._plugin_dir, self._registry_dir):
+            pathlib.Path(directory).mkdir(parents=True, exist_ok=True)
+
+        v1 = _DRAServicer(self._service)
+        dra = self._new_server()
+        dra_v1_pb2_grpc.add_DRAPluginServicer_to_server(v1, dra)  # type: ignore[no-untyped-call]
+        dra_v1beta1_pb2_grpc.add_DRAPluginServicer_to_server(_DRAV1Beta1Servicer(v1), dra)  # type: ignore[no-untyped-call]
+        dra_health_v1alpha1_pb2_grpc.add_DRAResourceHealthServicer_to_server(  # type: ignore[no-untyped-call]
+            _ResourceHealthServicer(self._stopping), dra
+        )
+        self._listen_unix(dra, self.dra_socket_path)
+
+        registration = self._new_server()
+        info = _codec.plugin_info_to_pb(
+            driver_name=self._driver_name, endpoint=self.dra_socket_path
+        )
+        pluginregistration_v1_pb2_grpc.add_RegistrationServicer_to_server(  # type: ignore[no-untyped-call]
+            _RegistrationServicer(info=info, registered=self.registered), registration
+        )
+        self._listen_unix(registration, self.registration_socket_path)
+
+        if self._health_port_requested is not None:
+            self._start_health()
+        # NB: DRA before registration: the kubelet may call the DRA socket as soon as it has
+        # seen the registration socket.
+        dra.start()
+        self._servers.append(dra)
+        registration.start()
+        self._servers.append(registration)
+        if self._health_servicer is not None:
+            self._health_servicer.set("", health_pb2.HealthCheckResponse.SERVING)
+        log.info(
+            "kubelet plugin serving driver=%s dra=%s registration=%s health_port=%s",
+            self._driver_name,
+            self.dra_socket_path,
+            self.registration_socket_path,
+            self._health_port,
+        )
+
+    def stop(self, grace: float) -> None:
+        """Report NOT_SERVING, let in-flight calls finish for up to `grace` s, remove sockets."""
+        if self._health_servicer is not None:
+            self._health_servicer.enter_graceful_shutdown()
+        self._stopping.set()
+        done = [server.stop(grace) for server in self._servers]
+        for event in done:
+            event.wait()
+        # NB: gRPC core usually unlinks its unix sockets at shutdown; we make sure of it, so a
+        # kubelet never finds a registration socket of a plugin that is gone.
+        for path in (self.registration_socket_path, self.dra_socket_path):
+            remove_stale_socket(path)
+        if self._health_server is not None:
+            self._health_server.stop(grace).wait()
+        self._stopped.set()
+        log.info("kubelet plugin stopped driver=%s", self._driver_name)
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Block until `stop()` completed (or `timeout` passed); return whether it did."""
+        return self._stopped.wait(timeout)
+
+    def _new_server(self) -> Any:
+        return grpc.server(
+            concurrent.futures.ThreadPoolExecutor(
+                max_workers=self._max_workers, thread_name_prefix="kubelet-grpc"
+            )
+        )
+
+    def _listen_unix(self, server: Any, path: str) -> None:
+        if remove_stale_socket(path):
+            log.info("removed stale socket path=%s", path)
+        server.add_insecure_port(f"unix://{path}")
+
+    def _start_health(self) -> None:
+        servicer = health.HealthServicer()
+        servicer.set("", health_pb2.HealthCheckResponse.NOT_SERVING)
+        server = grpc.server(concurrent.futures.ThreadPoolExecutor(max_workers=4))
+        health_pb2_grpc.add_HealthServicer_to_server(servicer, server)
+        port = server.add_insecure_port(f"{self._health_host}:{self._health_port_requested}")
+        server.start()
+        self._health_server = server
+        self._health_servicer = servicer
+        self._health_port = int(port)

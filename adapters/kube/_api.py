@@ -1,0 +1,113 @@
+"""The one door to the Kubernetes API server: every HTTP call of this adapter goes through here.
+
+It sends the raw JSON requests `_codec` builds through the official client's
+`ApiClient` (so authentication, TLS, proxies and token refresh are the client's), and turns
+every failure — HTTP status or transport — into a `core.errors.ClusterError`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterator
+from typing import Any
+
+import urllib3
+from kubernetes import client
+
+from adapters.kube import _codec
+from core import errors
+
+log = logging.getLogger(__name__)
+
+# Seconds to wait for a connection and for a non-watch answer.
+CONNECT_TIMEOUT_S = 10.0
+READ_TIMEOUT_S = 60.0
+
+
+class KubeAPI:
+    """Raw JSON over the official client's connection pool and credentials."""
+
+    def __init__(self, api_client: client.ApiClient) -> None:
+        self._client = api_client
+
+    @property
+    def host(self) -> str:
+        return str(self._client.configuration.host)
+
+    def close(self) -> None:
+        self._client.close()  # type: ignore[no-untyped-call]
+
+    def _send(self, request: _codec.Request, *, read_timeout_s: float) -> Any:
+        headers = {"Accept": _codec.JSON, "Content-Type": request.content_type}
+        try:
+            method, url, header_params, body, post_params = self._client.param_serialize(
+                method=request.method,
+                resource_path=request.path,
+                query_params=list(request.query),
+                header_params=headers,
+                body=dict(request.body) if request.body is not None else None,
+                auth_settings=["BearerToken"],
+            )
+            return self._client.call_api(
+                method,
+                url,
+                header_params=header_params,
+                body=body,
+                post_params=post_params,
+                _request_timeout=(CONNECT_TIMEOUT_S, read_timeout_s),
+            )
+        except (urllib3.exceptions.HTTPError, OSError, client.ApiException) as exc:
+            raise errors.ClusterError(
+                f"{request.describe()}: cannot reach the Kubernetes API server at {self.host}"
+                f" ({exc}); check the kubeconfig / in-cluster service and network policy"
+            ) from exc
+
+    @staticmethod
+    def _raise_for_status(request: _codec.Request, response: Any, body: bytes) -> None:
+        status = int(response.status)
+        if not 200 <= status <= 299:
+            raise _codec.error_from_response(
+                request, status=status, reason=str(response.reason or ""), body=body
+            )
+
+    def request_json(self, request: _codec.Request) -> dict[str, Any]:
+        """Send and decode the answer; non-2xx raises the mapped ClusterError."""
+        response = self._send(request, read_timeout_s=READ_TIMEOUT_S)
+        try:
+            body = bytes(response.read() or b"")
+        except (urllib3.exceptions.HTTPError, OSError) as exc:
+            raise errors.ClusterError(
+                f"{request.describe()}: reading the answer failed: {exc}"
+            ) from exc
+        self._raise_for_status(request, response, body)
+        if not body:
+            return {}
+        try:
+            return _codec.decode_object(body)
+        except json.JSONDecodeError as exc:
+            raise errors.ClusterError(f"{request.describe()}: answer is not JSON: {exc}") from exc
+
+    def stream_lines(self, request: _codec.Request, *, timeout_s: float) -> Iterator[bytes]:
+        """Lines of a streaming (watch) answer, as they arrive; closes the connection at the end."""
+        response = self._send(request, read_timeout_s=timeout_s + _codec.WATCH_READ_SLACK_S)
+        raw: urllib3.BaseHTTPResponse = response.response
+        try:
+            if not 200 <= int(response.status) <= 299:
+                self._raise_for_status(request, response, bytes(raw.read() or b""))
+            pending = b""
+            try:
+                for chunk in raw.stream(amt=65536, decode_content=True):
+                    pending += chunk
+                    *lines, pending = pending.split(b"\n")
+                    yield from lines
+            except (urllib3.exceptions.HTTPError, OSError) as exc:
+                raise errors.ClusterError(
+                    f"{request.describe()}: watch stream broke: {exc}"
+                ) from exc
+            if pending.strip():
+                yield pending
+        finally:
+            # NB: close before release so a half-read stream never goes back to the pool.
+            raw.close()
+            raw.release_conn()

@@ -1,0 +1,159 @@
+"""`KubeCluster`: the `core.ports.Cluster` port on a real Kubernetes API server.
+
+Kinds are routed through `core.kinds`; requests are built by `_codec` and sent by `_api`
+(the one door to the network), so this class only wires the two together.
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+import os
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
+
+from kubernetes import client, config
+
+from adapters.kube import _api, _codec
+from core import errors, kinds, models, ports
+
+log = logging.getLogger(__name__)
+
+DEFAULT_COMPONENT = "compute-domain-driver"
+
+
+def _utc_now() -> datetime.datetime:
+    return datetime.datetime.now(datetime.UTC)
+
+
+class KubeCluster:
+    """Cluster operations on JSON objects through the official `kubernetes` client."""
+
+    def __init__(
+        self,
+        api: _api.KubeAPI,
+        *,
+        component: str = DEFAULT_COMPONENT,
+        event_namespace: str = "default",
+        wall_clock: Callable[[], datetime.datetime] = _utc_now,
+    ) -> None:
+        self._api = api
+        self._component = component
+        self._event_namespace = event_namespace
+        self._wall_clock = wall_clock
+
+    @classmethod
+    def from_config(
+        cls,
+        kubeconfig: str | None,
+        *,
+        component: str = DEFAULT_COMPONENT,
+        event_namespace: str = "default",
+        environ: Mapping[str, str] | None = None,
+    ) -> KubeCluster:
+        """In-cluster credentials when `kubeconfig` is None inside a pod, else a kubeconfig file.
+
+        Inside a pod means KUBERNETES_SERVICE_HOST is set. Outside one, None falls back to
+        the client's default (`$KUBECONFIG` or `~/.kube/config`).
+        """
+        env = os.environ if environ is None else environ
+        configuration = client.Configuration()
+        try:
+            if kubeconfig is None and env.get("KUBERNETES_SERVICE_HOST"):
+                config.load_incluster_config(  # type: ignore[no-untyped-call]
+                    client_configuration=configuration
+                )
+            else:
+                config.load_kube_config(  # type: ignore[no-untyped-call]
+                    config_file=kubeconfig, client_configuration=configuration
+                )
+        except (config.ConfigException, OSError) as exc:
+            where = kubeconfig or "in-cluster service account / default kubeconfig"
+            raise errors.ConfigError(
+                f"cannot load Kubernetes credentials from {where}: {exc}; pass --kubeconfig "
+                "with a readable file, or run in a pod with a service account"
+            ) from exc
+        return cls(
+            _api.KubeAPI(client.ApiClient(configuration)),
+            component=component,
+            event_namespace=event_namespace,
+        )
+
+    def close(self) -> None:
+        self._api.close()
+
+    def get(self, kind: str, *, namespace: str, name: str) -> Mapping[str, Any]:
+        request = _codec.get_request(kinds.by_kind(kind), namespace=namespace, name=name)
+        return self._api.request_json(request)
+
+    def list(
+        self, kind: str, *, namespace: str = "", label_selector: Mapping[str, str] | None = None
+    ) -> ports.ListResult:
+        request = _codec.list_request(
+            kinds.by_kind(kind), namespace=namespace, label_selector=label_selector
+        )
+        return _codec.list_result(self._api.request_json(request))
+
+    def watch(
+        self, kind: str, *, namespace: str = "", resource_version: str, timeout_s: float
+    ) -> Iterator[ports.WatchEvent]:
+        request = _codec.watch_request(
+            kinds.by_kind(kind),
+            namespace=namespace,
+            resource_version=resource_version,
+            timeout_s=timeout_s,
+        )
+        for line in self._api.stream_lines(request, timeout_s=timeout_s):
+            event = _codec.watch_event_from_line(line, request=request)
+            if event is not None:
+                yield event
+
+    def create(self, kind: str, obj: Mapping[str, Any]) -> Mapping[str, Any]:
+        return self._api.request_json(_codec.create_request(kinds.by_kind(kind), obj))
+
+    def patch(
+        self,
+        kind: str,
+        *,
+        namespace: str,
+        name: str,
+        patch: Mapping[str, Any],
+        subresource: str = "",
+        resource_version: str = "",
+    ) -> Mapping[str, Any]:
+        request = _codec.patch_request(
+            kinds.by_kind(kind),
+            namespace=namespace,
+            name=name,
+            patch=patch,
+            subresource=subresource,
+            resource_version=resource_version,
+        )
+        return self._api.request_json(request)
+
+    def delete(self, kind: str, *, namespace: str, name: str) -> None:
+        self._api.request_json(
+            _codec.delete_request(kinds.by_kind(kind), namespace=namespace, name=name)
+        )
+
+    def emit_event(
+        self, *, involved: models.ObjectRef, reason: str, message: str, warning: bool = True
+    ) -> None:
+        """Create a core/v1 Event; failures are logged, never raised (events are best effort)."""
+        event = _codec.event_object(
+            involved=involved,
+            reason=reason,
+            message=message,
+            warning=warning,
+            component=self._component,
+            now=self._wall_clock(),
+            default_namespace=self._event_namespace,
+        )
+        try:
+            self.create(kinds.EVENT.kind, event)
+        except errors.ClusterError as exc:
+            log.warning(
+                "event not recorded kind=%s name=%s namespace=%s reason=%s error=%s",
+                involved.kind, involved.name, involved.namespace, reason, exc,
+            )
+

@@ -1,0 +1,73 @@
+"""Publishing this node's ResourceSlices: the only way the scheduler learns about our devices.
+
+The pure planner (`core.slices`) says what the pool should look like and which writes get it
+there; this module reads what exists, decides the pool generation, and runs the writes
+through the core executor. The generation goes up exactly when the pool's content changes,
+so the scheduler never mixes slices of two different pool versions.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from adapters.kube import retrying
+from core import executing, kinds, ports, slices
+
+log = logging.getLogger(__name__)
+
+
+class SlicePublisher:
+    """Keeps one node's pool of `driver` ResourceSlices equal to the given devices."""
+
+    def __init__(self, cluster: ports.Cluster, *, driver: str, node_name: str) -> None:
+        self._cluster = cluster
+        self._driver = driver
+        self._node_name = node_name
+
+    def existing(self) -> tuple[Mapping[str, Any], ...]:
+        """This node's slices of this driver, sorted by name."""
+        listed = self._cluster.list(kinds.RESOURCE_SLICE.kind)
+        mine = [
+            obj
+            for obj in listed.items
+            if (obj.get("spec") or {}).get("driver") == self._driver
+            and (obj.get("spec") or {}).get("nodeName") == self._node_name
+        ]
+        return tuple(sorted(mine, key=lambda obj: str((obj.get("metadata") or {}).get("name"))))
+
+    def publish(self, devices: Sequence[Mapping[str, Any]]) -> None:
+        """Make the pool publish exactly `devices`; a no-op when it already does.
+
+        Idempotent. Retries on resourceVersion conflicts (another writer, or a stale read)
+        by re-listing; other cluster errors propagate for the caller's backoff.
+        """
+        retrying.retry_on_conflict(lambda: self._sync(devices))
+
+    def _sync(self, devices: Sequence[Mapping[str, Any]]) -> None:
+        existing = self.existing()
+        generation = max((_generation(obj) for obj in existing), default=0)
+        desired = slices.build_resource_slices(
+            node_name=self._node_name, driver=self._driver, devices=devices, generation=generation
+        )
+        actions = slices.plan_slice_sync(desired=desired, existing=existing)
+        if not actions:
+            return
+        desired = slices.build_resource_slices(
+            node_name=self._node_name,
+            driver=self._driver,
+            devices=devices,
+            generation=generation + 1,
+        )
+        actions = slices.plan_slice_sync(desired=desired, existing=existing)
+        log.info(
+            "publishing resource slices node=%s driver=%s generation=%d slices=%d actions=%d",
+            self._node_name, self._driver, generation + 1, len(desired), len(actions),
+        )
+        executing.execute_cluster_actions(self._cluster, actions)
+
+
+def _generation(obj: Mapping[str, Any]) -> int:
+    pool = (obj.get("spec") or {}).get("pool") or {}
+    return int(pool.get("generation") or 0)

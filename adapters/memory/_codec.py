@@ -1,0 +1,72 @@
+"""Pure JSON-object rules of the embedded cluster: copies, merge patches, label selectors.
+
+Kept apart from `cluster.py` (which holds the lock, the clock and the event history) so the
+API-server semantics it reproduces can be tested on plain values.
+"""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+
+def copy_json(value: Any) -> Any:
+    """A deep copy of a JSON-shaped value as plain dicts and lists.
+
+    Mappings become dicts and sequences (other than strings/bytes) become lists, so a caller's
+    tuples or frozen mappings can be stored and later mutated only through the cluster.
+    """
+    if isinstance(value, Mapping):
+        return {str(k): copy_json(v) for k, v in value.items()}
+    if isinstance(value, Sequence) and not isinstance(value, str | bytes | bytearray):
+        return [copy_json(v) for v in value]
+    return value
+
+
+def merge_patch(target: Any, patch: Any) -> Any:
+    """Apply a JSON merge patch (RFC 7386) and return the result; inputs are not modified.
+
+    A `None` (JSON null) member removes the key; objects merge recursively; lists and scalars
+    replace whatever was there.
+    """
+    if not isinstance(patch, Mapping):
+        return copy_json(patch)
+    result: dict[str, Any] = copy_json(target) if isinstance(target, Mapping) else {}
+    for key, value in patch.items():
+        if value is None:
+            result.pop(key, None)
+        else:
+            result[key] = merge_patch(result.get(key), value)
+    return result
+
+
+def matches_labels(labels: Mapping[str, str] | None, selector: Mapping[str, str] | None) -> bool:
+    """True when every `key=value` of an equality selector is among `labels` (empty matches all)."""
+    if not selector:
+        return True
+    present = labels or {}
+    return all(present.get(key) == value for key, value in selector.items())
+
+
+def format_timestamp(moment: datetime.datetime) -> str:
+    """RFC 3339 in UTC with second precision, as the API server writes metadata timestamps."""
+    return moment.astimezone(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def owner_uids(obj: Mapping[str, Any]) -> frozenset[str]:
+    """UIDs named in `metadata.ownerReferences`."""
+    refs = obj.get("metadata", {}).get("ownerReferences") or ()
+    return frozenset(str(ref.get("uid", "")) for ref in refs if ref.get("uid"))
+
+
+def without_volatile_metadata(obj: Mapping[str, Any]) -> dict[str, Any]:
+    """The object minus `metadata.resourceVersion`: what decides whether a write changed it."""
+    copy: dict[str, Any] = copy_json(obj)
+    copy.get("metadata", {}).pop("resourceVersion", None)
+    return copy
+
+
+def spec_part(obj: Mapping[str, Any]) -> dict[str, Any]:
+    """Everything but `metadata` and `status`: a change here bumps `metadata.generation`."""
+    return {k: v for k, v in obj.items() if k not in ("metadata", "status")}

@@ -1,0 +1,557 @@
+"""A minimal DRA scheduler for the embedded cluster: claims from templates, devices by CEL.
+
+It plays the parts of kube-scheduler's DRA plugin and the resourceclaim controller, so pods on
+the embedded cluster get allocated claims the kubelet plugin can prepare: it creates each pod's
+claims from their ResourceClaimTemplates, picks devices from published ResourceSlices whose
+DeviceClass and request CEL selectors hold (real CEL, via cel-python), keeps one claim per
+device, puts all of a pod's claims on one node and writes `status.allocation`/`reservedFor`.
+
+NB: device choice is first-fit without backtracking, over nodes and devices in a stable order.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import logging
+import threading
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import celpy
+from celpy import adapter, celparser, celtypes, evaluation
+
+from core import errors, kinds, models, ports
+
+log = logging.getLogger(__name__)
+
+POD_CLAIM_NAME_ANNOTATION = "resource.kubernetes.io/pod-claim-name"
+
+_DeviceId = tuple[str, str, str]  # driver, pool, device
+
+
+class AllocationError(errors.DriverError):
+    """The pod cannot be scheduled: some request has no free device that satisfies it."""
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ScheduledPod:
+    """A pod after scheduling: bound to `node_name`, with its allocated claims."""
+
+    pod: Mapping[str, Any]
+    node_name: str
+    claims: tuple[Mapping[str, Any], ...]
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class _Device:
+    driver: str
+    pool: str
+    name: str
+    node_name: str  # "" when the slice serves all nodes
+    cel_value: Any  # celtypes.MapType bound to `device`
+
+    @property
+    def id(self) -> _DeviceId:
+        return (self.driver, self.pool, self.name)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class _Request:
+    claim_key: tuple[str, str]
+    name: str
+    class_name: str
+    selectors: tuple[str, ...]
+    mode: str
+    count: int
+
+
+def device_cel_value(*, driver: str, device: Mapping[str, Any]) -> Any:
+    """The CEL `device` variable for a ResourceSlice device, shaped as DRA defines it.
+
+    `attributes` and `capacity` map a domain to a map of names; unqualified names belong to the
+    driver's domain. Versions are exposed as strings (cel-python has no semver type).
+    """
+    attributes: dict[str, dict[str, Any]] = {}
+    for qualified, value in (device.get("attributes") or {}).items():
+        domain, _, name = str(qualified).rpartition("/")
+        attributes.setdefault(domain or driver, {})[name] = _attribute_value(value)
+    capacity: dict[str, dict[str, Any]] = {}
+    for qualified, value in (device.get("capacity") or {}).items():
+        domain, _, name = str(qualified).rpartition("/")
+        quantity = value.get("value") if isinstance(value, Mapping) else value
+        capacity.setdefault(domain or driver, {})[name] = str(quantity)
+    return adapter.json_to_cel({"driver": driver, "attributes": attributes, "capacity": capacity})
+
+
+def _attribute_value(value: Any) -> Any:
+    if not isinstance(value, Mapping):
+        return value
+    for field in ("string", "int", "bool", "version"):
+        if field in value:
+            return value[field]
+    return None
+
+
+class Allocator:
+    """Schedules pods with resource claims onto nodes of an `InMemoryCluster` (or any Cluster)."""
+
+    def __init__(self, cluster: ports.Cluster) -> None:
+        self._cluster = cluster
+        self._env = celpy.Environment()
+        self._programs: dict[str, Any] = {}
+        self._lock = threading.Lock()
+
+    def schedule_pod(self, pod: Mapping[str, Any]) -> ScheduledPod:
+        """Create the pod's claims, allocate them on one node, reserve them and bind the pod.
+
+        Idempotent: claims already listed in the pod's status are reused, allocated claims keep
+        their allocation. Creates the pod first if it does not exist yet. Raises
+        AllocationError (and records a FailedScheduling event on the pod) when nothing fits.
+        """
+        with self._lock:
+            pod = self._ensure_pod(pod)
+            try:
+                return self._schedule_locked(pod)
+            except AllocationError as exc:
+                self._cluster.emit_event(
+                    involved=_pod_ref(pod), reason="FailedScheduling", message=exc.message
+                )
+                raise
+
+    def release_pod(self, pod: Mapping[str, Any]) -> None:
+        """Un-reserve the pod's claims; deallocate and delete the ones generated for it.
+
+        Call after the kubelet unprepared them. Idempotent; claims already gone are skipped.
+        """
+        with self._lock:
+            meta = pod["metadata"]
+            namespace = str(meta.get("namespace") or "default")
+            uid = str(meta.get("uid", ""))
+            try:
+                pod = self._cluster.get(kinds.POD.kind, namespace=namespace, name=meta["name"])
+                uid = str(pod["metadata"].get("uid", uid))
+            except errors.NotFoundError:
+                pass
+            for claim_name in _pod_claim_names(pod):
+                try:
+                    claim = self._cluster.get(
+                        kinds.RESOURCE_CLAIM.kind, namespace=namespace, name=claim_name
+                    )
+                except errors.NotFoundError:
+                    continue
+                generated = any(
+                    ref.get("uid") == uid
+                    for ref in claim["metadata"].get("ownerReferences") or ()
+                )
+                status = claim.get("status") or {}
+                reserved = [r for r in status.get("reservedFor") or () if r.get("uid") != uid]
+                status_patch: dict[str, Any] = {"reservedFor": reserved or None}
+                if generated or not reserved:
+                    status_patch["allocation"] = None
+                self._cluster.patch(
+                    kinds.RESOURCE_CLAIM.kind,
+                    namespace=namespace,
+                    name=claim_name,
+                    patch={"status": status_patch},
+                    subresource="status",
+                )
+                if generated:
+                    with contextlib.suppress(errors.NotFoundError):
+                        self._cluster.delete(
+                            kinds.RESOURCE_CLAIM.kind, namespace=namespace, name=claim_name
+                        )
+                log.info("released claim=%s/%s pod=%s", namespace, claim_name, meta["name"])
+
+    # -- scheduling ------------------------------------------------------------------------
+
+    def _ensure_pod(self, pod: Mapping[str, Any]) -> Mapping[str, Any]:
+        meta = pod["metadata"]
+        namespace = str(meta.get("namespace") or "default")
+        try:
+            return self._cluster.get(kinds.POD.kind, namespace=namespace, name=meta["name"])
+        except errors.NotFoundError:
+            return self._cluster.create(kinds.POD.kind, pod)
+
+    def _schedule_locked(self, pod: Mapping[str, Any]) -> ScheduledPod:
+        claims = self._pod_claims(pod)
+        pending = [c for c in claims if not (c.get("status") or {}).get("allocation")]
+        nodes = self._candidate_nodes(pod, claims)
+        requests = [r for claim in pending for r in _requests_of(claim)]
+        classes = {r.class_name: self._device_class(r) for r in requests}
+        devices = self._published_devices()
+        taken = self._allocated_device_ids()
+        chosen_node = ""
+        picks: dict[tuple[tuple[str, str], str], list[_Device]] = {}
+        failure = ""
+        for node in nodes:
+            attempt = self._fit(node, requests, classes, devices, taken)
+            if isinstance(attempt, str):
+                failure = failure or attempt
+                continue
+            chosen_node, picks = node, attempt
+            break
+        else:
+            where = f"node {nodes[0]!r}" if len(nodes) == 1 else f"any of {len(nodes)} node(s)"
+            raise AllocationError(
+                f"pod {pod['metadata'].get('namespace', 'default')}/{pod['metadata']['name']}"
+                f" cannot be scheduled on {where}: "
+                + (failure or "no node publishes devices (no ResourceSlices found)")
+            )
+        allocated = []
+        for claim in claims:
+            if claim in pending:
+                claim = self._write_allocation(claim, chosen_node, picks, classes)
+            allocated.append(self._reserve(claim, pod))
+        bound = self._bind(pod, chosen_node)
+        log.info(
+            "scheduled pod=%s/%s node=%s claims=%s",
+            bound["metadata"].get("namespace"), bound["metadata"]["name"], chosen_node,
+            ",".join(c["metadata"]["name"] for c in allocated),
+        )
+        return ScheduledPod(pod=bound, node_name=chosen_node, claims=tuple(allocated))
+
+    def _pod_claims(self, pod: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+        """The pod's ResourceClaims, created from templates where the pod has none yet."""
+        meta = pod["metadata"]
+        namespace = str(meta.get("namespace") or "default")
+        known = {
+            s["name"]: s.get("resourceClaimName")
+            for s in (pod.get("status") or {}).get("resourceClaimStatuses") or ()
+        }
+        claims: list[Mapping[str, Any]] = []
+        statuses: list[dict[str, Any]] = []
+        for entry in (pod.get("spec") or {}).get("resourceClaims") or ():
+            claim_name = entry.get("resourceClaimName") or known.get(entry["name"])
+            if claim_name:
+                claim = self._cluster.get(
+                    kinds.RESOURCE_CLAIM.kind, namespace=namespace, name=claim_name
+                )
+            elif entry.get("resourceClaimTemplateName"):
+                claim = self._claim_from_template(pod, entry)
+            else:
+                raise AllocationError(
+                    f"pod {namespace}/{meta['name']}: resource claim {entry['name']!r} names"
+                    " neither resourceClaimName nor resourceClaimTemplateName"
+                )
+            claims.append(claim)
+            if not entry.get("resourceClaimName"):
+                statuses.append(
+                    {"name": entry["name"], "resourceClaimName": claim["metadata"]["name"]}
+                )
+        if statuses and any(known.get(s["name"]) != s["resourceClaimName"] for s in statuses):
+            self._cluster.patch(
+                kinds.POD.kind,
+                namespace=namespace,
+                name=meta["name"],
+                patch={"status": {"resourceClaimStatuses": statuses}},
+                subresource="status",
+            )
+        return claims
+
+    def _claim_from_template(
+        self, pod: Mapping[str, Any], entry: Mapping[str, Any]
+    ) -> Mapping[str, Any]:
+        meta = pod["metadata"]
+        namespace = str(meta.get("namespace") or "default")
+        template_name = str(entry["resourceClaimTemplateName"])
+        try:
+            template = self._cluster.get(
+                kinds.RESOURCE_CLAIM_TEMPLATE.kind, namespace=namespace, name=template_name
+            )
+        except errors.NotFoundError:
+            raise AllocationError(
+                f"pod {namespace}/{meta['name']}: ResourceClaimTemplate {template_name!r} not"
+                f" found in namespace {namespace!r}; create it (or wait for the controller)"
+            ) from None
+        template_spec = template.get("spec") or {}
+        template_meta = template_spec.get("metadata") or {}
+        annotations = dict(template_meta.get("annotations") or {})
+        annotations[POD_CLAIM_NAME_ANNOTATION] = entry["name"]
+        claim = {
+            "apiVersion": kinds.RESOURCE_CLAIM.api_version,
+            "kind": kinds.RESOURCE_CLAIM.kind,
+            "metadata": {
+                "generateName": f"{meta['name']}-{entry['name']}-",
+                "namespace": namespace,
+                "labels": dict(template_meta.get("labels") or {}),
+                "annotations": annotations,
+                "ownerReferences": [
+                    {
+                        "apiVersion": "v1",
+                        "kind": "Pod",
+                        "name": meta["name"],
+                        "uid": meta.get("uid", ""),
+                        "controller": True,
+                        "blockOwnerDeletion": True,
+                    }
+                ],
+            },
+            "spec": template_spec.get("spec") or {},
+        }
+        return self._cluster.create(kinds.RESOURCE_CLAIM.kind, claim)
+
+    def _candidate_nodes(
+        self, pod: Mapping[str, Any], claims: Sequence[Mapping[str, Any]]
+    ) -> list[str]:
+        pinned = str((pod.get("spec") or {}).get("nodeName") or "")
+        if pinned:
+            return [pinned]
+        for claim in claims:  # an allocated claim ties the pod to its node
+            allocation = (claim.get("status") or {}).get("allocation") or {}
+            for term in (allocation.get("nodeSelector") or {}).get("nodeSelectorTerms") or ():
+                for field in term.get("matchFields") or ():
+                    if field.get("key") == "metadata.name" and field.get("values"):
+                        return [str(field["values"][0])]
+        names = {
+            str(s["spec"]["nodeName"])
+            for s in self._cluster.list(kinds.RESOURCE_SLICE.kind).items
+            if s.get("spec", {}).get("nodeName")
+        }
+        names.update(
+            str(n["metadata"]["name"]) for n in self._cluster.list(kinds.NODE.kind).items
+        )
+        return sorted(names)
+
+    def _device_class(self, request: _Request) -> Mapping[str, Any]:
+        try:
+            return self._cluster.get(kinds.DEVICE_CLASS.kind, namespace="", name=request.class_name)
+        except errors.NotFoundError:
+            raise AllocationError(
+                f"request {request.name!r} of claim {_claim_label(request.claim_key)}: DeviceClass"
+                f" {request.class_name!r} does not exist; install the driver's device classes"
+            ) from None
+
+    def _published_devices(self) -> list[_Device]:
+        """Devices of the newest generation of every pool, in slice-name then slice order."""
+        slices = self._cluster.list(kinds.RESOURCE_SLICE.kind).items
+        newest: dict[tuple[str, str], int] = {}
+        for s in slices:
+            spec = s.get("spec") or {}
+            pool_key = (str(spec.get("driver", "")), str((spec.get("pool") or {}).get("name", "")))
+            generation = int((spec.get("pool") or {}).get("generation", 0))
+            newest[pool_key] = max(newest.get(pool_key, generation), generation)
+        devices: list[_Device] = []
+        for s in sorted(slices, key=lambda s: str(s["metadata"]["name"])):
+            spec = s.get("spec") or {}
+            driver = str(spec.get("driver", ""))
+            pool = spec.get("pool") or {}
+            pool_name = str(pool.get("name", ""))
+            if int(pool.get("generation", 0)) != newest[(driver, pool_name)]:
+                continue
+            node_name = "" if spec.get("allNodes") else str(spec.get("nodeName", ""))
+            if not node_name and not spec.get("allNodes"):
+                continue  # nodeSelector-scoped slices are not supported here
+            for device in spec.get("devices") or ():
+                devices.append(
+                    _Device(
+                        driver=driver,
+                        pool=pool_name,
+                        name=str(device["name"]),
+                        node_name=node_name,
+                        cel_value=device_cel_value(driver=driver, device=device),
+                    )
+                )
+        return devices
+
+    def _allocated_device_ids(self) -> set[_DeviceId]:
+        taken: set[_DeviceId] = set()
+        for claim in self._cluster.list(kinds.RESOURCE_CLAIM.kind).items:
+            allocation = (claim.get("status") or {}).get("allocation") or {}
+            for result in (allocation.get("devices") or {}).get("results") or ():
+                taken.add((str(result["driver"]), str(result["pool"]), str(result["device"])))
+        return taken
+
+    def _fit(
+        self,
+        node: str,
+        requests: Sequence[_Request],
+        classes: Mapping[str, Mapping[str, Any]],
+        devices: Sequence[_Device],
+        taken: set[_DeviceId],
+    ) -> dict[tuple[tuple[str, str], str], list[_Device]] | str:
+        """Devices per (claim, request) on `node`, or why some request does not fit there."""
+        used = set(taken)
+        picks: dict[tuple[tuple[str, str], str], list[_Device]] = {}
+        local = [d for d in devices if d.node_name in ("", node)]
+        for request in requests:
+            class_selectors = _selectors_of(classes[request.class_name].get("spec") or {})
+            expressions = (*class_selectors, *request.selectors)
+            matching = [d for d in local if self._matches(d, expressions)]
+            free = [d for d in matching if d.id not in used]
+            label = f"request {request.name!r} of claim {_claim_label(request.claim_key)}"
+            if not matching:
+                shown = " && ".join(f"({e})" for e in expressions) or "true"
+                return (
+                    f"{label}: no device on node {node!r} matches DeviceClass"
+                    f" {request.class_name!r} and the request selectors: {shown}"
+                )
+            if request.mode == "All":
+                if len(free) != len(matching):
+                    return (
+                        f"{label}: allocationMode All needs all {len(matching)} matching"
+                        f" device(s) on node {node!r}, but {len(matching) - len(free)} are"
+                        " already allocated to other claims"
+                    )
+                chosen = free
+            else:
+                if len(free) < request.count:
+                    return (
+                        f"{label}: needs {request.count} device(s) of DeviceClass"
+                        f" {request.class_name!r} on node {node!r}; {len(matching)} match but"
+                        f" only {len(free)} are free (one claim per device)"
+                    )
+                chosen = free[: request.count]
+            used.update(d.id for d in chosen)
+            picks[(request.claim_key, request.name)] = chosen
+        return picks
+
+    def _matches(self, device: _Device, expressions: Sequence[str]) -> bool:
+        for expression in expressions:
+            program = self._program(expression)
+            try:
+                result = program.evaluate({"device": device.cel_value})
+            except evaluation.CELEvalError as exc:
+                log.debug("cel error device=%s expression=%s error=%s", device.id, expression, exc)
+                return False
+            if not isinstance(result, celtypes.BoolType) or not bool(result):
+                return False
+        return True
+
+    def _program(self, expression: str) -> Any:
+        program = self._programs.get(expression)
+        if program is None:
+            try:
+                program = self._env.program(self._env.compile(expression))
+            except celparser.CELParseError as exc:
+                raise AllocationError(
+                    f"CEL selector {expression!r} does not compile: {exc}; fix the DeviceClass"
+                    " or the claim's selector"
+                ) from None
+            self._programs[expression] = program
+        return program
+
+    def _write_allocation(
+        self,
+        claim: Mapping[str, Any],
+        node: str,
+        picks: Mapping[tuple[tuple[str, str], str], Sequence[_Device]],
+        classes: Mapping[str, Mapping[str, Any]],
+    ) -> Mapping[str, Any]:
+        meta = claim["metadata"]
+        key = (str(meta["namespace"]), str(meta["name"]))
+        requests = _requests_of(claim)
+        results = [
+            {"request": r.name, "driver": d.driver, "pool": d.pool, "device": d.name}
+            for r in requests
+            for d in picks[(key, r.name)]
+        ]
+        config: list[dict[str, Any]] = []
+        for r in requests:
+            for entry in (classes[r.class_name].get("spec") or {}).get("config") or ():
+                config.append({"source": "FromClass", "requests": [r.name], **dict(entry)})
+        for entry in ((claim.get("spec") or {}).get("devices") or {}).get("config") or ():
+            config.append({"source": "FromClaim", **dict(entry)})
+        allocation: dict[str, Any] = {
+            "devices": {"results": results, "config": config},
+            "nodeSelector": {
+                "nodeSelectorTerms": [
+                    {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}]}
+                ]
+            },
+        }
+        return self._cluster.patch(
+            kinds.RESOURCE_CLAIM.kind,
+            namespace=key[0],
+            name=key[1],
+            patch={"status": {"allocation": allocation}},
+            subresource="status",
+        )
+
+    def _reserve(self, claim: Mapping[str, Any], pod: Mapping[str, Any]) -> Mapping[str, Any]:
+        reserved = list((claim.get("status") or {}).get("reservedFor") or ())
+        uid = pod["metadata"].get("uid", "")
+        if any(r.get("uid") == uid for r in reserved):
+            return claim
+        reserved.append({"resource": "pods", "name": pod["metadata"]["name"], "uid": uid})
+        meta = claim["metadata"]
+        return self._cluster.patch(
+            kinds.RESOURCE_CLAIM.kind,
+            namespace=meta["namespace"],
+            name=meta["name"],
+            patch={"status": {"reservedFor": reserved}},
+            subresource="status",
+        )
+
+    def _bind(self, pod: Mapping[str, Any], node: str) -> Mapping[str, Any]:
+        meta = pod["metadata"]
+        if (pod.get("spec") or {}).get("nodeName") == node:
+            return self._cluster.get(
+                kinds.POD.kind, namespace=meta.get("namespace") or "default", name=meta["name"]
+            )
+        return self._cluster.patch(
+            kinds.POD.kind,
+            namespace=meta.get("namespace") or "default",
+            name=meta["name"],
+            patch={"spec": {"nodeName": node}},
+        )
+
+
+def _requests_of(claim: Mapping[str, Any]) -> list[_Request]:
+    meta = claim["metadata"]
+    key = (str(meta["namespace"]), str(meta["name"]))
+    out = []
+    for request in ((claim.get("spec") or {}).get("devices") or {}).get("requests") or ():
+        exactly = request.get("exactly")
+        if exactly is None:
+            raise AllocationError(
+                f"request {request.get('name')!r} of claim {_claim_label(key)}: only"
+                " 'exactly' requests are supported by the embedded scheduler (not firstAvailable)"
+            )
+        mode = str(exactly.get("allocationMode") or "ExactCount")
+        out.append(
+            _Request(
+                claim_key=key,
+                name=str(request["name"]),
+                class_name=str(exactly["deviceClassName"]),
+                selectors=_selectors_of(exactly),
+                mode=mode,
+                count=int(exactly.get("count") or 1),
+            )
+        )
+    return out
+
+
+def _selectors_of(spec: Mapping[str, Any]) -> tuple[str, ...]:
+    return tuple(
+        str(s["cel"]["expression"]) for s in spec.get("selectors") or () if s.get("cel")
+    )
+
+
+def _pod_claim_names(pod: Mapping[str, Any]) -> list[str]:
+    names = [
+        str(s["resourceClaimName"])
+        for s in (pod.get("status") or {}).get("resourceClaimStatuses") or ()
+        if s.get("resourceClaimName")
+    ]
+    names.extend(
+        str(e["resourceClaimName"])
+        for e in (pod.get("spec") or {}).get("resourceClaims") or ()
+        if e.get("resourceClaimName")
+    )
+    return sorted(set(names))
+
+
+def _claim_label(key: tuple[str, str]) -> str:
+    return f"{key[0]}/{key[1]}"
+
+
+def _pod_ref(pod: Mapping[str, Any]) -> models.ObjectRef:
+    meta = pod["metadata"]
+    return models.ObjectRef(
+        kind=kinds.POD.kind,
+        name=str(meta["name"]),
+        namespace=str(meta.get("namespace") or "default"),
+        uid=str(meta.get("uid", "")),
+        api_version="v1",
+    )

@@ -1,0 +1,509 @@
+"""The embedded cluster: an in-process stand-in for the Kubernetes API server (DESIGN §7).
+
+`InMemoryCluster` implements `core.ports.Cluster` with the API-server behaviour the driver
+depends on, so the controller and plugin run unchanged with no cluster: uids, a global
+resourceVersion, generation, JSON merge patches with resourceVersion preconditions, the status
+subresource, finalizers and deletionTimestamp, background garbage collection of dependents,
+watches replayed from a bounded history (410 Gone when too old) and core/v1 Events.
+
+NB: every object handed out is a fresh copy; stored objects are replaced, never mutated, so the
+watch history can share them.
+"""
+
+from __future__ import annotations
+
+import builtins
+import collections
+import dataclasses
+import datetime
+import logging
+import random
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
+
+from adapters.memory import _codec
+from core import errors, kinds, models, ports
+
+log = logging.getLogger(__name__)
+
+#: Kinds served with a `status` subresource: the main resource cannot change `.status`.
+STATUS_SUBRESOURCE_KINDS = frozenset(
+    {
+        kinds.COMPUTE_DOMAIN.kind,
+        kinds.RESOURCE_CLAIM.kind,
+        kinds.POD.kind,
+        kinds.NODE.kind,
+        kinds.DAEMON_SET.kind,
+    }
+)
+#: Kinds whose create strategy discards a client-supplied status (Node keeps it, as kubelets do).
+_STATUS_CLEARED_ON_CREATE = STATUS_SUBRESOURCE_KINDS - {kinds.NODE.kind}
+_GENERATE_NAME_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
+_FIRST_RESOURCE_VERSION = 100
+DEFAULT_HISTORY_SIZE = 10_000
+
+_Key = tuple[str, str, str]  # kind, namespace, name
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class _Recorded:
+    resource_version: int
+    kind: str
+    namespace: str
+    type: ports.WatchEventType
+    obj: Mapping[str, Any]  # shared with storage; never mutated
+
+
+def _utc_now() -> datetime.datetime:
+    return datetime.datetime.now(datetime.UTC)
+
+
+class InMemoryCluster:
+    """A thread-safe, in-process Kubernetes API server for the kinds in `core.kinds`.
+
+    Unknown kinds are accepted and treated as namespaced. All methods may be called from any
+    thread; `watch` iterators block on a condition variable until events arrive or time runs out.
+    """
+
+    def __init__(
+        self,
+        *,
+        clock: Callable[[], datetime.datetime] = _utc_now,
+        history_size: int = DEFAULT_HISTORY_SIZE,
+        uid_factory: Callable[[], str] | None = None,
+        seed: int | None = None,
+    ) -> None:
+        if history_size < 1:
+            raise ValueError("history_size must be at least 1")
+        self._clock = clock
+        self._uid_factory = uid_factory or (lambda: str(uuid.uuid4()))
+        self._random = random.Random(seed)
+        self._lock = threading.RLock()
+        self._changed = threading.Condition(self._lock)
+        self._objects: dict[_Key, Mapping[str, Any]] = {}
+        self._by_uid: dict[str, _Key] = {}
+        self._dependents: dict[str, set[_Key]] = collections.defaultdict(set)
+        self._history: collections.deque[_Recorded] = collections.deque(maxlen=history_size)
+        self._resource_version = _FIRST_RESOURCE_VERSION
+        self._oldest_kept = _FIRST_RESOURCE_VERSION  # events after this one are all in history
+        self._conflicts_to_inject = 0
+        self._event_names: dict[tuple[str, ...], _Key] = {}
+        self._event_counter = 0
+        self._closed = False
+
+    # -- test and demo hooks -------------------------------------------------------------
+
+    def set_conflict_injection(self, count: int) -> None:
+        """Make the next `count` patches fail with ConflictError (to exercise retry paths)."""
+        with self._lock:
+            self._conflicts_to_inject = max(0, count)
+
+    def close(self) -> None:
+        """End every open watch (they return normally); later writes still work."""
+        with self._changed:
+            self._closed = True
+            self._changed.notify_all()
+
+    @property
+    def resource_version(self) -> str:
+        """The newest resourceVersion handed out."""
+        with self._lock:
+            return str(self._resource_version)
+
+    # -- ports.Cluster ---------------------------------------------------------------------
+
+    def get(self, kind: str, *, namespace: str, name: str) -> Mapping[str, Any]:
+        with self._lock:
+            key = self._key(kind, namespace, name)
+            stored = self._objects.get(key)
+            if stored is None:
+                raise self._not_found(key)
+            result: dict[str, Any] = _codec.copy_json(stored)
+            return result
+
+    def list(
+        self, kind: str, *, namespace: str = "", label_selector: Mapping[str, str] | None = None
+    ) -> ports.ListResult:
+        with self._lock:
+            items = tuple(
+                _codec.copy_json(obj)
+                for key, obj in sorted(self._objects.items())
+                if self._in_scope(key, kind, namespace)
+                and _codec.matches_labels(obj.get("metadata", {}).get("labels"), label_selector)
+            )
+            return ports.ListResult(items=items, resource_version=str(self._resource_version))
+
+    def watch(
+        self, kind: str, *, namespace: str = "", resource_version: str, timeout_s: float
+    ) -> Iterator[ports.WatchEvent]:
+        """Events of `kind` after `resource_version`, in order, until `timeout_s` passes.
+
+        `""` or `"0"` start with a synthetic ADDED per existing object, as the API server does.
+        Raises GoneError (here, or from the iterator if it falls behind the history) when the
+        version is older than the kept history: relist and watch again.
+        """
+        deadline = time.monotonic() + timeout_s
+        with self._lock:
+            initial: tuple[ports.WatchEvent, ...] = ()
+            if resource_version in ("", "0"):
+                cursor = self._resource_version
+                initial = tuple(
+                    ports.WatchEvent(type=ports.WatchEventType.ADDED, obj=_codec.copy_json(obj))
+                    for key, obj in sorted(self._objects.items())
+                    if self._in_scope(key, kind, namespace)
+                )
+            else:
+                cursor = self._parse_resource_version(resource_version)
+                self._check_not_expired(cursor)
+        return self._stream(kind, namespace, cursor, deadline, initial)
+
+    def create(self, kind: str, obj: Mapping[str, Any]) -> Mapping[str, Any]:
+        with self._lock:
+            stored = self._create_locked(kind, obj)
+            result: dict[str, Any] = _codec.copy_json(stored)
+            return result
+
+    def patch(
+        self,
+        kind: str,
+        *,
+        namespace: str,
+        name: str,
+        patch: Mapping[str, Any],
+        subresource: str = "",
+        resource_version: str = "",
+    ) -> Mapping[str, Any]:
+        with self._lock:
+            if self._conflicts_to_inject > 0:
+                self._conflicts_to_inject -= 1
+                raise errors.ConflictError(
+                    f"{kind} {namespace}/{name}: the object has been modified (injected conflict);"
+                    " read it again and retry"
+                )
+            key = self._key(kind, namespace, name)
+            current = self._objects.get(key)
+            if current is None:
+                raise self._not_found(key)
+            current_meta = current["metadata"]
+            expected = resource_version or str(
+                (patch.get("metadata") or {}).get("resourceVersion") or ""
+            )
+            if expected and expected != current_meta["resourceVersion"]:
+                raise errors.ConflictError(
+                    f"{kind} {self._describe(key)}: the object has been modified (resourceVersion"
+                    f" {current_meta['resourceVersion']}, expected {expected}); read it again and"
+                    " retry"
+                )
+            merged = _codec.merge_patch(current, patch)
+            updated = self._apply_subresource(key, current, merged, subresource)
+            meta = updated.setdefault("metadata", {})
+            for field in (
+                "name", "namespace", "uid", "creationTimestamp", "deletionTimestamp",
+                "deletionGracePeriodSeconds", "generation", "resourceVersion",
+            ):
+                if field in current_meta:
+                    meta[field] = current_meta[field]
+                else:
+                    meta.pop(field, None)
+            deleting = "deletionTimestamp" in current_meta
+            if deleting and not set(meta.get("finalizers") or ()) <= set(
+                current_meta.get("finalizers") or ()
+            ):
+                raise errors.ClusterError(
+                    f"{kind} {self._describe(key)} is being deleted: no new finalizers can be"
+                    " added; remove the finalizer from the patch"
+                )
+            if _codec.spec_part(updated) != _codec.spec_part(current):
+                meta["generation"] = int(current_meta.get("generation", 0)) + 1
+            if not meta.get("finalizers"):
+                meta.pop("finalizers", None)
+            if updated == current:
+                unchanged: dict[str, Any] = _codec.copy_json(current)
+                return unchanged
+            if deleting and not meta.get("finalizers"):
+                removed = self._remove_locked(key, last_state=updated)
+                return _codec.copy_json(removed)  # type: ignore[no-any-return]
+            stored = self._store_locked(key, updated, ports.WatchEventType.MODIFIED)
+            result: dict[str, Any] = _codec.copy_json(stored)
+            return result
+
+    def delete(self, kind: str, *, namespace: str, name: str) -> None:
+        with self._lock:
+            key = self._key(kind, namespace, name)
+            if key not in self._objects:
+                raise self._not_found(key)
+            self._delete_locked(key)
+
+    def emit_event(
+        self, *, involved: models.ObjectRef, reason: str, message: str, warning: bool = True
+    ) -> None:
+        """Record a core/v1 Event; repeats of the same event bump `count` and `lastTimestamp`."""
+        event_type = "Warning" if warning else "Normal"
+        namespace = involved.namespace or "default"
+        identity = (
+            involved.kind, namespace, involved.name, involved.uid, reason, message, event_type,
+        )
+        with self._lock:
+            now = _codec.format_timestamp(self._clock())
+            existing_key = self._event_names.get(identity)
+            existing = self._objects.get(existing_key) if existing_key else None
+            if existing_key is not None and existing is not None:
+                bumped = _codec.merge_patch(
+                    existing, {"count": int(existing.get("count", 1)) + 1, "lastTimestamp": now}
+                )
+                self._store_locked(existing_key, bumped, ports.WatchEventType.MODIFIED)
+                return
+            self._event_counter += 1
+            api_version = involved.api_version
+            if not api_version and involved.kind in kinds.BY_KIND:
+                api_version = kinds.by_kind(involved.kind).api_version
+            involved_object = {
+                "kind": involved.kind,
+                "name": involved.name,
+                "namespace": involved.namespace,
+                "uid": involved.uid,
+                "apiVersion": api_version,
+            }
+            stored = self._create_locked(
+                kinds.EVENT.kind,
+                {
+                    "metadata": {
+                        "name": f"{involved.name}.{self._event_counter:016x}",
+                        "namespace": namespace,
+                    },
+                    "involvedObject": {k: v for k, v in involved_object.items() if v},
+                    "reason": reason,
+                    "message": message,
+                    "type": event_type,
+                    "count": 1,
+                    "firstTimestamp": now,
+                    "lastTimestamp": now,
+                    "source": {"component": "compute-domain-driver"},
+                    "reportingComponent": "compute-domain-driver",
+                },
+            )
+            meta = stored["metadata"]
+            self._event_names[identity] = (kinds.EVENT.kind, meta["namespace"], meta["name"])
+        log.info(
+            "event kind=%s name=%s/%s type=%s reason=%s message=%s",
+            involved.kind, namespace, involved.name, event_type, reason, message,
+        )
+
+    # -- internals (call with the lock held) -------------------------------------------------
+
+    def _key(self, kind: str, namespace: str, name: str) -> _Key:
+        return (kind, namespace if self._namespaced(kind) else "", name)
+
+    @staticmethod
+    def _namespaced(kind: str) -> bool:
+        known = kinds.BY_KIND.get(kind)
+        return known.namespaced if known else True
+
+    @staticmethod
+    def _in_scope(key: _Key, kind: str, namespace: str) -> bool:
+        return key[0] == kind and (not namespace or key[1] == namespace or not key[1])
+
+    @staticmethod
+    def _describe(key: _Key) -> str:
+        return f"{key[1]}/{key[2]}" if key[1] else key[2]
+
+    def _not_found(self, key: _Key) -> errors.NotFoundError:
+        where = f" in namespace {key[1]!r}" if key[1] else ""
+        return errors.NotFoundError(f"{key[0]} {key[2]!r} not found{where}")
+
+    def _parse_resource_version(self, resource_version: str) -> int:
+        try:
+            return int(resource_version)
+        except ValueError:
+            raise errors.ClusterError(
+                f"resourceVersion {resource_version!r} is not valid: pass the value from a list"
+                " or a previous watch event"
+            ) from None
+
+    def _check_not_expired(self, cursor: int) -> None:
+        if cursor < self._oldest_kept:
+            raise errors.GoneError(
+                f"resourceVersion {cursor} is too old (history starts after"
+                f" {self._oldest_kept}): list again and watch from the list's resourceVersion"
+            )
+
+    def _stream(
+        self,
+        kind: str,
+        namespace: str,
+        cursor: int,
+        deadline: float,
+        initial: tuple[ports.WatchEvent, ...],
+    ) -> Iterator[ports.WatchEvent]:
+        yield from initial
+        while True:
+            with self._changed:
+                while True:
+                    self._check_not_expired(cursor)
+                    newer = self._recorded_after(cursor)
+                    if newer:
+                        cursor = newer[-1].resource_version
+                        batch = [
+                            ports.WatchEvent(type=rec.type, obj=_codec.copy_json(rec.obj))
+                            for rec in newer
+                            if self._in_scope((rec.kind, rec.namespace, ""), kind, namespace)
+                        ]
+                        if batch:
+                            break
+                        continue
+                    remaining = deadline - time.monotonic()
+                    if self._closed or remaining <= 0:
+                        return
+                    self._changed.wait(remaining)
+            yield from batch
+
+    def _recorded_after(self, cursor: int) -> builtins.list[_Recorded]:
+        newer: builtins.list[_Recorded] = []
+        for rec in reversed(self._history):
+            if rec.resource_version <= cursor:
+                break
+            newer.append(rec)
+        newer.reverse()
+        return newer
+
+    def _create_locked(self, kind: str, obj: Mapping[str, Any]) -> Mapping[str, Any]:
+        new: dict[str, Any] = _codec.copy_json(obj)
+        meta = new.setdefault("metadata", {})
+        if meta.get("resourceVersion"):
+            raise errors.ClusterError(
+                f"{kind}: resourceVersion must not be set on an object to be created; drop"
+                " metadata.resourceVersion (and uid) from the object"
+            )
+        known = kinds.BY_KIND.get(kind)
+        if known is not None:
+            new.setdefault("apiVersion", known.api_version)
+        new.setdefault("kind", kind)
+        if self._namespaced(kind):
+            meta["namespace"] = meta.get("namespace") or "default"
+        else:
+            meta.pop("namespace", None)
+        namespace = str(meta.get("namespace", ""))
+        if not meta.get("name"):
+            prefix = meta.get("generateName")
+            if not prefix:
+                raise errors.ClusterError(
+                    f"{kind}: metadata.name or metadata.generateName is required"
+                )
+            meta["name"] = self._generated_name(kind, namespace, str(prefix))
+        key = self._key(kind, namespace, str(meta["name"]))
+        if key in self._objects:
+            raise errors.AlreadyExistsError(
+                f"{kind} {self._describe(key)} already exists; choose another name or delete it"
+                " first"
+            )
+        meta["uid"] = self._uid_factory()
+        meta["creationTimestamp"] = _codec.format_timestamp(self._clock())
+        meta["generation"] = 1
+        for field in ("deletionTimestamp", "deletionGracePeriodSeconds"):
+            meta.pop(field, None)
+        if kind in _STATUS_CLEARED_ON_CREATE:
+            new.pop("status", None)
+            if kind == kinds.POD.kind:
+                new["status"] = {"phase": "Pending"}
+        return self._store_locked(key, new, ports.WatchEventType.ADDED)
+
+    def _generated_name(self, kind: str, namespace: str, prefix: str) -> str:
+        while True:
+            suffix = "".join(self._random.choice(_GENERATE_NAME_ALPHABET) for _ in range(5))
+            candidate = f"{prefix}{suffix}"
+            if self._key(kind, namespace, candidate) not in self._objects:
+                return candidate
+
+    def _apply_subresource(
+        self, key: _Key, current: Mapping[str, Any], merged: dict[str, Any], subresource: str
+    ) -> dict[str, Any]:
+        kind = key[0]
+        if subresource == "status":
+            if kind not in STATUS_SUBRESOURCE_KINDS:
+                raise errors.NotFoundError(f"{kind} has no status subresource; patch the object")
+            updated: dict[str, Any] = _codec.copy_json(current)
+            if "status" in merged:
+                updated["status"] = merged["status"]
+            else:
+                updated.pop("status", None)
+            return updated
+        if subresource:
+            raise errors.NotFoundError(f"{kind} has no {subresource!r} subresource")
+        if kind in STATUS_SUBRESOURCE_KINDS:
+            if "status" in current:
+                merged["status"] = _codec.copy_json(current["status"])
+            else:
+                merged.pop("status", None)
+        return merged
+
+    def _store_locked(
+        self, key: _Key, obj: dict[str, Any], event_type: ports.WatchEventType
+    ) -> Mapping[str, Any]:
+        self._resource_version += 1
+        obj["metadata"]["resourceVersion"] = str(self._resource_version)
+        previous = self._objects.get(key)
+        if previous is not None:
+            for owner in _codec.owner_uids(previous):
+                self._dependents[owner].discard(key)
+        self._objects[key] = obj
+        self._by_uid[obj["metadata"]["uid"]] = key
+        for owner in _codec.owner_uids(obj):
+            self._dependents[owner].add(key)
+        self._record(key, event_type, obj)
+        return obj
+
+    def _record(self, key: _Key, event_type: ports.WatchEventType, obj: Mapping[str, Any]) -> None:
+        history = self._history
+        if history.maxlen is not None and len(history) == history.maxlen:
+            self._oldest_kept = history[0].resource_version
+        history.append(
+            _Recorded(
+                resource_version=self._resource_version,
+                kind=key[0],
+                namespace=key[1],
+                type=event_type,
+                obj=obj,
+            )
+        )
+        self._changed.notify_all()
+
+    def _delete_locked(self, key: _Key) -> None:
+        current = self._objects[key]
+        meta = current["metadata"]
+        if meta.get("finalizers"):
+            if "deletionTimestamp" in meta:
+                return
+            marked: dict[str, Any] = _codec.copy_json(current)
+            marked["metadata"]["deletionTimestamp"] = _codec.format_timestamp(self._clock())
+            marked["metadata"]["deletionGracePeriodSeconds"] = 0
+            marked["metadata"]["generation"] = int(meta.get("generation", 0)) + 1
+            self._store_locked(key, marked, ports.WatchEventType.MODIFIED)
+            return
+        self._remove_locked(key, last_state=current)
+
+    def _remove_locked(self, key: _Key, *, last_state: Mapping[str, Any]) -> Mapping[str, Any]:
+        final: dict[str, Any] = _codec.copy_json(last_state)
+        self._resource_version += 1
+        final["metadata"]["resourceVersion"] = str(self._resource_version)
+        del self._objects[key]
+        uid = final["metadata"]["uid"]
+        self._by_uid.pop(uid, None)
+        for owner in _codec.owner_uids(final):
+            self._dependents[owner].discard(key)
+        self._record(key, ports.WatchEventType.DELETED, final)
+        self._collect_dependents(uid)
+        return final
+
+    def _collect_dependents(self, owner_uid: str) -> None:
+        """Background garbage collection: delete dependents whose owners are all gone."""
+        for dependent in sorted(self._dependents.pop(owner_uid, set())):
+            obj = self._objects.get(dependent)
+            if obj is None:
+                continue
+            if any(uid in self._by_uid for uid in _codec.owner_uids(obj)):
+                continue
+            log.debug("garbage-collect kind=%s name=%s", dependent[0], self._describe(dependent))
+            self._delete_locked(dependent)

@@ -1,0 +1,29 @@
+"""The one name -> constructor map of GPU inventories (`--nvml=real|simulated:<profile>`)."""
+
+from __future__ import annotations
+
+from adapters.nvml import real, simulated
+from core import errors, ports
+
+REAL_SPEC = "real"
+SIMULATED_PREFIX = "simulated:"
+
+
+def inventory_from_spec(spec: str, *, node_name: str) -> ports.DeviceInventory:
+    """The inventory a flag value names; ConfigError saying the accepted values otherwise.
+
+    Constructing `real` touches nothing: NVML is first probed by `fabric_records()`.
+    """
+    if spec == REAL_SPEC:
+        return real.NvmlInventory()
+    if spec.startswith(SIMULATED_PREFIX):
+        try:
+            return simulated.SimulatedInventory(
+                profile=spec.removeprefix(SIMULATED_PREFIX), node_name=node_name
+            )
+        except ValueError as exc:
+            raise errors.ConfigError(f"invalid GPU inventory {spec!r}: {exc}") from exc
+    choices = ", ".join(f"{SIMULATED_PREFIX}{profile}" for profile in simulated.PROFILES)
+    raise errors.ConfigError(
+        f"invalid GPU inventory {spec!r}: use {REAL_SPEC!r} (NVML) or one of {choices}"
+    )

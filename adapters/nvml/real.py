@@ -1,0 +1,155 @@
+"""The node's real GPUs, read through NVML in a child process that may crash without us.
+
+`NvmlInventory` runs `adapters.nvml.probe` (or an injected command) with a timeout and
+turns every way it can go wrong into a typed error with a message an operator can act
+on: NVML missing (`NvmlUnavailable`: no driver here; the app may treat it as "no GPUs"),
+or the probe crashing, hanging or answering nonsense (`NvmlProbeFailed`).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import pathlib
+import signal
+import subprocess
+import sys
+from collections.abc import Mapping, Sequence
+
+from adapters.nvml import _codec
+from core import errors, models
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_PROBE_TIMEOUT_S = 30.0
+PROBE_MODULE = "adapters.nvml.probe"
+_STDERR_TAIL_CHARS = 800
+# The directory holding the `adapters` package, so the child finds it however we run.
+_IMPORT_ROOT = str(pathlib.Path(__file__).resolve().parents[2])
+
+
+class NvmlError(errors.DriverError):
+    """NVML could not tell us the node's GPUs."""
+
+
+class NvmlUnavailable(NvmlError):
+    """No usable NVML on this node (library or driver missing): there are no GPUs to see."""
+
+
+class NvmlProbeFailed(NvmlError):
+    """The NVML probe crashed, hung, failed an NVML call, or printed an unreadable report."""
+
+
+def default_probe_command() -> tuple[str, ...]:
+    return (sys.executable, "-m", PROBE_MODULE)
+
+
+class NvmlInventory:
+    """`core.ports.DeviceInventory` over real NVML, probed in a child process per call.
+
+    `probe_command` replaces the child (tests inject stand-ins that crash or hang);
+    `env` replaces the child's environment (default: ours, with this package importable;
+    `NVML_FABRIC_INFO_V=1` there opts in to the versioned fabric-info call).
+    """
+
+    def __init__(
+        self,
+        *,
+        probe_command: Sequence[str] | None = None,
+        timeout_s: float = DEFAULT_PROBE_TIMEOUT_S,
+        env: Mapping[str, str] | None = None,
+    ) -> None:
+        self.probe_command = tuple(probe_command or default_probe_command())
+        self.timeout_s = timeout_s
+        self._env = dict(env) if env is not None else None
+
+    def __repr__(self) -> str:
+        return f"NvmlInventory(probe_command={self.probe_command!r}, timeout_s={self.timeout_s})"
+
+    def fabric_records(self) -> tuple[models.FabricRecord, ...]:
+        """One record per GPU, sorted by UUID. Raises NvmlUnavailable or NvmlProbeFailed."""
+        report = self.probe()
+        try:
+            return _codec.fabric_records(report)
+        except _codec.ProbeOutputError as exc:
+            raise NvmlProbeFailed(f"NVML probe report is not usable: {exc}") from exc
+
+    def probe(self) -> _codec.ProbeReport:
+        """The full probe report (driver version, GPU names, which call answered)."""
+        command_text = " ".join(self.probe_command)
+        stdout, stderr, returncode = self._run_probe(command_text)
+        stderr_tail = stderr.strip()[-_STDERR_TAIL_CHARS:]
+        if returncode < 0:
+            raise NvmlProbeFailed(
+                f"NVML probe crashed with {_signal_name(-returncode)} (command: {command_text}); "
+                "the NVIDIA driver's NVML library failed inside a call. If NVML_FABRIC_INFO_V=1 "
+                "is set, unset it (the versioned fabric-info call has crashed on some drivers); "
+                f"otherwise check the driver with nvidia-smi. stderr: {stderr_tail or '(empty)'}"
+            )
+        if returncode != 0:
+            raise NvmlProbeFailed(
+                f"NVML probe exited with status {returncode} (command: {command_text}); "
+                f"stderr: {stderr_tail or '(empty)'}"
+            )
+        try:
+            outcome = _codec.decode_probe_output(stdout)
+        except _codec.ProbeOutputError as exc:
+            raise NvmlProbeFailed(
+                f"NVML probe printed no readable report ({exc}; command: {command_text}); "
+                f"stdout: {stdout.strip()[:_STDERR_TAIL_CHARS]!r}"
+            ) from exc
+        if isinstance(outcome, _codec.ProbeReport):
+            logger.info(
+                "nvml probed driver_version=%s gpus=%d", outcome.driver_version, len(outcome.gpus)
+            )
+            return outcome
+        if outcome.reason is _codec.FailureReason.UNAVAILABLE:
+            raise NvmlUnavailable(
+                f"NVML is not available on this node ({outcome.message}): run the plugin on a "
+                "node with the NVIDIA driver installed and libnvidia-ml.so.1 mounted into the "
+                "container, or select simulated devices (--nvml=simulated:<profile>)"
+            )
+        raise NvmlProbeFailed(
+            f"NVML probe failed ({outcome.reason.value}: {outcome.message}); check the GPUs "
+            "and driver with nvidia-smi on the node"
+        )
+
+    def _run_probe(self, command_text: str) -> tuple[str, str, int]:
+        """The one call site of this adapter's I/O: run the child, bounded by the timeout."""
+        try:
+            completed = subprocess.run(
+                self.probe_command,
+                stdin=subprocess.DEVNULL,
+                capture_output=True,
+                text=True,
+                errors="replace",
+                timeout=self.timeout_s,
+                env=self._child_env(),
+                check=False,
+            )
+        except subprocess.TimeoutExpired as exc:
+            raise NvmlProbeFailed(
+                f"NVML probe did not answer within {self.timeout_s:g}s and was killed "
+                f"(command: {command_text}); NVML may be stuck on a GPU: check nvidia-smi and "
+                "the driver logs (dmesg) on the node"
+            ) from exc
+        except OSError as exc:
+            raise NvmlProbeFailed(
+                f"cannot start the NVML probe (command: {command_text}): {exc}"
+            ) from exc
+        return completed.stdout, completed.stderr, completed.returncode
+
+    def _child_env(self) -> dict[str, str]:
+        if self._env is not None:
+            return dict(self._env)
+        env = dict(os.environ)
+        python_path = env.get("PYTHONPATH", "")
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (_IMPORT_ROOT, python_path) if p)
+        return env
+
+
+def _signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"

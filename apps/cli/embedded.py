@@ -1,0 +1,211 @@
+"""The embedded default: a whole driver deployment in one process, no cluster, no GPU.
+
+An in-memory cluster (with a CEL-evaluating DRA allocator), one real kubelet plugin per
+simulated node (gRPC over unix sockets, checkpoint and CDI files on disk), a kubelet
+emulator per node that registers the plugin through its registration socket, and the
+controller's reconciler. Used by `computedomain demo`, the scenario tests and the bench.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import logging
+import os
+import time
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from adapters.fs import procfs
+from adapters.grpc import kubelet_emulator
+from adapters.memory import allocator as memory_allocator
+from adapters.memory import cluster as memory_cluster
+from adapters.nvml import simulated
+from apps.controller import reconciler as controller_reconciler
+from apps.kubeletplugin import settings as plugin_settings
+from apps.kubeletplugin import wiring
+from core import errors, kinds, models, modes, names, objects
+
+log = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass(kw_only=True)
+class SimulatedNode:
+    name: str
+    plugin: wiring.Plugin
+    kubelet: kubelet_emulator.KubeletEmulator
+    settings: plugin_settings.Settings
+
+
+@dataclasses.dataclass(kw_only=True)
+class Embedded:
+    """A running embedded deployment; create with `start_embedded`."""
+
+    cluster: memory_cluster.InMemoryCluster
+    allocator: memory_allocator.Allocator
+    controller: controller_reconciler.Reconciler
+    config: models.DriverConfig
+    notes: tuple[str, ...]
+    nodes: dict[str, SimulatedNode]
+    workdir: str
+
+    def settle(self, *, max_passes: int = 20) -> int:
+        """Run controller passes until one applies nothing; returns actions applied in total."""
+        total = 0
+        for _ in range(max_passes):
+            applied = self.controller.reconcile_all()
+            total += applied
+            if applied == 0:
+                return total
+        raise RuntimeError(f"controller did not settle within {max_passes} passes")
+
+    def stop(self) -> None:
+        for node in self.nodes.values():
+            node.plugin.stop(grace_s=0.5)
+        self.cluster.close()
+
+
+def _node_files(workdir: str, node: str, *, major: int) -> procfs.ProcNodeFiles:
+    """Real files standing in for the node's /proc entries."""
+    proc_dir = os.path.join(workdir, node, "proc")
+    os.makedirs(proc_dir, exist_ok=True)
+    devices = os.path.join(proc_dir, "devices")
+    boot_id = os.path.join(proc_dir, "boot_id")
+    with open(devices, "w", encoding="utf-8") as f:
+        f.write(simulated.simulated_proc_devices(major=major))
+    if not os.path.exists(boot_id):
+        with open(boot_id, "w", encoding="utf-8") as f:
+            f.write(simulated.simulated_boot_id(node) + "\n")
+    return procfs.ProcNodeFiles(proc_devices_path=devices, boot_id_path=boot_id)
+
+
+def node_settings(
+    workdir: str, node: str, *, config: models.DriverConfig, profile: str, retry_budget_s: float
+) -> plugin_settings.Settings:
+    root = os.path.join(workdir, node)
+    return plugin_settings.Settings(
+        node_name=node,
+        namespace=config.namespace,
+        feature_gates="",
+        imex_mode=config.mode.value,
+        imex_isolation=config.isolation.value,
+        cdi_root=os.path.join(root, "var/run/cdi"),
+        plugin_dir=os.path.join(root, "var/lib/kubelet/plugins", names.DRIVER_NAME),
+        registry_dir=os.path.join(root, "var/lib/kubelet/plugins_registry"),
+        health_port=None,
+        metrics_port=None,
+        nvidia_driver_root="/",
+        host_imex_check=False,
+        imex_host_socket="",
+        nvml=f"simulated:{profile}",
+        cluster="memory",
+        kubeconfig=None,
+        proc_devices=os.path.join(root, "proc/devices"),
+        boot_id_path=os.path.join(root, "proc/boot_id"),
+        retry_budget_s=retry_budget_s,
+        log_verbosity=2,
+    )
+
+
+def _node_object(name: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}},
+        "status": {"addresses": [{"type": "InternalIP", "address": _fake_ip(name)}]},
+    }
+
+
+def _fake_ip(name: str) -> str:
+    digest = sum(ord(c) * (i + 1) for i, c in enumerate(name))
+    return f"10.{digest % 200}.{(digest // 200) % 250}.{len(name) % 250 + 1}"
+
+
+def start_node(
+    embedded: Embedded, node: str, *, profile: str, retry_budget_s: float, major: int = 242
+) -> SimulatedNode:
+    """Start (or restart) the plugin of one simulated node and register it with its kubelet."""
+    settings = node_settings(
+        embedded.workdir, node, config=embedded.config, profile=profile,
+        retry_budget_s=retry_budget_s,
+    )
+    facts = wiring.read_node_facts(
+        node_name=node,
+        files=_node_files(embedded.workdir, node, major=major),
+        inventory=simulated.SimulatedInventory(profile=profile, node_name=node),
+    )
+    plugin = wiring.start_plugin(
+        settings, config=embedded.config, cluster=embedded.cluster, node=facts
+    )
+    kubelet = kubelet_emulator.KubeletEmulator(registry_dir=settings.registry_dir)
+    kubelet.wait_for_plugin(names.DRIVER_NAME, timeout_s=10)
+    simulated_node = SimulatedNode(name=node, plugin=plugin, kubelet=kubelet, settings=settings)
+    embedded.nodes[node] = simulated_node
+    return simulated_node
+
+
+def start_embedded(
+    *,
+    workdir: str,
+    profile: str = "gb200-nvl72",
+    mode: str = "hostManaged",
+    isolation: str = "",
+    feature_gates: str = "",
+    retry_budget_s: float = 0.2,
+    node_limit: int | None = None,
+) -> Embedded:
+    """Bring up cluster, DeviceClasses, nodes with their plugins and kubelets, controller."""
+    gates = feature_gates
+    if mode == models.IMEXMode.HOST_MANAGED.value and "HostManagedIMEX" not in gates:
+        gates = ",".join(g for g in (gates, "HostManagedIMEX=true") if g)
+    if mode == models.IMEXMode.HOST_MANAGED.value and not isolation:
+        isolation = models.Isolation.NONE.value
+    resolved = modes.resolve_driver_config(
+        mode=mode, isolation=isolation, feature_gates=gates, namespace="nvidia-dra-driver"
+    )
+    cluster = memory_cluster.InMemoryCluster()
+    for device_class in objects.device_classes(resolved.config):
+        cluster.create(kinds.DEVICE_CLASS.kind, device_class)
+    embedded = Embedded(
+        cluster=cluster,
+        allocator=memory_allocator.Allocator(cluster),
+        controller=controller_reconciler.Reconciler(cluster=cluster, config=resolved.config),
+        config=resolved.config,
+        notes=resolved.notes,
+        nodes={},
+        workdir=workdir,
+    )
+    node_names = simulated.profile_nodes(profile)[:node_limit]
+    for node in node_names:
+        cluster.create(kinds.NODE.kind, _node_object(node))
+    for node in node_names:
+        start_node(embedded, node, profile=profile, retry_budget_s=retry_budget_s)
+    return embedded
+
+
+@contextlib.contextmanager
+def running(**kwargs: Any) -> Iterator[Embedded]:
+    embedded = start_embedded(**kwargs)
+    try:
+        yield embedded
+    finally:
+        embedded.stop()
+
+
+def claim_refs(claims: tuple[Mapping[str, Any], ...]) -> tuple[models.ClaimRef, ...]:
+    return tuple(
+        models.ClaimRef(
+            uid=names.ClaimUID(c["metadata"]["uid"]),
+            namespace=c["metadata"]["namespace"],
+            name=c["metadata"]["name"],
+        )
+        for c in claims
+    )
+
+
+def wait_until(predicate: Any, *, timeout_s: float, what: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise errors.RetryableError(f"timed out after {timeout_s:g}s waiting for {what}")
+        time.sleep(0.01)

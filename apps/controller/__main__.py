@@ -1,0 +1,96 @@
+"""`compute-domain-controller`: flags -> cluster -> (leader election) -> reconcile loop."""
+
+from __future__ import annotations
+
+import http.server
+import logging
+import os
+import signal
+import sys
+import threading
+from collections.abc import Sequence
+from types import FrameType
+
+from adapters.kube import cluster as kube_cluster
+from adapters.kube import leader
+from apps.controller import metrics as controller_metrics
+from apps.controller import reconciler as controller_reconciler
+from apps.controller import settings as controller_settings
+from core import errors, modes
+
+log = logging.getLogger("compute-domain-controller")
+
+
+def serve_health(port: int) -> None:
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            ok = self.path in ("/healthz", "/readyz")
+            self.send_response(200 if ok else 404)
+            self.end_headers()
+            self.wfile.write(b"ok" if ok else b"not found")
+
+        def log_message(self, format: str, *args: object) -> None:
+            return
+
+    server = http.server.ThreadingHTTPServer(("0.0.0.0", port), Handler)
+    threading.Thread(target=server.serve_forever, name="health", daemon=True).start()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    settings = controller_settings.parse(argv, os.environ)
+    logging.basicConfig(
+        level=logging.DEBUG if settings.log_verbosity >= 4 else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s %(message)s",
+    )
+    try:
+        resolved = modes.resolve_driver_config(
+            mode=settings.imex_mode,
+            isolation=settings.imex_isolation,
+            feature_gates=settings.feature_gates,
+            namespace=settings.namespace,
+            daemon_image=settings.daemon_image,
+        )
+    except errors.ConfigError as exc:
+        log.error("event=startup_failed error=%r", exc.message)
+        print(f"error: {exc.message}", file=sys.stderr)
+        return 2
+    for note in resolved.notes:
+        log.info("event=config_note note=%r", note)
+    log.info("event=controller_starting config=%r", modes.describe(resolved.config))
+    cluster = kube_cluster.KubeCluster.from_config(settings.kubeconfig)
+    metrics = controller_metrics.ControllerMetrics()
+    if settings.metrics_port:
+        metrics.serve(settings.metrics_port)
+    if settings.health_port:
+        serve_health(settings.health_port)
+    reconciler = controller_reconciler.Reconciler(
+        cluster=cluster, config=resolved.config, metrics=metrics
+    )
+    stop = threading.Event()
+
+    def on_signal(signum: int, _frame: FrameType | None) -> None:
+        log.info("event=shutdown signal=%s", signal.Signals(signum).name)
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+
+    def lead() -> None:
+        controller_reconciler.watch_changes(cluster, reconciler, stop)
+        reconciler.run(stop, resync_s=settings.resync_s)
+
+    if settings.leader_elect:
+        elector = leader.LeaderElector(
+            cluster=cluster,
+            namespace=settings.namespace,
+            name="compute-domain-controller",
+            identity=settings.identity,
+        )
+        elector.run(on_started_leading=lead, on_stopped_leading=stop.set, stop_event=stop)
+    else:
+        lead()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

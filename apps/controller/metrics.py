@@ -1,0 +1,52 @@
+"""Prometheus metrics of the controller (`nvidia_dra_compute_domain_info`, as upstream)."""
+
+from __future__ import annotations
+
+import prometheus_client
+
+from core import models
+
+
+class ControllerMetrics:
+    """One info series per live ComputeDomain; series of deleted CDs are forgotten."""
+
+    def __init__(self) -> None:
+        self.registry = prometheus_client.CollectorRegistry(auto_describe=True)
+        self.compute_domain_info = prometheus_client.Gauge(
+            "nvidia_dra_compute_domain_info",
+            "ComputeDomains known to the controller (value 1), with mode and status.",
+            ["namespace", "name", "uid", "mode", "isolation", "status"],
+            registry=self.registry,
+        )
+        self.reconcile_actions_total = prometheus_client.Counter(
+            "nvidia_dra_controller_actions_total",
+            "Cluster actions the controller applied, by kind of action.",
+            ["action"],
+            registry=self.registry,
+        )
+        self._series: dict[str, tuple[str, ...]] = {}
+
+    def record_domain(self, cd: models.ComputeDomain, *, config: models.DriverConfig) -> None:
+        status = cd.status.status.value if cd.status is not None else "NotReady"
+        labels = (
+            cd.meta.namespace, cd.meta.name, cd.meta.uid,
+            config.mode.value, config.isolation.value, status,
+        )
+        previous = self._series.get(cd.meta.uid)
+        if previous is not None and previous != labels:
+            self.compute_domain_info.remove(*previous)
+        self.compute_domain_info.labels(*labels).set(1)
+        self._series[cd.meta.uid] = labels
+
+    def forget_missing(self, live_uids: frozenset[str]) -> None:
+        for uid in [uid for uid in self._series if uid not in live_uids]:
+            self.compute_domain_info.remove(*self._series.pop(uid))
+
+    def count_action(self, action: models.ClusterAction) -> None:
+        self.reconcile_actions_total.labels(type(action).__name__).inc()
+
+    def exposition(self) -> bytes:
+        return bytes(prometheus_client.generate_latest(self.registry))
+
+    def serve(self, port: int) -> None:
+        prometheus_client.start_http_server(port, registry=self.registry)

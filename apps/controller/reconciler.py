@@ -1,0 +1,157 @@
+"""Level-triggered reconcile loop: list what exists, plan per ComputeDomain, apply.
+
+Planning is `core.controlling` (pure, idempotent); this module gathers observations,
+applies the actions through the cluster port and keeps the loop alive on errors.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from adapters.kube import retrying
+from apps.controller import metrics as controller_metrics
+from core import controlling, decoding, errors, executing, kinds, models, ports
+
+log = logging.getLogger(__name__)
+
+# What the planner needs to observe, per mode. Host-managed never looks at daemons/nodes.
+HOST_MANAGED_KINDS = (kinds.RESOURCE_CLAIM_TEMPLATE.kind,)
+DRIVER_MANAGED_KINDS = (
+    kinds.RESOURCE_CLAIM_TEMPLATE.kind,
+    kinds.DAEMON_SET.kind,
+    kinds.NODE.kind,
+    kinds.COMPUTE_DOMAIN_CLIQUE.kind,
+)
+
+
+class Reconciler:
+    """Reconciles every ComputeDomain; `reconcile_all` is one level-triggered pass."""
+
+    def __init__(
+        self,
+        *,
+        cluster: ports.Cluster,
+        config: models.DriverConfig,
+        metrics: controller_metrics.ControllerMetrics | None = None,
+    ) -> None:
+        self._cluster = cluster
+        self._config = config
+        self._metrics = metrics
+        self._dirty = threading.Event()
+
+    @property
+    def watched_kinds(self) -> tuple[str, ...]:
+        related = HOST_MANAGED_KINDS if self._config.host_managed else DRIVER_MANAGED_KINDS
+        return (kinds.COMPUTE_DOMAIN.kind, *related)
+
+    def observe_all(self) -> tuple[list[Mapping[str, Any]], dict[str, Sequence[Mapping[str, Any]]]]:
+        domains = list(self._cluster.list(kinds.COMPUTE_DOMAIN.kind).items)
+        related = {
+            kind: self._cluster.list(kind).items for kind in self.watched_kinds[1:]
+        }
+        return domains, related
+
+    def reconcile_all(self) -> int:
+        """One pass over all ComputeDomains; returns how many actions were applied."""
+        raw_domains, related = self.observe_all()
+        applied = 0
+        live: set[str] = set()
+        for raw in raw_domains:
+            applied += self._reconcile_one(raw, related)
+            live.add(str(raw.get("metadata", {}).get("uid", "")))
+        if not self._config.host_managed:
+            actions = controlling.plan_stale_node_labels(
+                nodes=related.get(kinds.NODE.kind, ()), live_cd_uids=frozenset(live)
+            )
+            applied += self._apply(actions)
+        if self._metrics is not None:
+            self._metrics.forget_missing(frozenset(live))
+        return applied
+
+    def _reconcile_one(
+        self, raw: Mapping[str, Any], related: Mapping[str, Sequence[Mapping[str, Any]]]
+    ) -> int:
+        try:
+            cd = decoding.compute_domain_from_k8s(raw)
+        except errors.DecodeError as exc:
+            meta = raw.get("metadata", {})
+            log.error(
+                "event=compute_domain_invalid cd=%s/%s error=%r",
+                meta.get("namespace"), meta.get("name"), exc.message,
+            )
+            return 0
+        observed = controlling.observe(cd, objects=related)
+        actions = controlling.plan_compute_domain(cd, observed, self._config)
+        applied = self._apply(actions)
+        if self._metrics is not None and not cd.meta.deleting:
+            self._metrics.record_domain(cd, config=self._config)
+        if actions:
+            log.info(
+                "event=compute_domain_reconciled cd=%s/%s uid=%s actions=%s",
+                cd.meta.namespace, cd.meta.name, cd.meta.uid,
+                ",".join(_describe(a) for a in actions),
+            )
+        return applied
+
+    def _apply(self, actions: Iterable[models.ClusterAction]) -> int:
+        batch = tuple(actions)
+        if not batch:
+            return 0
+        try:
+            executing.execute_cluster_actions(self._cluster, batch)
+        except errors.ClusterError as exc:
+            # Stale observation (conflict) or a racing delete: the next pass re-plans from fresh state.
+            log.info("event=reconcile_retry reason=%r", exc.message)
+            self._dirty.set()
+            return 0
+        if self._metrics is not None:
+            for action in batch:
+                self._metrics.count_action(action)
+        return len(batch)
+
+    def mark_dirty(self) -> None:
+        self._dirty.set()
+
+    def run(self, stop: threading.Event, *, resync_s: float = 30.0, min_interval_s: float = 0.05) -> None:
+        """Reconcile on every change signal (`mark_dirty`) and at least every `resync_s`."""
+        while not stop.is_set():
+            self._dirty.clear()
+            try:
+                self.reconcile_all()
+            except errors.ClusterError as exc:
+                log.warning("event=reconcile_failed reason=%r", exc.message)
+                self._dirty.set()
+            self._dirty.wait(timeout=resync_s)
+            stop.wait(min_interval_s)
+
+
+def _describe(action: models.ClusterAction) -> str:
+    match action:
+        case models.CreateObject(kind=kind, obj=obj):
+            return f"create:{kind}/{obj.get('metadata', {}).get('name', '')}"
+        case models.PatchObject(kind=kind, name=name, subresource=sub):
+            return f"patch:{kind}/{name}{'/' + sub if sub else ''}"
+        case models.DeleteObject(kind=kind, name=name):
+            return f"delete:{kind}/{name}"
+        case models.EmitEvent(reason=reason):
+            return f"event:{reason}"
+
+
+def watch_changes(
+    cluster: ports.Cluster, reconciler: Reconciler, stop: threading.Event
+) -> list[threading.Thread]:
+    """One informer thread per watched kind; every event marks the reconciler dirty."""
+    threads = []
+    for kind in reconciler.watched_kinds:
+
+        def follow(kind: str = kind) -> None:
+            for _event in retrying.list_then_watch(cluster, kind, stop=stop, timeout_s=5):
+                reconciler.mark_dirty()
+
+        thread = threading.Thread(target=follow, name=f"informer-{kind}", daemon=True)
+        thread.start()
+        threads.append(thread)
+    return threads

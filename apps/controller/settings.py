@@ -1,0 +1,59 @@
+"""Flags of the controller, each with an environment fallback (the Helm chart sets env)."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+from collections.abc import Mapping, Sequence
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Settings:
+    namespace: str
+    feature_gates: str
+    imex_mode: str
+    imex_isolation: str
+    leader_elect: bool
+    identity: str
+    metrics_port: int | None
+    health_port: int | None
+    daemon_image: str | None
+    kubeconfig: str | None
+    resync_s: float
+    log_verbosity: int
+
+
+def parse(argv: Sequence[str] | None, env: Mapping[str, str]) -> Settings:
+    """Parse flags; every flag defaults to its environment variable, then a built-in default."""
+    parser = argparse.ArgumentParser(
+        prog="compute-domain-controller",
+        description="Controller of NVIDIA ComputeDomains (DRA driver compute-domain.nvidia.com).",
+    )
+    add = parser.add_argument
+    add("--namespace", default=env.get("NAMESPACE", "nvidia-dra-driver"))
+    add("--feature-gates", default=env.get("FEATURE_GATES", ""))
+    add("--imex-mode", default=env.get("IMEX_MODE", ""))
+    add("--imex-isolation", default=env.get("IMEX_ISOLATION", ""))
+    add("--leader-elect", default=env.get("LEADER_ELECT", "false"))
+    add("--identity", default=env.get("POD_NAME", env.get("HOSTNAME", "controller")))
+    add("--metrics-port", default=env.get("METRICS_PORT", "0"))
+    add("--health-port", default=env.get("HEALTH_PORT", "0"))
+    add("--daemon-image", default=env.get("DAEMON_IMAGE"))
+    add("--kubeconfig", default=env.get("KUBECONFIG"))
+    add("--resync-seconds", default=env.get("RESYNC_SECONDS", "30"))
+    add("-v", "--log-verbosity", default=env.get("LOG_VERBOSITY", "2"))
+    ns = parser.parse_args(argv)
+    return Settings(
+        namespace=ns.namespace,
+        feature_gates=ns.feature_gates,
+        imex_mode=ns.imex_mode,
+        imex_isolation=ns.imex_isolation,
+        leader_elect=str(ns.leader_elect).strip().lower() == "true",
+        identity=ns.identity,
+        metrics_port=int(ns.metrics_port) or None,
+        health_port=int(ns.health_port) or None,
+        daemon_image=ns.daemon_image or None,
+        kubeconfig=ns.kubeconfig,
+        resync_s=float(ns.resync_seconds),
+        log_verbosity=int(ns.log_verbosity),
+    )

@@ -1,0 +1,68 @@
+"""`compute-domain-kubelet-plugin`: flags -> adapters -> a served, registered plugin."""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import sys
+import threading
+from collections.abc import Sequence
+from types import FrameType
+
+from adapters.fs import procfs
+from adapters.kube import cluster as kube_cluster
+from adapters.nvml import inventory as nvml_inventory
+from apps.kubeletplugin import settings as plugin_settings
+from apps.kubeletplugin import wiring
+from core import errors, modes
+
+log = logging.getLogger("compute-domain-kubelet-plugin")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    settings = plugin_settings.parse(argv, os.environ)
+    logging.basicConfig(
+        level=logging.DEBUG if settings.log_verbosity >= 4 else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s %(message)s",
+    )
+    try:
+        resolved = modes.resolve_driver_config(
+            mode=settings.imex_mode,
+            isolation=settings.imex_isolation,
+            feature_gates=settings.feature_gates,
+            namespace=settings.namespace,
+            host_imex_check=settings.host_imex_check,
+        )
+        for note in resolved.notes:
+            log.info("event=config_note note=%r", note)
+        node = wiring.read_node_facts(
+            node_name=settings.node_name,
+            files=procfs.ProcNodeFiles(
+                proc_devices_path=settings.proc_devices, boot_id_path=settings.boot_id_path
+            ),
+            inventory=nvml_inventory.inventory_from_spec(settings.nvml, node_name=settings.node_name),
+        )
+        cluster = kube_cluster.KubeCluster.from_config(settings.kubeconfig)
+        plugin = wiring.start_plugin(settings, config=resolved.config, cluster=cluster, node=node)
+    except errors.DriverError as exc:
+        log.error("event=startup_failed error=%r", exc.message)
+        print(f"error: {exc.message}", file=sys.stderr)
+        return 2
+    if settings.metrics_port:
+        plugin.metrics.serve(settings.metrics_port)
+    stop = threading.Event()
+
+    def on_signal(signum: int, _frame: FrameType | None) -> None:
+        log.info("event=shutdown signal=%s", signal.Signals(signum).name)
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    stop.wait()
+    plugin.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

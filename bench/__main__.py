@@ -1,0 +1,56 @@
+"""`make bench`: run every scenario and write bench/results/<utc>.json (+ latest.json)."""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import logging
+import os
+import platform
+import sys
+import tempfile
+import time
+
+from bench import scenarios
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench")
+    parser.add_argument("--samples", type=int, default=200)
+    parser.add_argument("--backlog", type=int, default=2048)
+    parser.add_argument("--quick", action="store_true", help="small sizes (smoke run)")
+    parser.add_argument("--out", default="bench/results")
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.ERROR)
+    samples, backlog = (20, 64) if args.quick else (args.samples, args.backlog)
+    sizes = (10, 100) if args.quick else (10, 1_000, 10_000)
+    started = time.time()
+    results: dict[str, object] = {
+        "when": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "machine": {"python": platform.python_version(), "cpus": os.cpu_count(),
+                    "platform": platform.platform()},
+    }
+    with tempfile.TemporaryDirectory(prefix="cd-bench-", dir=os.getcwd()) as tmp:
+        print("prepare/unprepare latency ...", flush=True)
+        results["plugin_latency"] = scenarios.plugin_latency(
+            os.path.join(tmp, "latency"), samples=samples, backlog=backlog)
+        print("plugin cold start ...", flush=True)
+        results["plugin_cold_start"] = scenarios.cold_start(os.path.join(tmp, "cold"), runs=10)
+        print("ComputeDomain -> ResourceClaimTemplate ...", flush=True)
+        results["cd_to_rct_latency"] = scenarios.cd_to_rct(os.path.join(tmp, "cd"), runs=20)
+    print("controller planning throughput ...", flush=True)
+    results["controller_planning"] = scenarios.planning_throughput(sizes)
+    results["total_seconds"] = round(time.time() - started, 1)
+    os.makedirs(args.out, exist_ok=True)
+    stamp = datetime.datetime.now(datetime.UTC).strftime("%Y%m%dT%H%M%SZ")
+    text = json.dumps(results, indent=2, sort_keys=True)
+    for name in (f"{stamp}.json", "latest.json"):
+        with open(os.path.join(args.out, name), "w", encoding="utf-8") as f:
+            f.write(text + "\n")
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,32 @@
+"""The disk floor: two durable (temp + fsync + rename + dir fsync) writes, as prepare does."""
+
+from __future__ import annotations
+
+import os
+
+from bench import stats
+
+
+def _durable_write(directory: str, name: str, data: bytes) -> None:
+    tmp = os.path.join(directory, f".{name}.tmp")
+    with open(tmp, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, os.path.join(directory, name))
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def two_fsync_floor(directory: str, *, n: int = 200) -> dict[str, float]:
+    """Latency of two durable small-file writes in `directory` (the lower bound of a prepare)."""
+    payload = b"x" * 1024
+    samples = [
+        stats.timed(lambda: (_durable_write(directory, "a", payload),
+                             _durable_write(directory, "b", payload)))
+        for _ in range(n)
+    ]
+    return stats.summarize(samples)

@@ -1,0 +1,179 @@
+"""The measured scenarios of DESIGN §9, each returning a JSON-able dict."""
+
+from __future__ import annotations
+
+import gc
+import threading
+import time
+import tracemalloc
+from typing import Any
+
+from apps.cli import embedded
+from apps.controller import reconciler as controller_reconciler
+from bench import floor, stats
+from core import controlling, decoding, errors, kinds, models, modes, names
+
+NAMESPACE = "bench"
+
+
+def _cd_json(i: int) -> dict[str, Any]:
+    return {
+        "apiVersion": names.GROUP_VERSION,
+        "kind": names.KIND_COMPUTE_DOMAIN,
+        "metadata": {"name": f"cd-{i}", "namespace": NAMESPACE},
+        "spec": {"numNodes": 0, "channel": {"resourceClaimTemplate": {"name": f"cd-{i}-channel"}}},
+    }
+
+
+def _claim_json(i: int, *, node: str, cd_uid: str) -> dict[str, Any]:
+    return {
+        "apiVersion": names.DRA_GROUP_VERSION,
+        "kind": "ResourceClaim",
+        "metadata": {"name": f"claim-{i}", "namespace": NAMESPACE},
+        "spec": {"devices": {"requests": [{"name": "channel", "exactly": {
+            "deviceClassName": names.CHANNEL_DEVICE_CLASS}}]}},
+    }
+
+
+def _allocation(node: str, cd_uid: str) -> dict[str, Any]:
+    return {"allocation": {"devices": {
+        "results": [{"request": "channel", "driver": names.DRIVER_NAME, "pool": node,
+                     "device": "channel-0"}],
+        "config": [{"source": "FromClaim", "requests": ["channel"], "opaque": {
+            "driver": names.DRIVER_NAME,
+            "parameters": {"apiVersion": names.GROUP_VERSION, "kind": names.KIND_CHANNEL_CONFIG,
+                           "domainID": cd_uid}}}],
+    }}}
+
+
+def _one_node(workdir: str) -> embedded.Embedded:
+    return embedded.start_embedded(workdir=workdir, mode="hostManaged", node_limit=1)
+
+
+def _make_claims(env: embedded.Embedded, start: int, count: int, cd_uid: str) -> list[models.ClaimRef]:
+    node = next(iter(env.nodes))
+    refs = []
+    for i in range(start, start + count):
+        created = env.cluster.create(kinds.RESOURCE_CLAIM.kind, _claim_json(i, node=node, cd_uid=cd_uid))
+        env.cluster.patch(kinds.RESOURCE_CLAIM.kind, namespace=NAMESPACE, name=f"claim-{i}",
+                          patch={"status": _allocation(node, cd_uid)}, subresource="status")
+        refs.append(models.ClaimRef(uid=names.ClaimUID(created["metadata"]["uid"]),
+                                    namespace=NAMESPACE, name=f"claim-{i}"))
+    return refs
+
+
+def plugin_latency(workdir: str, *, samples: int, backlog: int) -> dict[str, Any]:
+    """Prepare/unprepare latency through the real gRPC socket at 1 and at `backlog` claims."""
+    env = _one_node(workdir)
+    try:
+        env.cluster.create(kinds.COMPUTE_DOMAIN.kind, _cd_json(0))
+        env.settle()
+        cd_uid = env.cluster.get(kinds.COMPUTE_DOMAIN.kind, namespace=NAMESPACE, name="cd-0")["metadata"]["uid"]
+        node = next(iter(env.nodes.values()))
+        kubelet = node.kubelet
+
+        def call(op: str, ref: models.ClaimRef) -> float:
+            fn = kubelet.prepare if op == "prepare" else kubelet.unprepare
+            started = time.perf_counter()
+            result = fn(names.DRIVER_NAME, (ref,))
+            elapsed = time.perf_counter() - started
+            if result[ref.uid].error:
+                raise errors.RetryableError(result[ref.uid].error)
+            return elapsed
+
+        def measure(refs: list[models.ClaimRef]) -> dict[str, Any]:
+            prepare = [call("prepare", r) for r in refs]
+            unprepare = [call("unprepare", r) for r in refs]
+            return {"prepare": stats.summarize(prepare), "unprepare": stats.summarize(unprepare)}
+
+        at_one = measure(_make_claims(env, 0, samples, cd_uid))
+        held = _make_claims(env, samples, backlog, cd_uid)
+        for ref in held:
+            call("prepare", ref)
+        at_backlog = measure(_make_claims(env, samples + backlog, samples, cd_uid))
+        return {
+            "claims_prepared_before": {"1": at_one, str(backlog): at_backlog},
+            "two_fsync_floor": floor.two_fsync_floor(node.settings.plugin_dir, n=samples),
+        }
+    finally:
+        env.stop()
+
+
+def cold_start(workdir: str, *, runs: int) -> dict[str, Any]:
+    """In-process plugin start (recover, publish slices, serve) until the kubelet registered it."""
+    samples = []
+    env = _one_node(workdir)
+    try:
+        node = next(iter(env.nodes))
+        for _ in range(runs):
+            env.nodes[node].plugin.stop(grace_s=0)
+            started = time.perf_counter()
+            embedded.start_node(env, node, profile="gb200-nvl72", retry_budget_s=0.2)
+            env.nodes[node].plugin.server.registered.wait(10)
+            samples.append(time.perf_counter() - started)
+    finally:
+        env.stop()
+    return {"in_process_to_registered": stats.summarize(samples)}
+
+
+def cd_to_rct(workdir: str, *, runs: int) -> dict[str, Any]:
+    """CD create -> workload RCT present, with the controller running on watches."""
+    env = _one_node(workdir)
+    stop = threading.Event()
+    try:
+        controller_reconciler.watch_changes(env.cluster, env.controller, stop)
+        loop = threading.Thread(target=env.controller.run, args=(stop,),
+                                kwargs={"resync_s": 5.0, "min_interval_s": 0.0}, daemon=True)
+        loop.start()
+        samples = []
+        for i in range(runs):
+            started = time.perf_counter()
+            env.cluster.create(kinds.COMPUTE_DOMAIN.kind, _cd_json(i))
+            embedded.wait_until(lambda i=i: _exists(env, f"cd-{i}-channel"), timeout_s=10,
+                                what="the workload ResourceClaimTemplate")
+            samples.append(time.perf_counter() - started)
+        return {"embedded_cluster": stats.summarize(samples)}
+    finally:
+        stop.set()
+        env.stop()
+
+
+def _exists(env: embedded.Embedded, rct: str) -> bool:
+    try:
+        env.cluster.get(kinds.RESOURCE_CLAIM_TEMPLATE.kind, namespace=NAMESPACE, name=rct)
+    except errors.NotFoundError:
+        return False
+    return True
+
+
+def planning_throughput(sizes: tuple[int, ...]) -> dict[str, Any]:
+    """Pure controller planning (first admission pass) in CDs/s; memory at the largest size."""
+    resolved = modes.resolve_driver_config(
+        mode="hostManaged", isolation="none", feature_gates="HostManagedIMEX=true",
+        namespace="nvidia-dra-driver",
+    )
+    out: dict[str, Any] = {}
+    for size in sizes:
+        gc.collect()
+        tracemalloc.start()
+        domains = [
+            decoding.compute_domain_from_k8s(
+                {**_cd_json(i), "metadata": {**_cd_json(i)["metadata"], "uid": f"uid-{i:08d}"}}
+            )
+            for i in range(size)
+        ]
+        started = time.perf_counter()
+        planned = 0
+        for cd in domains:
+            observed = controlling.observe(cd, objects={})
+            planned += len(controlling.plan_compute_domain(cd, observed, resolved.config))
+        elapsed = time.perf_counter() - started
+        _, peak = tracemalloc.get_traced_memory()
+        tracemalloc.stop()
+        out[str(size)] = {
+            "cds_per_s": round(size / elapsed, 1),
+            "seconds": round(elapsed, 4),
+            "actions": planned,
+            "peak_memory_mib": round(peak / 2**20, 2),
+        }
+    return out

@@ -1,0 +1,330 @@
+"""The plugin checkpoint: its on-disk codec and the transitions that do not come from a claim.
+
+Format (DESIGN §5), version 1: one JSON object written in canonical form (sorted keys, compact
+separators, ASCII only, one trailing newline) holding `version`, `checksum`, `bootID`, `mode`,
+`isolation` and `entries` (a list sorted by claim uid). `checksum` is the SHA-256 (hex) of the
+canonical JSON of the object without `checksum`. A reader accepts only the canonical bytes of
+what it parsed, so every change to a valid file, even one that leaves the parsed values equal
+(`1e5` vs `1E5`), is detected. Fields a reader does not know are kept in `extra` and written
+back (downgrade safety); they are not interpreted.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from collections.abc import Iterable, Mapping
+from typing import Any, TypeVar
+
+from core import cdi, errors, models, names
+
+VERSION = 1
+_E = TypeVar("_E", models.IMEXMode, models.Isolation, models.ClaimState)
+TOMBSTONE_TTL_S = 300.0
+
+_ENTRY_FIELDS = frozenset(
+    {"uid", "namespace", "name", "state", "mode", "isolation", "domainID", "channelIDs",
+     "devices", "updatedAt"}
+)
+_TOP_FIELDS = frozenset({"version", "checksum", "bootID", "mode", "isolation", "entries"})
+
+
+class _ShapeError(Exception):
+    """Internal: the parsed JSON does not have the checkpoint's shape."""
+
+
+# ---------------------------------------------------------------- codec
+
+
+def encode(cp: models.Checkpoint) -> bytes:
+    """Canonical bytes of `cp`, checksummed; `decode(encode(cp)) == cp`."""
+    content: dict[str, Any] = {
+        **cp.extra,
+        "version": VERSION,
+        "bootID": cp.boot_id,
+        "mode": cp.mode.value,
+        "isolation": cp.isolation.value,
+        "entries": [_entry_to_json(cp.entries[uid]) for uid in sorted(cp.entries)],
+    }
+    content.pop("checksum", None)
+    document = {**content, "checksum": _checksum(content)}
+    return (_canonical(document) + "\n").encode("ascii")
+
+
+def decode(data: bytes) -> models.Checkpoint:
+    """Parse checkpoint bytes; raises only CheckpointCorruptError.
+
+    Corrupt means: not canonical JSON, checksum mismatch, wrong shape or an unsupported
+    version. The caller must move the file aside, never overwrite it.
+    """
+    try:
+        text = data.decode("ascii")
+        document = json.loads(text, parse_constant=_reject_constant)
+    except (UnicodeDecodeError, ValueError, RecursionError) as err:
+        raise _corrupt(f"not valid JSON ({err})") from None
+    if not isinstance(document, dict):
+        raise _corrupt("the top level is not a JSON object")
+    version = document.get("version")
+    if type(version) is not int or version != VERSION:
+        raise _corrupt(f"unsupported version {version!r} (this plugin reads version {VERSION})")
+    try:
+        canonical = _canonical(document) + "\n"
+    except (ValueError, RecursionError) as err:
+        raise _corrupt(f"not encodable ({err})") from None
+    if canonical != text:
+        raise _corrupt("the bytes are not in the canonical form this format is written in")
+    content = {key: value for key, value in document.items() if key != "checksum"}
+    if document.get("checksum") != _checksum(content):
+        raise _corrupt("checksum mismatch")
+    try:
+        return _checkpoint_from_json(content)
+    except _ShapeError as err:
+        raise _corrupt(str(err)) from None
+
+
+def _corrupt(reason: str) -> errors.CheckpointCorruptError:
+    return errors.CheckpointCorruptError(
+        f"the plugin checkpoint file is corrupt: {reason}; it will be moved aside (kept for "
+        "inspection, never deleted) and prepared claims rebuilt from the CDI specs on disk"
+    )
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"non-finite number {name}")
+
+
+def _canonical(value: Any) -> str:
+    return json.dumps(
+        value, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False
+    )
+
+
+def _checksum(content: Mapping[str, Any]) -> str:
+    return hashlib.sha256(_canonical(content).encode("ascii")).hexdigest()
+
+
+def _entry_to_json(entry: models.CheckpointEntry) -> dict[str, Any]:
+    known = {
+        "uid": entry.claim_uid,
+        "namespace": entry.namespace,
+        "name": entry.name,
+        "state": entry.state.value,
+        "mode": entry.mode.value,
+        "isolation": entry.isolation.value,
+        "domainID": entry.domain_id,
+        "channelIDs": list(entry.channel_ids),
+        "devices": [_device_to_json(d) for d in entry.devices],
+        "updatedAt": entry.updated_at,
+    }
+    return {**{k: v for k, v in entry.extra.items() if k not in _ENTRY_FIELDS}, **known}
+
+
+def _device_to_json(device: models.PreparedDevice) -> dict[str, Any]:
+    return {
+        "requestNames": list(device.request_names),
+        "poolName": device.pool_name,
+        "deviceName": device.device_name,
+        "cdiDeviceIDs": list(device.cdi_device_ids),
+    }
+
+
+def _checkpoint_from_json(content: Mapping[str, Any]) -> models.Checkpoint:
+    raw_entries = content.get("entries")
+    if not isinstance(raw_entries, list):
+        raise _ShapeError("'entries' is not a list")
+    entries: dict[names.ClaimUID, models.CheckpointEntry] = {}
+    for raw in raw_entries:
+        entry = _entry_from_json(raw)
+        if entry.claim_uid in entries:
+            raise _ShapeError(f"claim {entry.claim_uid} appears twice")
+        entries[entry.claim_uid] = entry
+    return models.Checkpoint(
+        boot_id=_str(content, "bootID"),
+        mode=_enum(models.IMEXMode, content, "mode"),
+        isolation=_enum(models.Isolation, content, "isolation"),
+        entries=entries,
+        extra={k: v for k, v in content.items() if k not in _TOP_FIELDS},
+    )
+
+
+def _entry_from_json(raw: Any) -> models.CheckpointEntry:
+    if not isinstance(raw, dict):
+        raise _ShapeError("an entry is not a JSON object")
+    updated_at = raw.get("updatedAt")
+    if not isinstance(updated_at, int | float) or isinstance(updated_at, bool):
+        raise _ShapeError("an entry's 'updatedAt' is not a number")
+    devices = raw.get("devices")
+    if not isinstance(devices, list):
+        raise _ShapeError("an entry's 'devices' is not a list")
+    return models.CheckpointEntry(
+        claim_uid=names.ClaimUID(_str(raw, "uid")),
+        namespace=_str(raw, "namespace"),
+        name=_str(raw, "name"),
+        state=_enum(models.ClaimState, raw, "state"),
+        mode=_enum(models.IMEXMode, raw, "mode"),
+        isolation=_enum(models.Isolation, raw, "isolation"),
+        domain_id=_str(raw, "domainID"),
+        channel_ids=_ints(raw, "channelIDs"),
+        devices=tuple(_device_from_json(d) for d in devices),
+        updated_at=float(updated_at),
+        extra={k: v for k, v in raw.items() if k not in _ENTRY_FIELDS},
+    )
+
+
+def _device_from_json(raw: Any) -> models.PreparedDevice:
+    if not isinstance(raw, dict):
+        raise _ShapeError("a device is not a JSON object")
+    return models.PreparedDevice(
+        request_names=_strs(raw, "requestNames"),
+        pool_name=_str(raw, "poolName"),
+        device_name=_str(raw, "deviceName"),
+        cdi_device_ids=_strs(raw, "cdiDeviceIDs"),
+    )
+
+
+def _str(raw: Mapping[str, Any], key: str) -> str:
+    value = raw.get(key)
+    if not isinstance(value, str):
+        raise _ShapeError(f"{key!r} is not a string")
+    return value
+
+
+def _strs(raw: Mapping[str, Any], key: str) -> tuple[str, ...]:
+    value = raw.get(key)
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise _ShapeError(f"{key!r} is not a list of strings")
+    return tuple(value)
+
+
+def _ints(raw: Mapping[str, Any], key: str) -> tuple[int, ...]:
+    value = raw.get(key)
+    if not isinstance(value, list) or not all(type(v) is int for v in value):
+        raise _ShapeError(f"{key!r} is not a list of integers")
+    return tuple(value)
+
+
+def _enum(enum_type: type[_E], raw: Mapping[str, Any], key: str) -> _E:
+    value = _str(raw, key)
+    try:
+        return enum_type(value)
+    except ValueError:
+        raise _ShapeError(f"{key!r} has the unknown value {value!r}") from None
+
+
+# ---------------------------------------------------------------- transitions
+
+
+def empty(*, boot_id: str, config: models.DriverConfig) -> models.Checkpoint:
+    """A fresh checkpoint for this boot and the configured mode."""
+    return models.Checkpoint(boot_id=boot_id, mode=config.mode, isolation=config.isolation)
+
+
+def after_boot(cp: models.Checkpoint, *, boot_id: str) -> models.Checkpoint:
+    """`cp` unchanged on the same boot; without entries after a reboot (devices are gone)."""
+    if cp.boot_id == boot_id:
+        return cp
+    return dataclasses.replace(cp, boot_id=boot_id, entries={})
+
+
+def rebuild_from_cdi(
+    *,
+    boot_id: str,
+    config: models.DriverConfig,
+    claim_specs: Mapping[names.ClaimUID, Mapping[str, Any]],
+    now: float,
+) -> models.Checkpoint:
+    """Entries provable from the CDI specs on disk after the checkpoint was lost or corrupt.
+
+    Each spec proves a PrepareCompleted claim with the channels and CDI ids it names. What a
+    spec cannot prove stays empty: namespace, name, the allocation (pool, device, request) and,
+    for channel claims, the ComputeDomain. Such an entry blocks its channel for other domains
+    until the kubelet unprepares it, and a repeated prepare of it is planned afresh.
+    """
+    entries = {
+        uid: _entry_from_spec(uid, spec, config=config, now=now)
+        for uid, spec in sorted(claim_specs.items())
+    }
+    return models.Checkpoint(
+        boot_id=boot_id, mode=config.mode, isolation=config.isolation, entries=entries
+    )
+
+
+def _entry_from_spec(
+    uid: names.ClaimUID, spec: Mapping[str, Any], *, config: models.DriverConfig, now: float
+) -> models.CheckpointEntry:
+    channel_ids: list[int] = []
+    cdi_ids: list[str] = []
+    domain_id = ""
+    mode = config.mode
+    for device in _spec_devices(spec):
+        name = str(device.get("name", ""))
+        channel = _channel_of(uid, name)
+        if channel is not None:
+            channel_ids.append(channel)
+        elif name == cdi.daemon_device_name(uid):
+            # Only driver-managed mode prepares daemon claims.
+            mode = models.IMEXMode.DRIVER_MANAGED
+            domain_id = _daemon_domain(device) or domain_id
+        else:
+            continue
+        cdi_ids.append(cdi.qualified_name(name))
+    isolation = config.isolation
+    if mode is not config.mode:
+        isolation = models.Isolation.DOMAIN
+    devices = (
+        (models.PreparedDevice(request_names=(), pool_name="", device_name="",
+                               cdi_device_ids=tuple(cdi_ids)),)
+        if cdi_ids else ()
+    )
+    return models.CheckpointEntry(
+        claim_uid=uid, namespace="", name="", state=models.ClaimState.PREPARE_COMPLETED,
+        mode=mode, isolation=isolation, domain_id=domain_id,
+        channel_ids=tuple(sorted(set(channel_ids))), devices=devices, updated_at=now,
+    )
+
+
+def _spec_devices(spec: Mapping[str, Any]) -> Iterable[Mapping[str, Any]]:
+    devices = spec.get("devices")
+    if not isinstance(devices, list):
+        return ()
+    return [d for d in devices if isinstance(d, Mapping)]
+
+
+def _channel_of(uid: str, device_name: str) -> int | None:
+    prefix = cdi.channel_device_name(uid, 0)[:-1]
+    suffix = device_name.removeprefix(prefix)
+    if suffix == device_name or not suffix.isdigit() or not suffix.isascii():
+        return None
+    channel = int(suffix)
+    return channel if channel <= names.MAX_CHANNEL_ID else None
+
+
+def _daemon_domain(device: Mapping[str, Any]) -> str:
+    edits = device.get("containerEdits")
+    env = edits.get("env") if isinstance(edits, Mapping) else None
+    for item in env if isinstance(env, list) else ():
+        key, _, value = str(item).partition("=")
+        if key == cdi.DAEMON_DOMAIN_ENV:
+            return value
+    return ""
+
+
+def expire_tombstones(
+    cp: models.Checkpoint, *, now: float, ttl_s: float = TOMBSTONE_TTL_S
+) -> models.Checkpoint:
+    """`cp` without PrepareAborted tombstones older than `ttl_s` (same object if none expired)."""
+    kept = {
+        uid: entry
+        for uid, entry in cp.entries.items()
+        if not is_expired_tombstone(entry, now=now, ttl_s=ttl_s)
+    }
+    if len(kept) == len(cp.entries):
+        return cp
+    return dataclasses.replace(cp, entries=kept)
+
+
+def is_expired_tombstone(
+    entry: models.CheckpointEntry, *, now: float, ttl_s: float = TOMBSTONE_TTL_S
+) -> bool:
+    return entry.state is models.ClaimState.PREPARE_ABORTED and now - entry.updated_at >= ttl_s

@@ -1,0 +1,475 @@
+"""The ComputeDomain controller's brain: what exists for one CD in, the next cluster actions out.
+
+Level-triggered and pure: `observe` turns listed Kubernetes JSON into an `Observed` value,
+`plan_compute_domain` compares it with what the CD needs under the driver's IMEX mode and returns
+only the actions still missing. Planning the same observation twice gives the same tuple;
+applying every action and planning again gives nothing more to do (a deletion advances one
+dependent step per reconcile, and each step is planned only when the observation says it is due).
+
+Host-managed plans never touch DaemonSets, daemon RCTs, node labels or cliques (DESIGN §4).
+A CD admitted under another mode/isolation is left alone and reported once (DESIGN §6).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any, Final
+
+from core import decoding, gates, kinds, models, modeswitch, names, objects
+
+MODE_MISMATCH_REPORTED_ANNOTATION: Final = "resource.nvidia.com/modeMismatchReported"
+MODE_MISMATCH_REASON: Final = "IMEXModeMismatch"
+
+JSONList = Sequence[Mapping[str, Any]]
+
+
+# ---------------------------------------------------------------- observation
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Observed:
+    """What exists in the cluster for one ComputeDomain (metadata only, except cliques).
+
+    `workload_rct` is whatever object holds the CD's RCT name in its namespace, ours or not:
+    the planner tells them apart by the CD UID label and never touches a foreign one.
+    """
+
+    workload_rct: models.ObjectMeta | None = None
+    daemon_rct: models.ObjectMeta | None = None
+    daemonset: models.ObjectMeta | None = None
+    # Nodes whose computeDomain label holds this CD's UID, sorted by name.
+    labelled_nodes: tuple[models.ObjectMeta, ...] = ()
+    # Cliques `<cdUID>.<cliqueID>` in the driver namespace, sorted by name.
+    cliques: tuple[models.ComputeDomainClique, ...] = ()
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ClusterIndex:
+    """Listed objects indexed once, so observing N CDs costs O(N), not O(N²)."""
+
+    by_key: Mapping[tuple[str, str, str], Mapping[str, Any]]
+    nodes_by_cd: Mapping[str, tuple[Mapping[str, Any], ...]]
+    cliques_by_cd: Mapping[tuple[str, str], tuple[Mapping[str, Any], ...]]
+
+
+def index_cluster(objects_by_kind: Mapping[str, JSONList]) -> ClusterIndex:
+    """Index raw lists keyed by kind string ("ResourceClaimTemplate", "DaemonSet", "Node",
+    "ComputeDomainClique"); other kinds are ignored."""
+    by_key: dict[tuple[str, str, str], Mapping[str, Any]] = {}
+    for kind in (kinds.RESOURCE_CLAIM_TEMPLATE.kind, kinds.DAEMON_SET.kind):
+        for obj in objects_by_kind.get(kind, ()):
+            meta = _raw_meta(obj)
+            by_key[(kind, _str(meta.get("namespace")), _str(meta.get("name")))] = obj
+    nodes: dict[str, list[Mapping[str, Any]]] = {}
+    for obj in objects_by_kind.get(kinds.NODE.kind, ()):
+        labels = _raw_meta(obj).get("labels")
+        value = labels.get(names.COMPUTE_DOMAIN_LABEL) if isinstance(labels, Mapping) else None
+        if isinstance(value, str) and value:
+            nodes.setdefault(value, []).append(obj)
+    cliques: dict[tuple[str, str], list[Mapping[str, Any]]] = {}
+    for obj in objects_by_kind.get(kinds.COMPUTE_DOMAIN_CLIQUE.kind, ()):
+        meta = _raw_meta(obj)
+        cd_uid, dot, _ = _str(meta.get("name")).partition(".")
+        if dot and cd_uid:
+            cliques.setdefault((_str(meta.get("namespace")), cd_uid), []).append(obj)
+    return ClusterIndex(
+        by_key=by_key,
+        nodes_by_cd={k: tuple(v) for k, v in nodes.items()},
+        cliques_by_cd={k: tuple(v) for k, v in cliques.items()},
+    )
+
+
+def observe(
+    cd: models.ComputeDomain,
+    *,
+    objects: Mapping[str, JSONList] | ClusterIndex,
+    config: models.DriverConfig,
+) -> Observed:
+    """Pick out, from listed JSON (or an index of it), what exists for `cd`.
+
+    Daemon-side objects are looked up in `config.namespace`; they are observed in every mode
+    so that a CD admitted under driver-managed mode can still be cleaned up on deletion.
+    """
+    index = objects if isinstance(objects, ClusterIndex) else index_cluster(objects)
+    rct_kind = kinds.RESOURCE_CLAIM_TEMPLATE.kind
+    daemon_name = names.daemonset_name(cd.uid)
+    workload = index.by_key.get(
+        (rct_kind, cd.meta.namespace, cd.spec.channel.resource_claim_template_name)
+    )
+    daemon_rct = index.by_key.get((rct_kind, config.namespace, daemon_name))
+    ds = index.by_key.get((kinds.DAEMON_SET.kind, config.namespace, daemon_name))
+    nodes = sorted(
+        (meta_from_k8s(n) for n in index.nodes_by_cd.get(cd.uid, ())), key=lambda m: m.name
+    )
+    cliques = sorted(
+        (
+            _clique_from_k8s(c)
+            for c in index.cliques_by_cd.get((config.namespace, cd.uid), ())
+        ),
+        key=lambda c: c.meta.name,
+    )
+    return Observed(
+        workload_rct=meta_from_k8s(workload) if workload is not None else None,
+        daemon_rct=meta_from_k8s(daemon_rct) if daemon_rct is not None else None,
+        daemonset=meta_from_k8s(ds) if ds is not None else None,
+        labelled_nodes=tuple(nodes),
+        cliques=tuple(cliques),
+    )
+
+
+def meta_from_k8s(obj: Mapping[str, Any]) -> models.ObjectMeta:
+    """`metadata` of any object, tolerantly (missing or mistyped fields become empty)."""
+    meta = _raw_meta(obj)
+    finalizers = meta.get("finalizers")
+    deletion = meta.get("deletionTimestamp")
+    return models.ObjectMeta(
+        name=_str(meta.get("name")),
+        namespace=_str(meta.get("namespace")),
+        uid=_str(meta.get("uid")),
+        resource_version=_str(meta.get("resourceVersion")),
+        deletion_timestamp=str(deletion) if deletion else None,
+        finalizers=tuple(f for f in finalizers if isinstance(f, str))
+        if isinstance(finalizers, list)
+        else (),
+        labels=_str_map(meta.get("labels")),
+        annotations=_str_map(meta.get("annotations")),
+    )
+
+
+# ---------------------------------------------------------------- planning
+
+
+def is_mode_mismatch(cd: models.ComputeDomain, *, config: models.DriverConfig) -> bool:
+    """True when another mode/isolation admitted the CD: the driver must leave it alone."""
+    return modeswitch.admitted_as(cd) not in ("", _mode_label(config))
+
+
+def plan_compute_domain(
+    cd: models.ComputeDomain, *, observed: Observed, config: models.DriverConfig
+) -> tuple[models.ClusterAction, ...]:
+    """The actions, in order, that move the cluster toward what `cd` needs. Deterministic and
+    idempotent; the executor applies them in order and stops at the first failure."""
+    if is_mode_mismatch(cd, config=config):
+        return _plan_mismatch(cd, observed=observed, config=config)
+    if cd.meta.deleting:
+        return _plan_delete(cd, observed=observed, config=config)
+    return _plan_admit(cd, observed=observed, config=config)
+
+
+def plan_stale_node_labels(
+    *,
+    nodes: Sequence[Mapping[str, Any]],
+    live_cd_uids: frozenset[str],
+    config: models.DriverConfig,
+) -> tuple[models.ClusterAction, ...]:
+    """Remove computeDomain node labels naming CDs that no longer exist (driver-managed only).
+
+    NB: `live_cd_uids` must come from a CD list at least as fresh as `nodes`, or a label the
+    plugin just set for a brand-new CD could be taken for stale.
+    """
+    if config.host_managed:
+        return ()
+    actions: list[models.ClusterAction] = []
+    for meta in sorted((meta_from_k8s(n) for n in nodes), key=lambda m: m.name):
+        value = meta.labels.get(names.COMPUTE_DOMAIN_LABEL)
+        if value and value not in live_cd_uids:
+            actions.append(_unlabel_node(meta))
+    return tuple(actions)
+
+
+def desired_status(
+    cd: models.ComputeDomain, *, observed: Observed, config: models.DriverConfig
+) -> models.ComputeDomainStatus:
+    """The status the CD should show given what exists (assuming its RCT exists)."""
+    if config.host_managed:
+        # Ready means only "admitted and its RCT exists": the host runs IMEX.
+        return models.ComputeDomainStatus(status=models.DomainStatus.READY, nodes=())
+    if config.gates.enabled(gates.COMPUTE_DOMAIN_CLIQUES):
+        nodes = _nodes_from_cliques(observed.cliques)
+    else:
+        # Without cliques the daemons write status.nodes themselves; we only judge readiness.
+        nodes = cd.status.nodes if cd.status is not None else ()
+    ready = sum(1 for n in nodes if n.status is models.DomainStatus.READY)
+    if cd.spec.num_nodes > 0:
+        is_ready = ready >= cd.spec.num_nodes
+    else:
+        is_ready = bool(nodes) and ready == len(nodes)
+    status = models.DomainStatus.READY if is_ready else models.DomainStatus.NOT_READY
+    return models.ComputeDomainStatus(status=status, nodes=nodes)
+
+
+def _plan_admit(
+    cd: models.ComputeDomain, *, observed: Observed, config: models.DriverConfig
+) -> tuple[models.ClusterAction, ...]:
+    actions: list[models.ClusterAction] = []
+    cd_patch = _admission_metadata_patch(cd, config=config)
+    if cd_patch:
+        actions.append(_patch(kinds.COMPUTE_DOMAIN.kind, cd.meta, {"metadata": cd_patch}))
+    workload_ok, steps = _ensure_child(
+        observed.workload_rct,
+        cd_uid=cd.uid,
+        build=lambda: objects.workload_rct(cd, config=config),
+        kind=kinds.RESOURCE_CLAIM_TEMPLATE.kind,
+        check_owner=True,
+    )
+    actions.extend(steps)
+    if not config.host_managed:
+        _, steps = _ensure_child(
+            observed.daemon_rct,
+            cd_uid=cd.uid,
+            build=lambda: objects.daemon_rct(cd, config=config),
+            kind=kinds.RESOURCE_CLAIM_TEMPLATE.kind,
+            check_owner=False,
+        )
+        actions.extend(steps)
+        _, steps = _ensure_child(
+            observed.daemonset,
+            cd_uid=cd.uid,
+            build=lambda: objects.daemonset(cd, config=config),
+            kind=kinds.DAEMON_SET.kind,
+            check_owner=False,
+        )
+        actions.extend(steps)
+    status = desired_status(cd, observed=observed, config=config)
+    if not workload_ok:
+        status = dataclasses.replace(status, status=models.DomainStatus.NOT_READY)
+    if cd.status != status:
+        actions.append(
+            models.PatchObject(
+                kind=kinds.COMPUTE_DOMAIN.kind,
+                namespace=cd.meta.namespace,
+                name=cd.meta.name,
+                patch={"status": decoding.compute_domain_status_to_k8s(status)},
+                subresource="status",
+            )
+        )
+    return tuple(actions)
+
+
+def _admission_metadata_patch(
+    cd: models.ComputeDomain, *, config: models.DriverConfig
+) -> dict[str, Any]:
+    patch: dict[str, Any] = {}
+    if names.COMPUTE_DOMAIN_FINALIZER not in cd.meta.finalizers:
+        patch["finalizers"] = [*cd.meta.finalizers, names.COMPUTE_DOMAIN_FINALIZER]
+    annotations: dict[str, str | None] = {}
+    if not modeswitch.admitted_as(cd):
+        annotations[names.ADMITTED_MODE_ANNOTATION] = config.mode.value
+        annotations[names.ADMITTED_ISOLATION_ANNOTATION] = config.isolation.value
+    if MODE_MISMATCH_REPORTED_ANNOTATION in cd.meta.annotations:
+        # The driver is back in the mode that admitted the CD: the old report no longer holds.
+        annotations[MODE_MISMATCH_REPORTED_ANNOTATION] = None
+    if annotations:
+        patch["annotations"] = annotations
+    return patch
+
+
+def _ensure_child(
+    meta: models.ObjectMeta | None,
+    *,
+    cd_uid: str,
+    build: Callable[[], dict[str, Any]],
+    kind: str,
+    check_owner: bool,
+) -> tuple[bool, tuple[models.ClusterAction, ...]]:
+    """Steps that make one owned child exist; returns (present-and-usable after them, steps)."""
+    if meta is None:
+        return True, (models.CreateObject(kind=kind, obj=build()),)
+    if check_owner and meta.labels.get(names.COMPUTE_DOMAIN_LABEL) != cd_uid:
+        # Someone else's object holds the name: never touch it; the CD stays NotReady.
+        return False, ()
+    if meta.deleting:
+        # Deleted behind our back while the CD lives: let it go, re-create it once it is gone.
+        if names.COMPUTE_DOMAIN_FINALIZER in meta.finalizers:
+            return False, (_remove_finalizer(kind, meta),)
+        return False, ()
+    if names.COMPUTE_DOMAIN_FINALIZER not in meta.finalizers:
+        return True, (
+            _patch(
+                kind,
+                meta,
+                {"metadata": {"finalizers": [*meta.finalizers, names.COMPUTE_DOMAIN_FINALIZER]}},
+            ),
+        )
+    return True, ()
+
+
+def _plan_delete(
+    cd: models.ComputeDomain, *, observed: Observed, config: models.DriverConfig
+) -> tuple[models.ClusterAction, ...]:
+    """Retire every child (delete, then drop our finalizer once it is deleting), then the CD's
+    finalizer once nothing is left. Host-managed: the workload RCT only."""
+    actions: list[models.ClusterAction] = []
+    remaining = 0
+    rct_kind = kinds.RESOURCE_CLAIM_TEMPLATE.kind
+    workload = observed.workload_rct
+    if workload is not None and workload.labels.get(names.COMPUTE_DOMAIN_LABEL) == cd.uid:
+        remaining += 1
+        actions.extend(_retire(rct_kind, workload))
+    if not config.host_managed:
+        daemon_side = [(rct_kind, observed.daemon_rct), (kinds.DAEMON_SET.kind, observed.daemonset)]
+        for kind, meta in daemon_side:
+            if meta is not None:
+                remaining += 1
+                actions.extend(_retire(kind, meta))
+        for node in observed.labelled_nodes:
+            remaining += 1
+            actions.append(_unlabel_node(node))
+        if observed.daemonset is None:
+            # NB: only once the daemons are gone, or they would write their cliques back.
+            for clique in observed.cliques:
+                actions.extend(_retire(kinds.COMPUTE_DOMAIN_CLIQUE.kind, clique.meta))
+        remaining += len(observed.cliques)
+    if remaining == 0 and names.COMPUTE_DOMAIN_FINALIZER in cd.meta.finalizers:
+        actions.append(_remove_finalizer(kinds.COMPUTE_DOMAIN.kind, cd.meta))
+    return tuple(actions)
+
+
+def _plan_mismatch(
+    cd: models.ComputeDomain, *, observed: Observed, config: models.DriverConfig
+) -> tuple[models.ClusterAction, ...]:
+    if cd.meta.deleting:
+        # Undo what the admitting mode created, so the user's deletion can finish.
+        admitting = (
+            models.IMEXMode.HOST_MANAGED
+            if cd.meta.annotations.get(names.ADMITTED_MODE_ANNOTATION)
+            == models.IMEXMode.HOST_MANAGED.value
+            else models.IMEXMode.DRIVER_MANAGED
+        )
+        return _plan_delete(
+            cd, observed=observed, config=dataclasses.replace(config, mode=admitting)
+        )
+    current = _mode_label(config)
+    if cd.meta.annotations.get(MODE_MISMATCH_REPORTED_ANNOTATION) == current:
+        return ()
+    return (
+        models.EmitEvent(
+            involved=_cd_ref(cd),
+            reason=MODE_MISMATCH_REASON,
+            message=mode_mismatch_message(cd, current=current),
+        ),
+        _patch(
+            kinds.COMPUTE_DOMAIN.kind,
+            cd.meta,
+            {"metadata": {"annotations": {MODE_MISMATCH_REPORTED_ANNOTATION: current}}},
+        ),
+    )
+
+
+def mode_mismatch_message(cd: models.ComputeDomain, *, current: str) -> str:
+    """The event text for a CD admitted under another IMEX mode/isolation."""
+    admitted = modeswitch.admitted_as(cd)
+    return (
+        f"ComputeDomain {cd.meta.namespace}/{cd.meta.name} was admitted under IMEX mode "
+        f"{admitted} (mode/isolation) but the driver now runs {current}; the driver leaves it "
+        f"untouched and its workloads cannot start. Delete and recreate the ComputeDomain to use "
+        f"it under {current}, or set the driver back to {admitted}."
+    )
+
+
+# ---------------------------------------------------------------- action helpers
+
+
+def _retire(kind: str, meta: models.ObjectMeta) -> tuple[models.ClusterAction, ...]:
+    if not meta.deleting:
+        return (models.DeleteObject(kind=kind, namespace=meta.namespace, name=meta.name),)
+    if names.COMPUTE_DOMAIN_FINALIZER in meta.finalizers:
+        return (_remove_finalizer(kind, meta),)
+    return ()
+
+
+def _remove_finalizer(kind: str, meta: models.ObjectMeta) -> models.PatchObject:
+    kept = [f for f in meta.finalizers if f != names.COMPUTE_DOMAIN_FINALIZER]
+    return _patch(kind, meta, {"metadata": {"finalizers": kept}})
+
+
+def _unlabel_node(meta: models.ObjectMeta) -> models.PatchObject:
+    return _patch(
+        kinds.NODE.kind, meta, {"metadata": {"labels": {names.COMPUTE_DOMAIN_LABEL: None}}}
+    )
+
+
+def _patch(kind: str, meta: models.ObjectMeta, patch: Mapping[str, Any]) -> models.PatchObject:
+    """A metadata merge patch guarded by the observed resourceVersion (409 if it moved on)."""
+    return models.PatchObject(
+        kind=kind,
+        namespace=meta.namespace,
+        name=meta.name,
+        patch=patch,
+        resource_version=meta.resource_version,
+    )
+
+
+def _cd_ref(cd: models.ComputeDomain) -> models.ObjectRef:
+    return models.ObjectRef(
+        kind=kinds.COMPUTE_DOMAIN.kind,
+        name=cd.meta.name,
+        namespace=cd.meta.namespace,
+        uid=cd.uid,
+        api_version=kinds.COMPUTE_DOMAIN.api_version,
+    )
+
+
+def _mode_label(config: models.DriverConfig) -> str:
+    return f"{config.mode.value}/{config.isolation.value}"
+
+
+def _nodes_from_cliques(
+    cliques: Iterable[models.ComputeDomainClique],
+) -> tuple[models.ComputeDomainNode, ...]:
+    by_name: dict[str, models.ComputeDomainNode] = {}
+    for clique in cliques:
+        for d in clique.daemons:
+            by_name[d.node_name] = models.ComputeDomainNode(
+                name=d.node_name,
+                ip_address=d.ip_address,
+                clique_id=d.clique_id,
+                index=d.index,
+                status=d.status,
+            )
+    return tuple(sorted(by_name.values(), key=lambda n: n.name))
+
+
+# ---------------------------------------------------------------- tolerant JSON readers
+
+# TODO(lead): dedupe with core.decoding's clique decoder once it lands (written in parallel);
+# observation must stay tolerant: a malformed daemon entry is skipped, never raised.
+
+
+def _clique_from_k8s(obj: Mapping[str, Any]) -> models.ComputeDomainClique:
+    daemons: list[models.CliqueDaemon] = []
+    raw = obj.get("daemons")
+    for d in raw if isinstance(raw, list) else ():
+        if not isinstance(d, Mapping) or not _str(d.get("nodeName")):
+            continue
+        status = d.get("status")
+        index = d.get("index")
+        daemons.append(
+            models.CliqueDaemon(
+                node_name=_str(d.get("nodeName")),
+                ip_address=_str(d.get("ipAddress")),
+                clique_id=_str(d.get("cliqueID")),
+                index=index if isinstance(index, int) and not isinstance(index, bool) else 0,
+                status=models.DomainStatus.READY
+                if status == models.DomainStatus.READY.value
+                else models.DomainStatus.NOT_READY,
+            )
+        )
+    daemons.sort(key=lambda d: d.node_name)
+    return models.ComputeDomainClique(meta=meta_from_k8s(obj), daemons=tuple(daemons))
+
+
+def _raw_meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
+    meta = obj.get("metadata")
+    return meta if isinstance(meta, Mapping) else {}
+
+
+def _str(value: Any) -> str:
+    return value if isinstance(value, str) else ""
+
+
+def _str_map(value: Any) -> dict[str, str]:
+    if not isinstance(value, Mapping):
+        return {}
+    return {k: v for k, v in value.items() if isinstance(k, str) and isinstance(v, str)}

@@ -1,0 +1,49 @@
+"""The executor: the one core module that calls ports, carrying out planned actions in order.
+
+Planners decide; this module only does. It takes the port as an argument and imports only
+core, so the controller runs the same plans on the real API server and on the embedded
+cluster, and tests run them against fakes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Sequence
+
+from core import errors, models, ports
+
+
+def execute_cluster_actions(
+    cluster: ports.Cluster, actions: Sequence[models.ClusterAction]
+) -> None:
+    """Apply `actions` in the given order, idempotently.
+
+    Creating an object that already exists and deleting one that is already gone count as
+    done, so re-running a partly applied plan is safe. Every other error (a conflict on a
+    patch with a resourceVersion, a missing object to patch, an API failure) stops execution
+    and propagates: the caller re-observes and re-plans.
+    """
+    for action in actions:
+        match action:
+            case models.CreateObject(kind=kind, obj=obj):
+                with contextlib.suppress(errors.AlreadyExistsError):
+                    cluster.create(kind, obj)
+            case models.PatchObject():
+                cluster.patch(
+                    action.kind,
+                    namespace=action.namespace,
+                    name=action.name,
+                    patch=action.patch,
+                    subresource=action.subresource,
+                    resource_version=action.resource_version,
+                )
+            case models.DeleteObject(kind=kind, namespace=namespace, name=name):
+                with contextlib.suppress(errors.NotFoundError):
+                    cluster.delete(kind, namespace=namespace, name=name)
+            case models.EmitEvent():
+                cluster.emit_event(
+                    involved=action.involved,
+                    reason=action.reason,
+                    message=action.message,
+                    warning=action.warning,
+                )

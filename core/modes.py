@@ -1,0 +1,173 @@
+"""The IMEX mode/isolation matrix (DESIGN §1): raw settings in, one validated DriverConfig out.
+
+Both the controller and the kubelet plugin start by calling `resolve_driver_config`; any
+invalid combination stops the process with one message saying what to set instead. The
+Helm chart renders the same messages at install time, so they are module constants here
+and must not be reworded casually (tests compare them exactly).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Final
+
+from core import errors, gates, models
+
+HOST_MANAGED_NEEDS_GATE: Final = (
+    "IMEX mode hostManaged requires feature gate HostManagedIMEX=true: "
+    "set featureGates.HostManagedIMEX=true (Helm) or FEATURE_GATES=HostManagedIMEX=true, "
+    "or use mode driverManaged"
+)
+HOST_MANAGED_DOMAIN_INVALID: Final = (
+    "isolation 'domain' needs driver-managed IMEX daemons (one IMEX domain per ComputeDomain) "
+    "and is invalid with mode hostManaged: set isolation to 'none' (all ComputeDomains share "
+    "host channel 0) or 'channel' (one channel per ComputeDomain)"
+)
+HOST_MANAGED_NEEDS_ISOLATION: Final = (
+    "IMEX mode hostManaged needs an explicit isolation: set isolation to 'none' "
+    "(all ComputeDomains share host channel 0, no isolation between them)"
+)
+CHANNEL_ISOLATION_NOT_AVAILABLE: Final = (
+    "isolation 'channel' (one IMEX channel per ComputeDomain) is not available in this release: "
+    "set isolation to 'none'"
+)
+
+# Gates that only make sense when the driver runs the IMEX daemons; hostManaged forces them off.
+HOST_MANAGED_FORCED_OFF: Final = (gates.COMPUTE_DOMAIN_CLIQUES, gates.IMEX_DAEMONS_WITH_DNS_NAMES)
+
+
+def unknown_mode_message(mode: str) -> str:
+    return f"unknown IMEX mode '{mode}': use driverManaged or hostManaged"
+
+
+def unknown_isolation_message(isolation: str) -> str:
+    return f"unknown IMEX isolation '{isolation}': use domain, channel or none"
+
+
+def driver_managed_isolation_message(isolation: str) -> str:
+    return (
+        f"isolation '{isolation}' is only valid with mode hostManaged: "
+        "with mode driverManaged leave isolation empty or set it to 'domain'"
+    )
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ResolvedConfig:
+    """A validated configuration plus the notes the app logs once at startup."""
+
+    config: models.DriverConfig
+    notes: tuple[str, ...] = ()
+
+
+def resolve_driver_config(
+    *,
+    mode: str,
+    isolation: str,
+    feature_gates: str | Mapping[str, bool],
+    namespace: str,
+    host_imex_check: bool = False,
+    daemon_image: str | None = None,
+) -> ResolvedConfig:
+    """Validate the mode/isolation/gates triple and return the effective DriverConfig.
+
+    Order matters and is fixed: gates are parsed; the mode is checked (empty means
+    driverManaged); in hostManaged the HostManagedIMEX gate is required and the
+    driver-daemon gates are forced off (reported in `notes`) *before* gate dependencies
+    are validated; then the isolation matrix is applied. Raises ConfigError.
+    Deterministic and pure.
+    """
+    explicit = (
+        gates.parse_feature_gates(feature_gates)
+        if isinstance(feature_gates, str)
+        else gates.canonical_gates(feature_gates)
+    )
+    resolved = gates.resolve_gates(explicit)
+    imex_mode = _parse_mode(mode)
+
+    notes: list[str] = []
+    if imex_mode is models.IMEXMode.HOST_MANAGED:
+        if not resolved.enabled(gates.HOST_MANAGED_IMEX):
+            raise errors.ConfigError(HOST_MANAGED_NEEDS_GATE)
+        resolved, note = _force_host_managed_gates(resolved, explicit=explicit)
+        if note:
+            notes.append(note)
+    gates.validate_gate_dependencies(resolved)
+
+    config = models.DriverConfig(
+        mode=imex_mode,
+        isolation=_resolve_isolation(imex_mode, isolation.strip()),
+        gates=resolved,
+        namespace=namespace,
+        host_imex_check=host_imex_check,
+    )
+    if daemon_image is not None:
+        config = dataclasses.replace(config, daemon_image=daemon_image)
+    return ResolvedConfig(config=config, notes=tuple(notes))
+
+
+def describe(config: models.DriverConfig) -> str:
+    """One key=value line for the startup log."""
+    return (
+        f"mode={config.mode.value} isolation={config.isolation.value} "
+        f"namespace={config.namespace} host_imex_check={str(config.host_imex_check).lower()} "
+        f"feature_gates={gates.format_feature_gates(config.gates)}"
+    )
+
+
+def _parse_mode(mode: str) -> models.IMEXMode:
+    value = mode.strip()
+    if not value:
+        return models.IMEXMode.DRIVER_MANAGED
+    for candidate in models.IMEXMode:
+        if candidate.value == value:
+            return candidate
+    raise errors.ConfigError(unknown_mode_message(mode))
+
+
+def _force_host_managed_gates(
+    resolved: models.FeatureGates, *, explicit: Mapping[str, bool]
+) -> tuple[models.FeatureGates, str]:
+    """Turn off the driver-daemon gates; the note names only gates that were on."""
+    changed: list[str] = []
+    for name in HOST_MANAGED_FORCED_OFF:
+        if resolved.enabled(name):
+            origin = "set true explicitly" if explicit.get(name) else "default true"
+            changed.append(f"{name}=false (was {origin})")
+    values = dict(resolved.values)
+    values.update({name: False for name in HOST_MANAGED_FORCED_OFF})
+    forced = models.FeatureGates(values=dict(sorted(values.items())))
+    if not changed:
+        return forced, ""
+    note = (
+        "IMEX mode hostManaged: the host runs nvidia-imex, so feature gates for "
+        f"driver-managed IMEX daemons are overridden: {', '.join(changed)}"
+    )
+    return forced, note
+
+
+def _resolve_isolation(mode: models.IMEXMode, isolation: str) -> models.Isolation:
+    chosen: models.Isolation | None = None
+    if isolation:
+        for candidate in models.Isolation:
+            if candidate.value == isolation:
+                chosen = candidate
+        if chosen is None:
+            raise errors.ConfigError(unknown_isolation_message(isolation))
+
+    if mode is models.IMEXMode.DRIVER_MANAGED:
+        if chosen in (None, models.Isolation.DOMAIN):
+            return models.Isolation.DOMAIN
+        raise errors.ConfigError(driver_managed_isolation_message(isolation))
+
+    # hostManaged.
+    if chosen is None:
+        # TODO(channel isolation issue): default to 'channel' once it exists (DESIGN §1);
+        # until then refuse rather than silently run without isolation.
+        raise errors.ConfigError(HOST_MANAGED_NEEDS_ISOLATION)
+    if chosen is models.Isolation.DOMAIN:
+        raise errors.ConfigError(HOST_MANAGED_DOMAIN_INVALID)
+    if chosen is models.Isolation.CHANNEL:
+        # TODO(channel isolation issue): accept once the controller allocates channel IDs.
+        raise errors.ConfigError(CHANNEL_ISOLATION_NOT_AVAILABLE)
+    return models.Isolation.NONE

@@ -1,0 +1,436 @@
+"""Prepare and unprepare of one claim as pure transitions (DESIGN §4).
+
+Each planner takes the checkpoint before and returns a `models.ClaimOutcome`: the steps to run
+in order (checkpoint writes, CDI files, the driver-managed node label), the checkpoint after
+them, and the kubelet's answer — devices, or a Permanent/Retryable error as a value. Every
+check runs before the first step that writes, so a rejected claim leaves no trace on the node.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+
+from core import cdi, decoding, errors, models, names
+from core import checkpoint as checkpoints
+
+_HOLDING_STATES = (models.ClaimState.PREPARE_STARTED, models.ClaimState.PREPARE_COMPLETED)
+_SINGLE_MODES = ("", models.AllocationMode.SINGLE.value)
+_DRIVER_MANAGED_MODES = (*_SINGLE_MODES, models.AllocationMode.ALL.value)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class _Request:
+    """One allocation result of ours with the opaque config that applies to its request."""
+
+    result: models.DeviceResult
+    config: models.OpaqueConfig
+
+    @property
+    def is_channel(self) -> bool:
+        return isinstance(self.config, models.ChannelConfig)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class _Validated:
+    requests: tuple[_Request, ...]
+    domain: models.ComputeDomain
+    channel_ids: tuple[int, ...]
+
+
+# ---------------------------------------------------------------- prepare
+
+
+def plan_prepare(
+    claim: models.ResourceClaim,
+    *,
+    checkpoint: models.Checkpoint,
+    node: models.NodeFacts,
+    config: models.DriverConfig,
+    domains: Mapping[names.ComputeDomainUID, models.ComputeDomain],
+    node_labels: Mapping[str, str],
+    now: float,
+) -> models.ClaimOutcome:
+    """Decide how to prepare `claim` on this node; never raises for a bad claim.
+
+    Idempotent: a claim already completed gets the same devices and no steps. On error no
+    checkpoint or CDI step is planned; only the driver-managed node label may be set, since
+    the IMEX daemon the claim waits for is scheduled by that label.
+    """
+    entry = checkpoint.entries.get(claim.uid)
+    if entry is not None and _is_reusable(entry):
+        return models.ClaimOutcome(steps=(), checkpoint=checkpoint, devices=entry.devices)
+    label_steps: tuple[models.PluginAction, ...] = ()
+    try:
+        _check_not_aborted(entry, now=now)
+        requests = _requests(claim, config=config)
+        domain = _domain(claim, requests=requests, domains=domains, config=config)
+        _check_mode_switch(claim, checkpoint=checkpoint, config=config, node=node)
+        channel_ids = _channel_ids(requests, domain=domain, config=config)
+        _check_channel_conflict(
+            claim, checkpoint=checkpoint, domain=domain, channel_ids=channel_ids
+        )
+        if any(r.is_channel for r in requests):
+            _check_clique(node, config=config)
+            label_steps = _node_label_steps(node, config=config, domain=domain, labels=node_labels)
+            _check_daemon_ready(node, config=config, domain=domain)
+    except (errors.PermanentError, errors.RetryableError) as err:
+        return models.ClaimOutcome(steps=label_steps, checkpoint=checkpoint, error=err)
+    validated = _Validated(requests=requests, domain=domain, channel_ids=channel_ids)
+    return _prepare_steps(
+        claim, validated=validated, checkpoint=checkpoint, node=node, config=config,
+        label_steps=label_steps, now=now,
+    )
+
+
+def _is_reusable(entry: models.CheckpointEntry) -> bool:
+    """A completed entry with the full kubelet answer (not one rebuilt from a CDI file)."""
+    return (
+        entry.state is models.ClaimState.PREPARE_COMPLETED
+        and bool(entry.devices)
+        and all(d.request_names and d.pool_name and d.device_name for d in entry.devices)
+    )
+
+
+def _check_not_aborted(entry: models.CheckpointEntry | None, *, now: float) -> None:
+    if (
+        entry is not None
+        and entry.state is models.ClaimState.PREPARE_ABORTED
+        and not checkpoints.is_expired_tombstone(entry, now=now)
+    ):
+        raise errors.PermanentError(
+            f"claim {entry.namespace}/{entry.name} was unprepared while its prepare was in "
+            "flight; recreate the claim (delete and recreate the pod that uses it)"
+        )
+
+
+def _requests(claim: models.ResourceClaim, *, config: models.DriverConfig) -> tuple[_Request, ...]:
+    ours = sorted(
+        (r for r in claim.results if r.driver == names.DRIVER_NAME),
+        key=lambda r: (r.request, r.pool, r.device),
+    )
+    if not claim.allocated or not ours:
+        raise errors.PermanentError(
+            f"claim {claim.namespace}/{claim.name} has no allocation for {names.DRIVER_NAME}; "
+            "the scheduler must allocate it first (is the claim from a ComputeDomain's "
+            "ResourceClaimTemplate?)"
+        )
+    counts: dict[str, int] = {}
+    for result in ours:
+        counts[result.request] = counts.get(result.request, 0) + 1
+    crowded = sorted(request for request, count in counts.items() if count > 1)
+    if crowded:
+        raise errors.PermanentError(
+            f"request(s) {', '.join(crowded)} of claim {claim.namespace}/{claim.name} were "
+            f"allocated more than one {names.DRIVER_NAME} device; a ComputeDomain request takes "
+            "exactly one device (use the ComputeDomain's ResourceClaimTemplate unchanged)"
+        )
+    requests = tuple(_request(claim, result, config=config) for result in ours)
+    domain_ids = sorted({r.config.domain_id for r in requests})
+    if len(domain_ids) > 1:
+        raise errors.PermanentError(
+            f"claim {claim.namespace}/{claim.name} refers to several ComputeDomains "
+            f"({', '.join(domain_ids)}); a claim may use one ComputeDomain only"
+        )
+    return requests
+
+
+def _request(
+    claim: models.ResourceClaim, result: models.DeviceResult, *, config: models.DriverConfig
+) -> _Request:
+    cfg = decoding.config_for_request(claim, request=result.request)
+    wants_channel = result.device.startswith(f"{names.DEVICE_TYPE_CHANNEL}-")
+    wants_daemon = result.device.startswith(f"{names.DEVICE_TYPE_DAEMON}-")
+    if not (wants_channel or wants_daemon):
+        raise errors.PermanentError(
+            f"request {result.request} was allocated device {result.device!r}, which "
+            f"{names.DRIVER_NAME} does not publish; delete the claim and let it be allocated again"
+        )
+    expected = names.KIND_CHANNEL_CONFIG if wants_channel else names.KIND_DAEMON_CONFIG
+    expected_type = models.ChannelConfig if wants_channel else models.DaemonConfig
+    if not isinstance(cfg, expected_type):
+        found = "none" if cfg is None else f"a {type(cfg).__name__}"
+        raise errors.PermanentError(
+            f"request {result.request} of claim {claim.namespace}/{claim.name} needs a "
+            f"{expected} opaque config for {names.DRIVER_NAME}, found {found}; use the "
+            "ResourceClaimTemplate that the ComputeDomain generates"
+        )
+    if isinstance(cfg, models.DaemonConfig) and config.host_managed:
+        raise errors.PermanentError(
+            f"claim {claim.namespace}/{claim.name} requests an IMEX daemon device, but the "
+            "driver runs in host-managed IMEX mode: the host runs nvidia-imex and the driver "
+            "runs no daemons; remove the daemon request (ComputeDomainDaemonConfig)"
+        )
+    if isinstance(cfg, models.ChannelConfig):
+        _check_allocation_mode(cfg.allocation_mode, config=config)
+    return _Request(result=result, config=cfg)
+
+
+def _check_allocation_mode(mode: str, *, config: models.DriverConfig) -> None:
+    if config.host_managed and mode not in _SINGLE_MODES:
+        raise errors.PermanentError(
+            f"allocationMode {mode!r} is not supported in host-managed IMEX mode: host-managed "
+            "IMEX gives every workload channel 0 only; set spec.channel.allocationMode: Single "
+            "(or leave it out) in the ComputeDomain"
+        )
+    if mode not in _DRIVER_MANAGED_MODES:
+        raise errors.PermanentError(
+            f"unknown allocationMode {mode!r} in ComputeDomainChannelConfig: use Single or All"
+        )
+
+
+def _domain(
+    claim: models.ResourceClaim,
+    *,
+    requests: Sequence[_Request],
+    domains: Mapping[names.ComputeDomainUID, models.ComputeDomain],
+    config: models.DriverConfig,
+) -> models.ComputeDomain:
+    domain_id = names.ComputeDomainUID(requests[0].config.domain_id)
+    domain = domains.get(domain_id)
+    workload = any(r.is_channel for r in requests)
+    # Daemon claims live in the driver namespace; workload claims beside their ComputeDomain.
+    namespace = claim.namespace if workload else config.namespace
+    if domain is None or (workload and domain.meta.namespace != namespace):
+        where = "" if domain is None else f" (it is in namespace {domain.meta.namespace})"
+        raise errors.PermanentError(
+            f"ComputeDomain {domain_id} does not exist in namespace {claim.namespace}{where}; "
+            "a claim can only use a ComputeDomain of its own namespace: create the pod in the "
+            "ComputeDomain's namespace from its ResourceClaimTemplate"
+        )
+    if not workload and claim.namespace != config.namespace:
+        raise errors.PermanentError(
+            f"IMEX daemon claim {claim.namespace}/{claim.name} is not in the driver namespace "
+            f"{config.namespace}; only the driver's own daemon pods may request daemon devices"
+        )
+    if workload and domain.meta.deleting:
+        raise errors.PermanentError(
+            f"ComputeDomain {domain.meta.namespace}/{domain.meta.name} ({domain_id}) is being "
+            "deleted; create a new ComputeDomain for new workloads"
+        )
+    return domain
+
+
+def _check_mode_switch(
+    claim: models.ResourceClaim,
+    *,
+    checkpoint: models.Checkpoint,
+    config: models.DriverConfig,
+    node: models.NodeFacts,
+) -> None:
+    stale = sorted(
+        f"{e.namespace}/{e.name} ({e.mode.value}/{e.isolation.value})"
+        for uid, e in checkpoint.entries.items()
+        if uid != claim.uid
+        and e.state in _HOLDING_STATES
+        and (e.mode, e.isolation) != (config.mode, config.isolation)
+    )
+    if stale:
+        raise errors.PermanentError(
+            f"node {node.node_name} still holds claims prepared under another IMEX mode "
+            f"({', '.join(stale)}) while the driver now runs {config.mode.value}/"
+            f"{config.isolation.value}; to switch modes: cordon the node (kubectl cordon "
+            f"{node.node_name}), drain it (kubectl drain {node.node_name} --ignore-daemonsets), "
+            "wait until the old claims are unprepared, then uncordon it and recreate this pod"
+        )
+
+
+def _channel_ids(
+    requests: Sequence[_Request], *, domain: models.ComputeDomain, config: models.DriverConfig
+) -> tuple[int, ...]:
+    channel_configs = [r.config for r in requests if isinstance(r.config, models.ChannelConfig)]
+    if not channel_configs:
+        return ()
+    if config.host_managed and config.isolation is models.Isolation.CHANNEL:
+        return (_assigned_channel(domain),)
+    if any(c.allocation_mode == models.AllocationMode.ALL.value for c in channel_configs):
+        return tuple(range(names.MAX_CHANNEL_ID + 1))
+    return (0,)
+
+
+def _assigned_channel(domain: models.ComputeDomain) -> int:
+    raw = domain.meta.annotations.get(names.CHANNEL_ID_ANNOTATION)
+    if raw is None:
+        raise errors.RetryableError(
+            f"waiting for the controller to assign an IMEX channel to ComputeDomain "
+            f"{domain.meta.namespace}/{domain.meta.name} ({names.CHANNEL_ID_ANNOTATION})"
+        )
+    if not (raw.isascii() and raw.isdigit() and int(raw) <= names.MAX_CHANNEL_ID):
+        raise errors.PermanentError(
+            f"ComputeDomain {domain.meta.namespace}/{domain.meta.name} has an invalid "
+            f"{names.CHANNEL_ID_ANNOTATION} {raw!r} (expected 0..{names.MAX_CHANNEL_ID}); "
+            "check the controller's logs"
+        )
+    return int(raw)
+
+
+def _check_channel_conflict(
+    claim: models.ResourceClaim,
+    *,
+    checkpoint: models.Checkpoint,
+    domain: models.ComputeDomain,
+    channel_ids: tuple[int, ...],
+) -> None:
+    wanted = set(channel_ids)
+    for uid, entry in sorted(checkpoint.entries.items()):
+        if uid == claim.uid or entry.state not in _HOLDING_STATES or entry.domain_id == domain.uid:
+            continue
+        shared = sorted(wanted.intersection(entry.channel_ids))
+        if shared:
+            holder = f"{entry.namespace}/{entry.name}" if entry.name else f"claim {uid}"
+            other = entry.domain_id or "unknown (recovered from its CDI spec)"
+            raise errors.RetryableError(
+                f"IMEX channel {shared[0]} on this node is held by {holder} of another "
+                f"ComputeDomain ({other}); waiting until that claim is unprepared"
+            )
+
+
+def _check_clique(node: models.NodeFacts, *, config: models.DriverConfig) -> None:
+    if config.host_managed and not node.clique_id:
+        raise errors.PermanentError(
+            f"node {node.node_name} has no NVLink clique: it is not part of an NVLink fabric "
+            "(NVML reports no fabric for its GPUs), so host-managed IMEX cannot connect it to "
+            "other nodes; schedule the pod onto an MNNVL node (e.g. GB200 NVL72), or check that "
+            "the fabric manager and the host's nvidia-imex service are running"
+        )
+
+
+def _node_label_steps(
+    node: models.NodeFacts,
+    *,
+    config: models.DriverConfig,
+    domain: models.ComputeDomain,
+    labels: Mapping[str, str],
+) -> tuple[models.PluginAction, ...]:
+    if config.host_managed:
+        return ()
+    label = labels.get(names.COMPUTE_DOMAIN_LABEL)
+    if label is None:
+        return (
+            models.PatchObject(
+                kind="Node",
+                namespace="",
+                name=node.node_name,
+                patch={"metadata": {"labels": {names.COMPUTE_DOMAIN_LABEL: domain.uid}}},
+            ),
+        )
+    if label != domain.uid:
+        raise errors.RetryableError(
+            f"node {node.node_name} is labelled for ComputeDomain {label} "
+            f"({names.COMPUTE_DOMAIN_LABEL}); a node serves one ComputeDomain at a time in "
+            "driver-managed mode: waiting until that ComputeDomain's workloads leave the node"
+        )
+    return ()
+
+
+def _check_daemon_ready(
+    node: models.NodeFacts, *, config: models.DriverConfig, domain: models.ComputeDomain
+) -> None:
+    if config.host_managed:
+        return
+    nodes = domain.status.nodes if domain.status is not None else ()
+    if not any(n.name == node.node_name and n.status is models.DomainStatus.READY for n in nodes):
+        raise errors.RetryableError(
+            f"waiting for the IMEX daemon of ComputeDomain {domain.meta.namespace}/"
+            f"{domain.meta.name} on node {node.node_name} to become ready"
+        )
+
+
+def _prepare_steps(
+    claim: models.ResourceClaim,
+    *,
+    validated: _Validated,
+    checkpoint: models.Checkpoint,
+    node: models.NodeFacts,
+    config: models.DriverConfig,
+    label_steps: tuple[models.PluginAction, ...],
+    now: float,
+) -> models.ClaimOutcome:
+    devices = tuple(_prepared_device(claim, r, validated=validated) for r in validated.requests)
+    started = models.CheckpointEntry(
+        claim_uid=claim.uid,
+        namespace=claim.namespace,
+        name=claim.name,
+        state=models.ClaimState.PREPARE_STARTED,
+        mode=config.mode,
+        isolation=config.isolation,
+        domain_id=validated.domain.uid,
+        channel_ids=validated.channel_ids,
+        updated_at=now,
+    )
+    completed = dataclasses.replace(
+        started, state=models.ClaimState.PREPARE_COMPLETED, devices=devices
+    )
+    base = dataclasses.replace(
+        checkpoints.expire_tombstones(checkpoint, now=now),
+        mode=config.mode,
+        isolation=config.isolation,
+    )
+    cp_started = _with_entry(base, started)
+    cp_completed = _with_entry(base, completed)
+    spec = _cdi_spec(claim, validated=validated, major=node.channel_major)
+    steps = (
+        *label_steps,
+        models.WriteCheckpoint(checkpoint=cp_started),
+        models.WriteCDISpec(claim_uid=claim.uid, spec=spec),
+        models.WriteCheckpoint(checkpoint=cp_completed),
+    )
+    return models.ClaimOutcome(steps=steps, checkpoint=cp_completed, devices=devices)
+
+
+def _prepared_device(
+    claim: models.ResourceClaim, request: _Request, *, validated: _Validated
+) -> models.PreparedDevice:
+    if request.is_channel:
+        ids = tuple(cdi.qualified_device_id(claim.uid, c) for c in validated.channel_ids)
+    else:
+        ids = (cdi.qualified_daemon_id(claim.uid),)
+    return models.PreparedDevice(
+        request_names=(request.result.request,),
+        pool_name=request.result.pool,
+        device_name=request.result.device,
+        cdi_device_ids=ids,
+    )
+
+
+def _cdi_spec(
+    claim: models.ResourceClaim, *, validated: _Validated, major: int
+) -> models.JSONObject:
+    devices = cdi.channel_devices(
+        claim_uid=claim.uid, channel_ids=validated.channel_ids, major=major
+    )
+    if any(not r.is_channel for r in validated.requests):
+        devices += cdi.daemon_devices(claim_uid=claim.uid, domain_id=validated.domain.uid)
+    return cdi.spec_with_devices(devices)
+
+
+def _with_entry(cp: models.Checkpoint, entry: models.CheckpointEntry) -> models.Checkpoint:
+    return dataclasses.replace(cp, entries={**cp.entries, entry.claim_uid: entry})
+
+
+# ---------------------------------------------------------------- unprepare
+
+
+def plan_unprepare(
+    ref: models.ClaimRef, *, checkpoint: models.Checkpoint, now: float
+) -> models.ClaimOutcome:
+    """Undo what the claim's checkpoint entry says was done, whatever the current mode.
+
+    Unknown claims (and tombstones) succeed with no steps. A completed entry is dropped; a
+    started one becomes a PrepareAborted tombstone so a late retry of its prepare fails
+    instead of resurrecting it.
+    """
+    entry = checkpoint.entries.get(ref.uid)
+    if entry is None or entry.state is models.ClaimState.PREPARE_ABORTED:
+        return models.ClaimOutcome(steps=(), checkpoint=checkpoint)
+    remaining = {uid: e for uid, e in checkpoint.entries.items() if uid != ref.uid}
+    if entry.state is models.ClaimState.PREPARE_STARTED:
+        remaining[ref.uid] = dataclasses.replace(
+            entry, state=models.ClaimState.PREPARE_ABORTED, devices=(), updated_at=now
+        )
+    after = dataclasses.replace(checkpoint, entries=remaining)
+    steps = (
+        models.DeleteCDISpec(claim_uid=ref.uid),
+        models.WriteCheckpoint(checkpoint=after),
+    )
+    return models.ClaimOutcome(steps=steps, checkpoint=after)

@@ -1,0 +1,142 @@
+"""What the kubelet plugin publishes: the node's ResourceSlices (`resource.k8s.io/v1`).
+
+The scheduler only sees devices through these slices, and the DeviceClass CEL selectors match
+on their attributes, so names and attribute shapes here are wire contract (DESIGN §3). The sync
+planner turns desired vs existing slices into cluster actions; applying them and planning again
+yields no actions.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from core import models, names
+
+_SLICE_KIND = "ResourceSlice"
+# Kubernetes object names are DNS subdomains: at most 253 characters.
+_MAX_NAME_LENGTH = 253
+
+
+def plan_slice_devices(config: models.DriverConfig) -> tuple[models.JSONObject, ...]:
+    """Devices this node publishes: `channel-0`, plus `daemon-0` when the driver runs IMEX daemons.
+
+    In v1 an attribute key without a domain is qualified by the driver name, so the DeviceClass
+    selector `device.attributes['compute-domain.nvidia.com'].type` sees the plain `type` below.
+    """
+    devices = [_device(names.DEVICE_TYPE_CHANNEL, names.channel_device_name(0))]
+    if not config.host_managed:
+        devices.append(_device(names.DEVICE_TYPE_DAEMON, names.daemon_device_name(0)))
+    return tuple(devices)
+
+
+def _device(device_type: str, name: str) -> models.JSONObject:
+    return {"name": name, "attributes": {"type": {"string": device_type}, "id": {"int": 0}}}
+
+
+def slice_name(*, node_name: str, driver: str, index: int) -> str:
+    """Deterministic ResourceSlice name `<node>-<driver>-<index>`, shortened to a valid length.
+
+    An over-long node name is cut and suffixed with a hash of the full name, so two nodes that
+    share a long prefix still get distinct slice names.
+    """
+    name = f"{node_name}-{driver}-{index}"
+    if len(name) <= _MAX_NAME_LENGTH:
+        return name
+    digest = hashlib.sha256(node_name.encode()).hexdigest()[:10]
+    tail = f"-{digest}-{driver}-{index}"
+    return node_name[: _MAX_NAME_LENGTH - len(tail)].rstrip("-.") + tail
+
+
+def build_resource_slices(
+    *,
+    node_name: str,
+    driver: str,
+    devices: Sequence[Mapping[str, Any]],
+    generation: int,
+) -> tuple[models.JSONObject, ...]:
+    """The node's pool as ResourceSlice objects: pool name = node name, ≤128 devices per slice.
+
+    A node with no devices still publishes one empty slice, so the pool (and its generation)
+    stays visible to the scheduler.
+    """
+    chunks = [
+        list(devices[i : i + names.MAX_DEVICES_PER_SLICE])
+        for i in range(0, len(devices), names.MAX_DEVICES_PER_SLICE)
+    ] or [[]]
+    return tuple(
+        {
+            "apiVersion": names.DRA_GROUP_VERSION,
+            "kind": _SLICE_KIND,
+            "metadata": {"name": slice_name(node_name=node_name, driver=driver, index=index)},
+            "spec": {
+                "driver": driver,
+                "nodeName": node_name,
+                "pool": {
+                    "name": node_name,
+                    "generation": generation,
+                    "resourceSliceCount": len(chunks),
+                },
+                "devices": [dict(device) for device in chunk],
+            },
+        }
+        for index, chunk in enumerate(chunks)
+    )
+
+
+def plan_slice_sync(
+    *,
+    desired: Sequence[Mapping[str, Any]],
+    existing: Sequence[Mapping[str, Any]],
+) -> tuple[models.ClusterAction, ...]:
+    """Create, patch and delete actions that make `existing` (this driver's slices) `desired`.
+
+    Slices are matched by name. A slice whose spec already holds every desired field is left
+    alone (the API server may add defaults). Output: creates, then patches, then deletes, each
+    sorted by name; empty when the two already agree.
+    """
+    existing_by_name = {_name(obj): obj for obj in existing}
+    desired_by_name = {_name(obj): obj for obj in desired}
+    creates: list[models.ClusterAction] = []
+    patches: list[models.ClusterAction] = []
+    for name in sorted(desired_by_name):
+        want = desired_by_name[name]
+        have = existing_by_name.get(name)
+        if have is None:
+            creates.append(models.CreateObject(kind=_SLICE_KIND, obj=want))
+        elif not _contains(have.get("spec", {}), want.get("spec", {})):
+            patches.append(
+                models.PatchObject(
+                    kind=_SLICE_KIND,
+                    namespace="",
+                    name=name,
+                    patch={"spec": want.get("spec", {})},
+                    resource_version=str(have.get("metadata", {}).get("resourceVersion", "")),
+                )
+            )
+    deletes: list[models.ClusterAction] = [
+        models.DeleteObject(kind=_SLICE_KIND, namespace="", name=name)
+        for name in sorted(existing_by_name)
+        if name not in desired_by_name
+    ]
+    return (*creates, *patches, *deletes)
+
+
+def _name(obj: Mapping[str, Any]) -> str:
+    return str(obj.get("metadata", {}).get("name", ""))
+
+
+def _contains(have: Any, want: Any) -> bool:
+    """Whether `have` holds everything in `want`; lists must match element for element."""
+    if isinstance(want, Mapping):
+        return isinstance(have, Mapping) and all(
+            key in have and _contains(have[key], value) for key, value in want.items()
+        )
+    if isinstance(want, list | tuple):
+        return (
+            isinstance(have, list | tuple)
+            and len(have) == len(want)
+            and all(_contains(h, w) for h, w in zip(have, want, strict=True))
+        )
+    return bool(type(have) is type(want) and have == want)

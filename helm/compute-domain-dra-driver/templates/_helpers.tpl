@@ -1,0 +1,194 @@
+{{/*
+Shared names, labels, images, and the IMEX mode / isolation / feature gate logic.
+The validation here mirrors core/modes.py and core/gates.py word for word: an invalid
+combination fails `helm install` with the same message the apps would log at startup.
+*/}}
+
+{{- define "cdd.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "cdd.fullname" -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- $name := default .Chart.Name .Values.nameOverride -}}
+{{- if contains $name .Release.Name -}}
+{{- .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "cdd.namespace" -}}
+{{- .Release.Namespace -}}
+{{- end -}}
+
+{{- define "cdd.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "cdd.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "cdd.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+
+{{- define "cdd.labels" -}}
+helm.sh/chart: {{ include "cdd.chart" . }}
+{{ include "cdd.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- end -}}
+
+{{/* Object names, one per component. */}}
+{{- define "cdd.controllerName" -}}{{ include "cdd.fullname" . | trunc 52 | trimSuffix "-" }}-controller{{- end -}}
+{{- define "cdd.kubeletPluginName" -}}{{ include "cdd.fullname" . | trunc 48 | trimSuffix "-" }}-kubelet-plugin{{- end -}}
+{{- define "cdd.daemonName" -}}{{ include "cdd.fullname" . | trunc 56 | trimSuffix "-" }}-daemon{{- end -}}
+{{- define "cdd.webhookName" -}}{{ include "cdd.fullname" . | trunc 55 | trimSuffix "-" }}-webhook{{- end -}}
+{{- define "cdd.preflightName" -}}{{ include "cdd.fullname" . | trunc 53 | trimSuffix "-" }}-preflight{{- end -}}
+
+{{/*
+Image of a component: call with (dict "root" $ "image" .Values.<component>.image).
+Empty fields fall back to the global `image`, the tag finally to the chart's appVersion.
+*/}}
+{{- define "cdd.image" -}}
+{{- $root := .root -}}
+{{- $img := .image | default dict -}}
+{{- $repo := $img.repository | default $root.Values.image.repository -}}
+{{- $tag := $img.tag | default $root.Values.image.tag | default $root.Chart.AppVersion -}}
+{{- printf "%s:%s" $repo $tag -}}
+{{- end -}}
+
+{{- define "cdd.imagePullPolicy" -}}
+{{- $img := .image | default dict -}}
+{{- $img.pullPolicy | default .root.Values.image.pullPolicy -}}
+{{- end -}}
+
+{{/* ------------------------------------------------------------ IMEX mode and isolation */}}
+
+{{- define "cdd.mode" -}}
+{{- .Values.resources.computeDomains.imex.mode | default "driverManaged" -}}
+{{- end -}}
+
+{{/* "true" in host-managed mode, empty otherwise (usable in `if`). */}}
+{{- define "cdd.hostManaged" -}}
+{{- if eq (include "cdd.mode" .) "hostManaged" -}}true{{- end -}}
+{{- end -}}
+
+{{/* The isolation the apps run with: empty means the mode's default (domain for driverManaged). */}}
+{{- define "cdd.isolation" -}}
+{{- $iso := .Values.resources.computeDomains.imex.isolation | default "" -}}
+{{- if and (eq (include "cdd.mode" .) "driverManaged") (eq $iso "") -}}domain{{- else -}}{{ $iso }}{{- end -}}
+{{- end -}}
+
+{{/* ------------------------------------------------------------ feature gates */}}
+
+{{/*
+Gates the user set, as JSON {name: bool}. A gate is on only when its value prints as "true", so
+`--set-string featureGates.X=false` (the string "false") stays off. The upstream alias
+HostManagedIMEXDaemon becomes HostManagedIMEX; when both are set, HostManagedIMEX wins.
+*/}}
+{{- define "cdd.explicitGates" -}}
+{{- $gates := .Values.featureGates | default dict -}}
+{{- $out := dict -}}
+{{- range $name, $value := $gates -}}
+{{- $on := eq (toString $value) "true" -}}
+{{- if eq $name "HostManagedIMEXDaemon" -}}
+{{- if not (hasKey $gates "HostManagedIMEX") -}}{{- $_ := set $out "HostManagedIMEX" $on -}}{{- end -}}
+{{- else -}}
+{{- $_ := set $out $name $on -}}
+{{- end -}}
+{{- end -}}
+{{- toJson $out -}}
+{{- end -}}
+
+{{/* Every known gate with its effective value (upstream defaults, then user values, then the hostManaged overrides). */}}
+{{- define "cdd.effectiveGates" -}}
+{{- $g := dict "ComputeDomainCliques" true "CrashOnNVLinkFabricErrors" true "HostManagedIMEX" false "IMEXDaemonsWithDNSNames" true -}}
+{{- range $name, $on := (include "cdd.explicitGates" . | fromJson) -}}
+{{- $_ := set $g $name $on -}}
+{{- end -}}
+{{- if include "cdd.hostManaged" . -}}
+{{- $_ := set $g "IMEXDaemonsWithDNSNames" false -}}
+{{- $_ := set $g "ComputeDomainCliques" false -}}
+{{- end -}}
+{{- toJson $g -}}
+{{- end -}}
+
+{{/* FEATURE_GATES for the apps: only the gates the user set, sorted, "A=true,B=false". */}}
+{{- define "cdd.featureGatesEnv" -}}
+{{- $pairs := list -}}
+{{- range $name, $on := (include "cdd.explicitGates" . | fromJson) -}}
+{{- $pairs = append $pairs (printf "%s=%t" $name $on) -}}
+{{- end -}}
+{{- join "," $pairs -}}
+{{- end -}}
+
+{{/*
+Fail rendering on any invalid mode / isolation / gate combination, in the order
+core.modes.resolve_driver_config checks: gates, mode, HostManagedIMEX gate, gate
+dependencies (after the hostManaged overrides), isolation.
+Every message is the apps' ConfigError text.
+*/}}
+{{- define "cdd.validate" -}}
+{{- $known := list "ComputeDomainCliques" "CrashOnNVLinkFabricErrors" "HostManagedIMEX" "HostManagedIMEXDaemon" "IMEXDaemonsWithDNSNames" -}}
+{{- range $name, $_ := (.Values.featureGates | default dict) -}}
+{{- if not (has $name $known) -}}
+{{- fail (printf "unknown feature gate '%s': known gates are ComputeDomainCliques, CrashOnNVLinkFabricErrors, HostManagedIMEX, IMEXDaemonsWithDNSNames" $name) -}}
+{{- end -}}
+{{- end -}}
+{{- $mode := include "cdd.mode" . -}}
+{{- if not (has $mode (list "driverManaged" "hostManaged")) -}}
+{{- fail (printf "unknown IMEX mode '%s': use driverManaged or hostManaged" $mode) -}}
+{{- end -}}
+{{- $explicit := include "cdd.explicitGates" . | fromJson -}}
+{{- if and (eq $mode "hostManaged") (not $explicit.HostManagedIMEX) -}}
+{{- fail "IMEX mode hostManaged requires feature gate HostManagedIMEX=true: set featureGates.HostManagedIMEX=true (Helm) or FEATURE_GATES=HostManagedIMEX=true, or use mode driverManaged" -}}
+{{- end -}}
+{{- $g := include "cdd.effectiveGates" . | fromJson -}}
+{{- if and $g.ComputeDomainCliques (not $g.IMEXDaemonsWithDNSNames) -}}
+{{- fail "feature gate ComputeDomainCliques=true requires IMEXDaemonsWithDNSNames=true" -}}
+{{- end -}}
+{{- $iso := .Values.resources.computeDomains.imex.isolation | default "" -}}
+{{- if not (has $iso (list "" "domain" "channel" "none")) -}}
+{{- fail (printf "unknown IMEX isolation '%s': use domain, channel or none" $iso) -}}
+{{- end -}}
+{{- if eq $mode "driverManaged" -}}
+{{- if has $iso (list "none" "channel") -}}
+{{- fail (printf "isolation '%s' is only valid with mode hostManaged: with mode driverManaged leave isolation empty or set it to 'domain'" $iso) -}}
+{{- end -}}
+{{- else -}}
+{{- if eq $iso "" -}}
+{{- fail "IMEX mode hostManaged needs an explicit isolation: set isolation to 'none' (all ComputeDomains share host channel 0, no isolation between them)" -}}
+{{- end -}}
+{{- if eq $iso "domain" -}}
+{{- fail "isolation 'domain' needs driver-managed IMEX daemons (one IMEX domain per ComputeDomain) and is invalid with mode hostManaged: set isolation to 'none' (all ComputeDomains share host channel 0) or 'channel' (one channel per ComputeDomain)" -}}
+{{- end -}}
+{{- if eq $iso "channel" -}}
+{{- fail "isolation 'channel' (one IMEX channel per ComputeDomain) is not available in this release: set isolation to 'none'" -}}
+{{- end -}}
+{{- end -}}
+{{- if not .Values.resources.computeDomains.enabled -}}
+{{- fail "resources.computeDomains.enabled=false leaves nothing to install: this chart ships only the ComputeDomain driver" -}}
+{{- end -}}
+{{- if and .Values.webhook.enabled (not .Values.webhook.tls.secretName) -}}
+{{- fail "webhook.enabled=true needs webhook.tls.secretName: the name of a kubernetes.io/tls Secret holding the webhook's serving certificate" -}}
+{{- end -}}
+{{- end -}}
+
+{{/* Env shared by the controller and the kubelet plugin. */}}
+{{- define "cdd.commonEnv" -}}
+- name: NAMESPACE
+  valueFrom:
+    fieldRef:
+      fieldPath: metadata.namespace
+- name: FEATURE_GATES
+  value: {{ include "cdd.featureGatesEnv" . | quote }}
+- name: IMEX_MODE
+  value: {{ include "cdd.mode" . | quote }}
+- name: IMEX_ISOLATION
+  value: {{ include "cdd.isolation" . | quote }}
+- name: LOG_VERBOSITY
+  value: {{ .Values.logVerbosity | toString | quote }}
+{{- end -}}

@@ -1,0 +1,103 @@
+"""Mode-switch safety in the controller (DESIGN §6): a CD admitted under another IMEX mode or
+isolation is left untouched, reported once, and can still be deleted."""
+
+from __future__ import annotations
+
+import controller_fake_state as fake
+
+from core import controlling, models, names
+
+CD = "ComputeDomain"
+DS = "DaemonSet"
+RCT = "ResourceClaimTemplate"
+
+
+def _cd_admitted_by_driver_managed(state: fake.FakeState) -> models.ComputeDomain:
+    state.create(CD, fake.compute_domain_json(name="cd", namespace="team"))
+    state.converge([("team", "cd")], config=fake.driver_config())
+    cd = state.compute_domain("team", "cd")
+    assert cd is not None
+    assert cd.meta.annotations[names.ADMITTED_MODE_ANNOTATION] == "driverManaged"
+    assert cd.meta.annotations[names.ADMITTED_ISOLATION_ANNOTATION] == "domain"
+    return cd
+
+
+def test_mode_mismatch_cd_is_untouched_and_reported_once() -> None:
+    state = fake.FakeState()
+    cd = _cd_admitted_by_driver_managed(state)
+    before = {k: v for k, v in state.objects.items() if k[0] != CD}
+    host = fake.host_config()
+
+    actions = state.plan("team", "cd", config=host)
+
+    assert len(actions) == 2
+    event, mark = actions
+    assert isinstance(event, models.EmitEvent)
+    assert event.reason == "IMEXModeMismatch"
+    assert event.involved.uid == cd.uid and event.involved.kind == CD
+    assert "driverManaged/domain" in event.message
+    assert "hostManaged/none" in event.message
+    assert "Delete and recreate" in event.message
+    assert mark == models.PatchObject(
+        kind=CD,
+        namespace="team",
+        name="cd",
+        patch={"metadata": {"annotations": {
+            controlling.MODE_MISMATCH_REPORTED_ANNOTATION: "hostManaged/none"
+        }}},
+        resource_version=cd.meta.resource_version,
+    )
+    state.apply_all(actions)
+    assert state.plan("team", "cd", config=host) == ()
+    assert len(state.events) == 1
+    assert {k: v for k, v in state.objects.items() if k[0] != CD} == before
+
+
+def test_isolation_change_alone_is_a_mode_mismatch() -> None:
+    state = fake.FakeState()
+    state.create(CD, fake.compute_domain_json(name="cd", namespace="team"))
+    state.converge([("team", "cd")], config=fake.host_config())
+    channel = fake.host_config()
+    channel = models.DriverConfig(
+        mode=channel.mode, isolation=models.Isolation.CHANNEL, gates=channel.gates,
+        namespace=channel.namespace,
+    )
+    actions = state.plan("team", "cd", config=channel)
+    assert [type(a).__name__ for a in actions] == ["EmitEvent", "PatchObject"]
+
+
+def test_switching_back_to_the_admitting_mode_clears_the_report() -> None:
+    state = fake.FakeState()
+    _cd_admitted_by_driver_managed(state)
+    state.apply_all(state.plan("team", "cd", config=fake.host_config()))
+
+    actions = state.plan("team", "cd", config=fake.driver_config())
+
+    assert len(actions) == 1
+    assert actions[0].patch == {  # type: ignore[union-attr]
+        "metadata": {"annotations": {controlling.MODE_MISMATCH_REPORTED_ANNOTATION: None}}
+    }
+    state.apply_all(actions)
+    assert state.plan("team", "cd", config=fake.driver_config()) == ()
+
+
+def test_deleting_a_mismatched_cd_undoes_what_its_admitting_mode_created() -> None:
+    state = fake.FakeState()
+    cd = _cd_admitted_by_driver_managed(state)
+    state.add_node("n1", cd_uid=cd.uid)
+    state.delete(CD, "team", "cd")
+
+    state.converge([("team", "cd")], config=fake.host_config())
+
+    assert state.get(CD, "team", "cd") is None
+    assert [k[0] for k in state.objects] == ["Node"]
+    assert state.events == []
+
+
+def test_a_cd_never_admitted_is_admitted_under_the_current_mode() -> None:
+    state = fake.FakeState()
+    state.create(CD, fake.compute_domain_json(name="cd", namespace="team"))
+    cd = state.compute_domain("team", "cd")
+    assert cd is not None
+    assert not controlling.is_mode_mismatch(cd, config=fake.host_config())
+    assert not controlling.is_mode_mismatch(cd, config=fake.driver_config())

@@ -1,0 +1,133 @@
+"""The core action executor and the ResourceSlice publisher, against the fake cluster port."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import kube_fake_cluster
+import pytest
+
+from adapters.kube import slices
+from core import errors, executing, models, names
+
+DRIVER = names.DRIVER_NAME
+
+
+def _device(index: int) -> dict[str, Any]:
+    return {
+        "name": names.channel_device_name(index),
+        "attributes": {"type": {"string": "channel"}, "id": {"int": index}},
+    }
+
+
+def test_executor_applies_actions_in_order() -> None:
+    cluster = kube_fake_cluster.FakeCluster()
+    ref = models.ObjectRef(kind="ComputeDomain", name="cd", namespace="ns")
+    executing.execute_cluster_actions(
+        cluster,
+        (
+            models.CreateObject(kind="Lease", obj={"metadata": {"name": "x", "namespace": "ns"}}),
+            models.PatchObject(kind="Lease", namespace="ns", name="x", patch={"spec": {"a": 1}}),
+            models.EmitEvent(involved=ref, reason="Created", message="m", warning=False),
+            models.DeleteObject(kind="Lease", namespace="ns", name="x"),
+        ),
+    )
+    assert cluster.calls == ["create Lease", "patch Lease x", "delete Lease x"]
+    assert cluster.events == [{"involved": ref, "reason": "Created", "message": "m", "warning": False}]
+    assert cluster.objects == {}
+
+
+def test_executor_is_idempotent_for_create_and_delete() -> None:
+    cluster = kube_fake_cluster.FakeCluster()
+    actions = (
+        models.CreateObject(kind="Lease", obj={"metadata": {"name": "x", "namespace": "ns"}}),
+        models.DeleteObject(kind="Lease", namespace="ns", name="gone"),
+    )
+    executing.execute_cluster_actions(cluster, actions)
+    executing.execute_cluster_actions(cluster, actions)
+    assert list(cluster.objects) == [("Lease", "ns", "x")]
+
+
+def test_executor_propagates_conflicts_and_stops() -> None:
+    cluster = kube_fake_cluster.FakeCluster()
+    cluster.create("Lease", {"metadata": {"name": "x", "namespace": "ns"}})
+    with pytest.raises(errors.ConflictError):
+        executing.execute_cluster_actions(
+            cluster,
+            (
+                models.PatchObject(
+                    kind="Lease", namespace="ns", name="x", patch={}, resource_version="1"
+                ),
+                models.DeleteObject(kind="Lease", namespace="ns", name="x"),
+            ),
+        )
+    assert ("Lease", "ns", "x") in cluster.objects
+
+
+def test_executor_propagates_patch_of_missing_object() -> None:
+    with pytest.raises(errors.NotFoundError):
+        executing.execute_cluster_actions(
+            kube_fake_cluster.FakeCluster(),
+            (models.PatchObject(kind="Lease", namespace="ns", name="x", patch={}),),
+        )
+
+
+def _pool(cluster: kube_fake_cluster.FakeCluster, node: str) -> list[dict[str, Any]]:
+    return [
+        obj
+        for (kind, _, _), obj in sorted(cluster.objects.items())
+        if kind == "ResourceSlice" and obj["spec"]["nodeName"] == node
+    ]
+
+
+def test_publisher_creates_the_pool_at_generation_one() -> None:
+    cluster = kube_fake_cluster.FakeCluster()
+    slices.SlicePublisher(cluster, driver=DRIVER, node_name="node-1").publish([_device(0)])
+    (only,) = _pool(cluster, "node-1")
+    assert only["spec"]["pool"] == {"name": "node-1", "generation": 1, "resourceSliceCount": 1}
+    assert only["spec"]["devices"] == [_device(0)]
+
+
+def test_publisher_is_a_no_op_when_content_is_unchanged() -> None:
+    cluster = kube_fake_cluster.FakeCluster()
+    publisher = slices.SlicePublisher(cluster, driver=DRIVER, node_name="node-1")
+    publisher.publish([_device(0)])
+    writes = [c for c in cluster.calls if not c.startswith(("get", "list"))]
+    publisher.publish([_device(0)])
+    assert [c for c in cluster.calls if not c.startswith(("get", "list"))] == writes
+    assert _pool(cluster, "node-1")[0]["spec"]["pool"]["generation"] == 1
+
+
+def test_publisher_bumps_generation_when_content_changes_and_splits_at_128() -> None:
+    cluster = kube_fake_cluster.FakeCluster()
+    publisher = slices.SlicePublisher(cluster, driver=DRIVER, node_name="node-1")
+    publisher.publish([_device(0)])
+    publisher.publish([_device(i) for i in range(130)])
+    pool = _pool(cluster, "node-1")
+    assert [len(s["spec"]["devices"]) for s in pool] == [128, 2]
+    assert {s["spec"]["pool"]["generation"] for s in pool} == {2}
+    assert {s["spec"]["pool"]["resourceSliceCount"] for s in pool} == {2}
+    publisher.publish([_device(0)])
+    pool = _pool(cluster, "node-1")
+    assert len(pool) == 1
+    assert pool[0]["spec"]["pool"]["generation"] == 3
+
+
+def test_publisher_leaves_other_nodes_and_drivers_alone() -> None:
+    cluster = kube_fake_cluster.FakeCluster()
+    slices.SlicePublisher(cluster, driver=DRIVER, node_name="node-2").publish([_device(0)])
+    slices.SlicePublisher(cluster, driver="gpu.nvidia.com", node_name="node-1").publish(
+        [_device(0)]
+    )
+    slices.SlicePublisher(cluster, driver=DRIVER, node_name="node-1").publish([_device(1)])
+    assert len([k for k in cluster.objects if k[0] == "ResourceSlice"]) == 3
+    assert _pool(cluster, "node-2")[0]["spec"]["devices"] == [_device(0)]
+
+
+def test_publisher_retries_after_a_conflict() -> None:
+    cluster = kube_fake_cluster.FakeCluster()
+    publisher = slices.SlicePublisher(cluster, driver=DRIVER, node_name="node-1")
+    publisher.publish([_device(0)])
+    cluster.conflicts_to_inject = 1
+    publisher.publish([_device(0), _device(1)])
+    assert len(_pool(cluster, "node-1")[0]["spec"]["devices"]) == 2

@@ -1,0 +1,108 @@
+"""ResourceSlice devices per IMEX mode, slice building and the slice sync planner."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import plugin_factories as f
+
+from core import models, names, slices
+
+
+def _names(devices: tuple[dict[str, Any], ...]) -> list[str]:
+    return [d["name"] for d in devices]
+
+
+def test_host_managed_slice_publishes_channel_zero_only() -> None:
+    assert _names(slices.plan_slice_devices(f.HOST)) == ["channel-0"]
+
+
+def test_driver_managed_slice_publishes_channel_and_daemon() -> None:
+    assert _names(slices.plan_slice_devices(f.DRIVER)) == ["channel-0", "daemon-0"]
+
+
+def test_slice_device_attributes_match_the_device_class_selectors() -> None:
+    channel, daemon = slices.plan_slice_devices(f.DRIVER)
+    assert channel == {
+        "name": "channel-0",
+        "attributes": {"type": {"string": "channel"}, "id": {"int": 0}},
+    }
+    assert daemon["attributes"] == {"type": {"string": "daemon"}, "id": {"int": 0}}
+
+
+def test_slice_pool_is_named_after_the_node() -> None:
+    (obj,) = slices.build_resource_slices(
+        node_name="node-a", driver=names.DRIVER_NAME,
+        devices=slices.plan_slice_devices(f.HOST), generation=3,
+    )
+    assert obj["apiVersion"] == "resource.k8s.io/v1"
+    assert obj["kind"] == "ResourceSlice"
+    assert obj["metadata"]["name"] == "node-a-compute-domain.nvidia.com-0"
+    assert obj["spec"]["nodeName"] == "node-a"
+    assert obj["spec"]["driver"] == names.DRIVER_NAME
+    assert obj["spec"]["pool"] == {"name": "node-a", "generation": 3, "resourceSliceCount": 1}
+
+
+def test_slices_hold_at_most_128_devices_and_count_the_pool() -> None:
+    devices = [{"name": f"channel-{i}", "attributes": {}} for i in range(300)]
+    objs = slices.build_resource_slices(
+        node_name="n", driver=names.DRIVER_NAME, devices=devices, generation=1
+    )
+    assert [len(o["spec"]["devices"]) for o in objs] == [128, 128, 44]
+    assert {o["spec"]["pool"]["resourceSliceCount"] for o in objs} == {3}
+    assert [o["metadata"]["name"] for o in objs] == [
+        f"n-compute-domain.nvidia.com-{i}" for i in range(3)
+    ]
+
+
+def test_slice_name_of_a_very_long_node_stays_a_valid_object_name() -> None:
+    long_a = "a" * 250 + "x"
+    long_b = "a" * 250 + "y"
+    name_a = slices.slice_name(node_name=long_a, driver=names.DRIVER_NAME, index=0)
+    name_b = slices.slice_name(node_name=long_b, driver=names.DRIVER_NAME, index=0)
+    assert len(name_a) <= 253
+    assert name_a != name_b
+
+
+def _desired(config: models.DriverConfig = f.HOST, generation: int = 1) -> tuple[dict[str, Any], ...]:
+    return slices.build_resource_slices(
+        node_name="node-a", driver=names.DRIVER_NAME,
+        devices=slices.plan_slice_devices(config), generation=generation,
+    )
+
+
+def test_slice_sync_creates_missing_slices() -> None:
+    desired = _desired()
+    assert slices.plan_slice_sync(desired=desired, existing=()) == (
+        models.CreateObject(kind="ResourceSlice", obj=desired[0]),
+    )
+
+
+def test_slice_sync_is_quiet_when_slices_agree_even_with_server_fields() -> None:
+    desired = _desired()
+    stored = {
+        **desired[0],
+        "metadata": {**desired[0]["metadata"], "resourceVersion": "7", "uid": "u"},
+    }
+    assert slices.plan_slice_sync(desired=desired, existing=(stored,)) == ()
+
+
+def test_slice_sync_patches_a_changed_slice_with_its_resource_version() -> None:
+    old = {**_desired(f.DRIVER)[0]}
+    old["metadata"] = {**old["metadata"], "resourceVersion": "42"}
+    new = _desired(f.HOST)
+    (action,) = slices.plan_slice_sync(desired=new, existing=(old,))
+    assert action == models.PatchObject(
+        kind="ResourceSlice", namespace="", name=new[0]["metadata"]["name"],
+        patch={"spec": new[0]["spec"]}, resource_version="42",
+    )
+
+
+def test_slice_sync_deletes_slices_no_longer_wanted() -> None:
+    stale = {"metadata": {"name": "node-a-compute-domain.nvidia.com-1"}, "spec": {}}
+    actions = slices.plan_slice_sync(desired=_desired(), existing=(_desired()[0], stale))
+    assert actions == (
+        models.DeleteObject(
+            kind="ResourceSlice", namespace="", name="node-a-compute-domain.nvidia.com-1"
+        ),
+    )
