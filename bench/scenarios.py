@@ -165,8 +165,10 @@ def planning_throughput(sizes: tuple[int, ...]) -> dict[str, Any]:
         started = time.perf_counter()
         planned = 0
         for cd in domains:
-            observed = controlling.observe(cd, objects={})
-            planned += len(controlling.plan_compute_domain(cd, observed, resolved.config))
+            observed = controlling.observe(cd, objects={}, config=resolved.config)
+            planned += len(
+                controlling.plan_compute_domain(cd, observed=observed, config=resolved.config)
+            )
         elapsed = time.perf_counter() - started
         _, peak = tracemalloc.get_traced_memory()
         tracemalloc.stop()

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Sequence
 
+from core import checkpoint as checkpoint_codec
 from core import errors, models, ports
 
 
@@ -47,3 +48,27 @@ def execute_cluster_actions(
                     message=action.message,
                     warning=action.warning,
                 )
+
+
+def execute_plugin_steps(
+    steps: Sequence[models.PluginAction],
+    *,
+    checkpoints: ports.CheckpointStore,
+    cdi: ports.CDIStore,
+    cluster: ports.Cluster,
+) -> None:
+    """Run a prepare/unprepare plan's steps in order (checkpoint, CDI, node label, event).
+
+    Each step is durable before the next starts, so a crash leaves the checkpoint saying
+    at most "started" for work that may be half done, never "completed" for work not done.
+    """
+    for step in steps:
+        match step:
+            case models.WriteCheckpoint(checkpoint=current):
+                checkpoints.write(checkpoint_codec.encode(current))
+            case models.WriteCDISpec(claim_uid=uid, spec=spec):
+                cdi.write(uid, spec)
+            case models.DeleteCDISpec(claim_uid=uid):
+                cdi.delete(uid)
+            case models.PatchObject() | models.EmitEvent():
+                execute_cluster_actions(cluster, (step,))

@@ -73,8 +73,11 @@ class KubeCluster:
                 f"cannot load Kubernetes credentials from {where}: {exc}; pass --kubeconfig "
                 "with a readable file, or run in a pod with a service account"
             ) from exc
+        api_client = client.ApiClient(configuration)
+        # NB: the API server's audit log and APF classify requests by user agent.
+        api_client.user_agent = component
         return cls(
-            _api.KubeAPI(client.ApiClient(configuration)),
+            _api.KubeAPI(api_client),
             component=component,
             event_namespace=event_namespace,
         )
@@ -154,6 +157,9 @@ class KubeCluster:
         except errors.ClusterError as exc:
             log.warning(
                 "event not recorded kind=%s name=%s namespace=%s reason=%s error=%s",
-                involved.kind, involved.name, involved.namespace, reason, exc,
+                involved.kind,
+                involved.name,
+                involved.namespace,
+                reason,
+                exc,
             )
-

@@ -146,7 +146,10 @@ class LeaderElector:
         if holder != self.identity:
             log.info(
                 "acquired lease lease=%s/%s identity=%s previous=%s",
-                self._namespace, self._name, self.identity, holder or "<none>",
+                self._namespace,
+                self._name,
+                self.identity,
+                holder or "<none>",
             )
         return self._set_leading(True)
 
@@ -228,13 +231,17 @@ class LeaderElector:
                 if self.observed_holder not in ("", self.identity):
                     log.warning(
                         "lost lease lease=%s/%s new_holder=%s",
-                        self._namespace, self._name, self.observed_holder,
+                        self._namespace,
+                        self._name,
+                        self.observed_holder,
                     )
                     return
                 if self._clock() - last_renewed >= self._renew_deadline_s:
                     log.warning(
                         "lease renew deadline passed lease=%s/%s deadline_s=%s",
-                        self._namespace, self._name, self._renew_deadline_s,
+                        self._namespace,
+                        self._name,
+                        self._renew_deadline_s,
                     )
                     return
             if self._release_on_stop:

@@ -12,7 +12,7 @@ import dataclasses
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Generator, Mapping
 from typing import Any, TypeVar
 
 import tenacity
@@ -90,7 +90,7 @@ def list_then_watch(
     stop: threading.Event | None = None,
     wait: Wait | None = None,
     sleep: Callable[[float], None] = time.sleep,
-) -> Iterator[InformerEvent]:
+) -> Generator[InformerEvent, None, None]:
     """List, then watch from the list's resourceVersion, forever (until `stop` is set).
 
     - yields `Relist` then one ADDED per listed item after every (re)list;
@@ -113,7 +113,11 @@ def list_then_watch(
         delay = backoff_delay(wait, attempt=failures)
         log.warning(
             "informer reconnecting kind=%s namespace=%s attempt=%d delay_s=%.2f error=%s",
-            kind, namespace or "*", failures, delay, exc,
+            kind,
+            namespace or "*",
+            failures,
+            delay,
+            exc,
         )
         sleep(delay)
 

@@ -63,7 +63,11 @@ class SlicePublisher:
         actions = slices.plan_slice_sync(desired=desired, existing=existing)
         log.info(
             "publishing resource slices node=%s driver=%s generation=%d slices=%d actions=%d",
-            self._node_name, self._driver, generation + 1, len(desired), len(actions),
+            self._node_name,
+            self._driver,
+            generation + 1,
+            len(desired),
+            len(actions),
         )
         executing.execute_cluster_actions(self._cluster, actions)
 

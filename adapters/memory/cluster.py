@@ -83,7 +83,8 @@ class InMemoryCluster:
         self._random = random.Random(seed)
         self._lock = threading.RLock()
         self._changed = threading.Condition(self._lock)
-        self._objects: dict[_Key, Mapping[str, Any]] = {}
+        # per kind, so a list or watch of one kind never scans the others
+        self._objects: dict[str, dict[_Key, Mapping[str, Any]]] = collections.defaultdict(dict)
         self._by_uid: dict[str, _Key] = {}
         self._dependents: dict[str, set[_Key]] = collections.defaultdict(set)
         self._history: collections.deque[_Recorded] = collections.deque(maxlen=history_size)
@@ -118,7 +119,7 @@ class InMemoryCluster:
     def get(self, kind: str, *, namespace: str, name: str) -> Mapping[str, Any]:
         with self._lock:
             key = self._key(kind, namespace, name)
-            stored = self._objects.get(key)
+            stored = self._lookup(key)
             if stored is None:
                 raise self._not_found(key)
             result: dict[str, Any] = _codec.copy_json(stored)
@@ -130,7 +131,7 @@ class InMemoryCluster:
         with self._lock:
             items = tuple(
                 _codec.copy_json(obj)
-                for key, obj in sorted(self._objects.items())
+                for key, obj in sorted(self._objects[kind].items())
                 if self._in_scope(key, kind, namespace)
                 and _codec.matches_labels(obj.get("metadata", {}).get("labels"), label_selector)
             )
@@ -152,7 +153,7 @@ class InMemoryCluster:
                 cursor = self._resource_version
                 initial = tuple(
                     ports.WatchEvent(type=ports.WatchEventType.ADDED, obj=_codec.copy_json(obj))
-                    for key, obj in sorted(self._objects.items())
+                    for key, obj in sorted(self._objects[kind].items())
                     if self._in_scope(key, kind, namespace)
                 )
             else:
@@ -184,7 +185,7 @@ class InMemoryCluster:
                     " read it again and retry"
                 )
             key = self._key(kind, namespace, name)
-            current = self._objects.get(key)
+            current = self._lookup(key)
             if current is None:
                 raise self._not_found(key)
             current_meta = current["metadata"]
@@ -233,7 +234,7 @@ class InMemoryCluster:
     def delete(self, kind: str, *, namespace: str, name: str) -> None:
         with self._lock:
             key = self._key(kind, namespace, name)
-            if key not in self._objects:
+            if self._lookup(key) is None:
                 raise self._not_found(key)
             self._delete_locked(key)
 
@@ -249,7 +250,7 @@ class InMemoryCluster:
         with self._lock:
             now = _codec.format_timestamp(self._clock())
             existing_key = self._event_names.get(identity)
-            existing = self._objects.get(existing_key) if existing_key else None
+            existing = self._lookup(existing_key) if existing_key else None
             if existing_key is not None and existing is not None:
                 bumped = _codec.merge_patch(
                     existing, {"count": int(existing.get("count", 1)) + 1, "lastTimestamp": now}
@@ -293,6 +294,9 @@ class InMemoryCluster:
         )
 
     # -- internals (call with the lock held) -------------------------------------------------
+
+    def _lookup(self, key: _Key) -> Mapping[str, Any] | None:
+        return self._objects[key[0]].get(key)
 
     def _key(self, kind: str, namespace: str, name: str) -> _Key:
         return (kind, namespace if self._namespaced(kind) else "", name)
@@ -394,7 +398,7 @@ class InMemoryCluster:
                 )
             meta["name"] = self._generated_name(kind, namespace, str(prefix))
         key = self._key(kind, namespace, str(meta["name"]))
-        if key in self._objects:
+        if self._lookup(key) is not None:
             raise errors.AlreadyExistsError(
                 f"{kind} {self._describe(key)} already exists; choose another name or delete it"
                 " first"
@@ -414,7 +418,7 @@ class InMemoryCluster:
         while True:
             suffix = "".join(self._random.choice(_GENERATE_NAME_ALPHABET) for _ in range(5))
             candidate = f"{prefix}{suffix}"
-            if self._key(kind, namespace, candidate) not in self._objects:
+            if self._lookup(self._key(kind, namespace, candidate)) is None:
                 return candidate
 
     def _apply_subresource(
@@ -444,11 +448,11 @@ class InMemoryCluster:
     ) -> Mapping[str, Any]:
         self._resource_version += 1
         obj["metadata"]["resourceVersion"] = str(self._resource_version)
-        previous = self._objects.get(key)
+        previous = self._lookup(key)
         if previous is not None:
             for owner in _codec.owner_uids(previous):
                 self._dependents[owner].discard(key)
-        self._objects[key] = obj
+        self._objects[key[0]][key] = obj
         self._by_uid[obj["metadata"]["uid"]] = key
         for owner in _codec.owner_uids(obj):
             self._dependents[owner].add(key)
@@ -471,7 +475,7 @@ class InMemoryCluster:
         self._changed.notify_all()
 
     def _delete_locked(self, key: _Key) -> None:
-        current = self._objects[key]
+        current = self._objects[key[0]][key]
         meta = current["metadata"]
         if meta.get("finalizers"):
             if "deletionTimestamp" in meta:
@@ -488,7 +492,7 @@ class InMemoryCluster:
         final: dict[str, Any] = _codec.copy_json(last_state)
         self._resource_version += 1
         final["metadata"]["resourceVersion"] = str(self._resource_version)
-        del self._objects[key]
+        del self._objects[key[0]][key]
         uid = final["metadata"]["uid"]
         self._by_uid.pop(uid, None)
         for owner in _codec.owner_uids(final):
@@ -500,7 +504,7 @@ class InMemoryCluster:
     def _collect_dependents(self, owner_uid: str) -> None:
         """Background garbage collection: delete dependents whose owners are all gone."""
         for dependent in sorted(self._dependents.pop(owner_uid, set())):
-            obj = self._objects.get(dependent)
+            obj = self._lookup(dependent)
             if obj is None:
                 continue
             if any(uid in self._by_uid for uid in _codec.owner_uids(obj)):

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-import tempfile
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -38,21 +37,19 @@ def run(args: argparse.Namespace, *, env: Mapping[str, str]) -> int:
         step += 1
         print(f"[{step:2d}] {time.monotonic() - started:5.2f}s  {line}", flush=True)
 
-    with tempfile.TemporaryDirectory(prefix="computedomain-demo-") as tmp:
-        workdir = args.workdir or tmp
-        print(f"ComputeDomain DRA driver demo: profile={args.profile} mode={args.mode} "
-              f"isolation={args.isolation or '(default)'} node files under {workdir}", flush=True)
-        try:
-            with embedded.running(
-                workdir=workdir, profile=args.profile, mode=args.mode, isolation=args.isolation
-            ) as deployment:
-                say(f"started in-memory cluster, controller and {len(deployment.nodes)} "
-                    "kubelet plugins (real gRPC over unix sockets)")
-                report = scenario.run(deployment, say=say, workers=args.workers)
-        except (errors.DriverError, ValueError) as exc:
-            message = getattr(exc, "message", str(exc))
-            print(f"error: {message}", file=sys.stderr)
-            return 1
+    print(f"ComputeDomain DRA driver demo: profile={args.profile} mode={args.mode} "
+          f"isolation={args.isolation or '(default)'}", flush=True)
+    try:
+        with embedded.running(
+            workdir=args.workdir, profile=args.profile, mode=args.mode, isolation=args.isolation
+        ) as deployment:
+            say(f"started in-memory cluster, controller and {len(deployment.nodes)} kubelet "
+                f"plugins (real gRPC over unix sockets; node files under {deployment.workdir})")
+            report = scenario.run(deployment, say=say, workers=args.workers)
+    except (errors.DriverError, ValueError) as exc:
+        message = getattr(exc, "message", str(exc))
+        print(f"error: {message}", file=sys.stderr)
+        return 1
     ok = report.leftover_cdi_files == 0 and report.leftover_checkpoint_entries == 0
     print(f"done in {time.monotonic() - started:.1f}s: "
           f"{len(report.prepared)} workloads prepared, negative case reported, "

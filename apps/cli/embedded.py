@@ -12,6 +12,8 @@ import contextlib
 import dataclasses
 import logging
 import os
+import shutil
+import tempfile
 import time
 from collections.abc import Iterator, Mapping
 from typing import Any
@@ -59,10 +61,26 @@ class Embedded:
                 return total
         raise RuntimeError(f"controller did not settle within {max_passes} passes")
 
+    owns_workdir: bool = False
+
     def stop(self) -> None:
         for node in self.nodes.values():
             node.plugin.stop(grace_s=0.5)
         self.cluster.close()
+        if self.owns_workdir:
+            shutil.rmtree(self.workdir, ignore_errors=True)
+
+
+# NB: unix socket paths are limited to 107 bytes; node roots must stay short.
+MAX_WORKDIR_LEN = 40
+
+
+def short_workdir(workdir: str) -> tuple[str, bool]:
+    """`workdir` if socket paths under it fit, else a fresh short temp dir (owned)."""
+    if workdir and len(workdir) <= MAX_WORKDIR_LEN:
+        os.makedirs(workdir, exist_ok=True)
+        return workdir, False
+    return tempfile.mkdtemp(prefix="cd-", dir="/tmp"), True
 
 
 def _node_files(workdir: str, node: str, *, major: int) -> procfs.ProcNodeFiles:
@@ -89,9 +107,9 @@ def node_settings(
         feature_gates="",
         imex_mode=config.mode.value,
         imex_isolation=config.isolation.value,
-        cdi_root=os.path.join(root, "var/run/cdi"),
-        plugin_dir=os.path.join(root, "var/lib/kubelet/plugins", names.DRIVER_NAME),
-        registry_dir=os.path.join(root, "var/lib/kubelet/plugins_registry"),
+        cdi_root=os.path.join(root, "cdi"),
+        plugin_dir=os.path.join(root, "plugin"),
+        registry_dir=os.path.join(root, "registry"),
         health_port=None,
         metrics_port=None,
         nvidia_driver_root="/",
@@ -163,6 +181,7 @@ def start_embedded(
     resolved = modes.resolve_driver_config(
         mode=mode, isolation=isolation, feature_gates=gates, namespace="nvidia-dra-driver"
     )
+    workdir, owned = short_workdir(workdir)
     cluster = memory_cluster.InMemoryCluster()
     for device_class in objects.device_classes(resolved.config):
         cluster.create(kinds.DEVICE_CLASS.kind, device_class)
@@ -174,6 +193,7 @@ def start_embedded(
         notes=resolved.notes,
         nodes={},
         workdir=workdir,
+        owns_workdir=owned,
     )
     node_names = simulated.profile_nodes(profile)[:node_limit]
     for node in node_names:

@@ -65,6 +65,6 @@ def _created_objects(
     cd: models.ComputeDomain, config: models.DriverConfig
 ) -> list[Mapping[str, Any]]:
     """Plan against an empty cluster until the planner has nothing left to create."""
-    observed = controlling.observe(cd, objects={})
-    actions = controlling.plan_compute_domain(cd, observed, config)
+    observed = controlling.observe(cd, objects={}, config=config)
+    actions = controlling.plan_compute_domain(cd, observed=observed, config=config)
     return [dict(a.obj) for a in actions if isinstance(a, models.CreateObject)]

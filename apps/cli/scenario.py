@@ -145,18 +145,17 @@ def run(env: embedded_mod.Embedded, *, say: Say, workers: int = 4) -> Report:
         say(f"pod {NAMESPACE}/worker-{i}: claim {claim['metadata']['name']} allocated "
             f"{result['device']} on {pod.node_name}")
     for pod in scheduled:
-        devices = _prepare(env, pod, say=say)
+        cdi_ids = _prepare(env, pod, say=say)
         name = pod.pod["metadata"]["name"]
-        report.prepared[name] = devices
-        say(f"NodePrepareResources on {pod.node_name} for {name}: {', '.join(devices)}")
+        report.prepared[name] = cdi_ids
+        say(f"NodePrepareResources on {pod.node_name} for {name}: {', '.join(cdi_ids)}")
     first = scheduled[0]
     spec = fs_cdi.CDIDirectory(env.nodes[first.node_name].settings.cdi_root).read(
         names.ClaimUID(first.claims[0]["metadata"]["uid"])
     )
     assert spec is not None
     for device in spec["devices"]:
-        for node in device["containerEdits"].get("deviceNodes", ()):
-            report.cdi_device_nodes.append(node)
+        report.cdi_device_nodes.extend(device["containerEdits"].get("deviceNodes", ()))
     say("CDI edits a container of worker-0 gets: " + json.dumps(
         {"cdiVersion": spec["cdiVersion"], "kind": spec["kind"],
          "deviceNodes": report.cdi_device_nodes}, sort_keys=True))
@@ -166,8 +165,8 @@ def run(env: embedded_mod.Embedded, *, say: Say, workers: int = 4) -> Report:
 
     # -- clean-up: pods go, claims are unprepared, the CD is deleted
     for pod in scheduled:
-        node = env.nodes[pod.node_name]
-        results = node.kubelet.unprepare(names.DRIVER_NAME, embedded_mod.claim_refs(pod.claims))
+        kubelet = env.nodes[pod.node_name].kubelet
+        results = kubelet.unprepare(names.DRIVER_NAME, embedded_mod.claim_refs(pod.claims))
         failed = [r.error for r in results.values() if r.error]
         if failed:
             raise errors.RetryableError(f"unprepare failed: {failed}")
@@ -250,8 +249,9 @@ def _run_daemons(env: embedded_mod.Embedded, *, say: Say) -> None:
         nodes = cluster.list(kinds.NODE.kind, label_selector=selector).items
         for index, node_obj in enumerate(sorted(nodes, key=lambda n: n["metadata"]["name"])):
             node = node_obj["metadata"]["name"]
-            pod_name = f"{ds['metadata']['name']}-{node}"[:63]
+            pod_name = f"imex-daemon-{cd_uid[:8]}-{node}"
             pod = _pod(pod_name, template, namespace=env.config.namespace, node=node)
+            pod["metadata"]["labels"] = {names.COMPUTE_DOMAIN_LABEL: cd_uid}
             pod["spec"]["resourceClaims"][0]["name"] = "daemon"
             pod["spec"]["containers"][0]["resources"]["claims"] = [{"name": "daemon"}]
             scheduled = env.allocator.schedule_pod(pod)
@@ -287,13 +287,16 @@ def _report_daemon(env: embedded_mod.Embedded, *, cd_uid: str, node: str, index:
 def _stop_daemons(env: embedded_mod.Embedded, *, cd_uid: str) -> None:
     """Daemon pods end before their CD's clean-up: unprepare and release their claims."""
     cluster = env.cluster
-    for pod in cluster.list(kinds.POD.kind, namespace=env.config.namespace).items:
-        if not pod["metadata"]["name"].startswith(names.daemonset_name(cd_uid)):
-            continue
+    daemon_pods = cluster.list(
+        kinds.POD.kind, namespace=env.config.namespace,
+        label_selector={names.COMPUTE_DOMAIN_LABEL: cd_uid},
+    ).items
+    for pod in daemon_pods:
         node = env.nodes[pod["spec"]["nodeName"]]
         claims = tuple(
-            cluster.get(kinds.RESOURCE_CLAIM.kind, namespace=env.config.namespace, name=s["resourceClaimName"])
-            for s in (pod.get("status") or {}).get("resourceClaimStatuses") or ()
+            cluster.get(kinds.RESOURCE_CLAIM.kind, namespace=env.config.namespace,
+                        name=status["resourceClaimName"])
+            for status in (pod.get("status") or {}).get("resourceClaimStatuses") or ()
         )
         node.kubelet.unprepare(names.DRIVER_NAME, embedded_mod.claim_refs(claims))
         env.allocator.release_pod(pod)

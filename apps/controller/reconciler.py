@@ -17,9 +17,9 @@ from core import controlling, decoding, errors, executing, kinds, models, ports
 
 log = logging.getLogger(__name__)
 
-# What the planner needs to observe, per mode. Host-managed never looks at daemons/nodes.
-HOST_MANAGED_KINDS = (kinds.RESOURCE_CLAIM_TEMPLATE.kind,)
-DRIVER_MANAGED_KINDS = (
+# What the planner observes. Daemon-side kinds are watched in host-managed mode too, so a CD
+# admitted under driver-managed mode can still be cleaned up after a switch.
+RELATED_KINDS = (
     kinds.RESOURCE_CLAIM_TEMPLATE.kind,
     kinds.DAEMON_SET.kind,
     kinds.NODE.kind,
@@ -44,36 +44,36 @@ class Reconciler:
 
     @property
     def watched_kinds(self) -> tuple[str, ...]:
-        related = HOST_MANAGED_KINDS if self._config.host_managed else DRIVER_MANAGED_KINDS
-        return (kinds.COMPUTE_DOMAIN.kind, *related)
+        return (kinds.COMPUTE_DOMAIN.kind, *RELATED_KINDS)
 
-    def observe_all(self) -> tuple[list[Mapping[str, Any]], dict[str, Sequence[Mapping[str, Any]]]]:
-        domains = list(self._cluster.list(kinds.COMPUTE_DOMAIN.kind).items)
-        related = {
-            kind: self._cluster.list(kind).items for kind in self.watched_kinds[1:]
+    def observe_all(
+        self,
+    ) -> tuple[tuple[Mapping[str, Any], ...], dict[str, Sequence[Mapping[str, Any]]]]:
+        domains = self._cluster.list(kinds.COMPUTE_DOMAIN.kind).items
+        related: dict[str, Sequence[Mapping[str, Any]]] = {
+            kind: self._cluster.list(kind).items for kind in RELATED_KINDS
         }
         return domains, related
 
     def reconcile_all(self) -> int:
         """One pass over all ComputeDomains; returns how many actions were applied."""
         raw_domains, related = self.observe_all()
+        index = controlling.index_cluster(related)
         applied = 0
         live: set[str] = set()
         for raw in raw_domains:
-            applied += self._reconcile_one(raw, related)
+            applied += self._reconcile_one(raw, index)
             live.add(str(raw.get("metadata", {}).get("uid", "")))
-        if not self._config.host_managed:
-            actions = controlling.plan_stale_node_labels(
-                nodes=related.get(kinds.NODE.kind, ()), live_cd_uids=frozenset(live)
-            )
-            applied += self._apply(actions)
+        actions = controlling.plan_stale_node_labels(
+            nodes=related.get(kinds.NODE.kind, ()), live_cd_uids=frozenset(live),
+            config=self._config,
+        )
+        applied += self._apply(actions)
         if self._metrics is not None:
             self._metrics.forget_missing(frozenset(live))
         return applied
 
-    def _reconcile_one(
-        self, raw: Mapping[str, Any], related: Mapping[str, Sequence[Mapping[str, Any]]]
-    ) -> int:
+    def _reconcile_one(self, raw: Mapping[str, Any], index: controlling.ClusterIndex) -> int:
         try:
             cd = decoding.compute_domain_from_k8s(raw)
         except errors.DecodeError as exc:
@@ -83,8 +83,8 @@ class Reconciler:
                 meta.get("namespace"), meta.get("name"), exc.message,
             )
             return 0
-        observed = controlling.observe(cd, objects=related)
-        actions = controlling.plan_compute_domain(cd, observed, self._config)
+        observed = controlling.observe(cd, objects=index, config=self._config)
+        actions = controlling.plan_compute_domain(cd, observed=observed, config=self._config)
         applied = self._apply(actions)
         if self._metrics is not None and not cd.meta.deleting:
             self._metrics.record_domain(cd, config=self._config)

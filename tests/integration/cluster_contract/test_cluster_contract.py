@@ -85,9 +85,9 @@ def test_returned_objects_are_copies_callers_cannot_mutate_storage(
     cluster: ports.Cluster, namespace: str, make_compute_domain: MakeCD
 ) -> None:
     created = cluster.create(CD, make_compute_domain("cd-a", namespace))
-    created["metadata"]["labels"] = {"mutated": "yes"}  # type: ignore[index]
+    created["metadata"]["labels"] = {"mutated": "yes"}
     got = cluster.get(CD, namespace=namespace, name="cd-a")
-    got["spec"]["numNodes"] = 99  # type: ignore[index]
+    got["spec"]["numNodes"] = 99
 
     again = cluster.get(CD, namespace=namespace, name="cd-a")
 
@@ -171,7 +171,9 @@ def test_patch_with_stale_resource_version_raises_conflict(
 ) -> None:
     created = cluster.create(CLIQUE, _clique("cl", namespace, []))
     stale = created["metadata"]["resourceVersion"]
-    cluster.patch(CLIQUE, namespace=namespace, name="cl", patch={"metadata": {"labels": {"a": "1"}}})
+    cluster.patch(
+        CLIQUE, namespace=namespace, name="cl", patch={"metadata": {"labels": {"a": "1"}}}
+    )
 
     with pytest.raises(errors.ConflictError):
         cluster.patch(

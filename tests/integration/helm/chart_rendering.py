@@ -58,7 +58,8 @@ def render_error(values: Mapping[str, Any], *, chart_dir: pathlib.Path = CHART_D
 
 def crds(chart_dir: pathlib.Path = CHART_DIR) -> list[Obj]:
     """The CustomResourceDefinitions in the chart's crds/ directory."""
-    return [yaml.safe_load(path.read_text()) for path in sorted((chart_dir / "crds").glob("*.yaml"))]
+    paths = sorted((chart_dir / "crds").glob("*.yaml"))
+    return [yaml.safe_load(path.read_text()) for path in paths]
 
 
 def find(objects: list[Obj], kind: str, name: str | None = None) -> list[Obj]:
@@ -83,7 +84,8 @@ def container_env(workload: Obj) -> dict[str, Any]:
 
 def imex(mode: str, isolation: str = "", **extra: Any) -> Obj:
     """Values selecting an IMEX mode/isolation, merged with `extra` top-level values."""
-    values: Obj = {"resources": {"computeDomains": {"imex": {"mode": mode, "isolation": isolation}}}}
+    imex_values = {"mode": mode, "isolation": isolation}
+    values: Obj = {"resources": {"computeDomains": {"imex": imex_values}}}
     values.update(extra)
     return values
 

@@ -77,6 +77,7 @@ class StandInAPIServer:
         self.compacted_before = 0
         self.fail_next: list[tuple[str, int]] = []
         self.requests: list[tuple[str, str, str]] = []  # method, path?query, content type
+        self.user_agents: list[str] = []
         outer = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
@@ -99,7 +100,9 @@ class StandInAPIServer:
 
         self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.httpd.daemon_threads = True
-        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+        self.thread = threading.Thread(
+            target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+        )
 
     @property
     def url(self) -> str:
@@ -167,8 +170,12 @@ class StandInAPIServer:
             return None
         name = rest[1] if len(rest) > 1 else ""
         subresource = rest[2] if len(rest) > 2 else ""
-        return _Route(kind=kind, namespace=namespace if kind.namespaced else "", name=name,
-                      subresource=subresource)
+        return _Route(
+            kind=kind,
+            namespace=namespace if kind.namespaced else "",
+            name=name,
+            subresource=subresource,
+        )
 
     def _handle(self, handler: http.server.BaseHTTPRequestHandler, method: str) -> None:
         url = parse.urlsplit(handler.path)
@@ -178,6 +185,7 @@ class StandInAPIServer:
         content_type = handler.headers.get("Content-Type") or ""
         with self.lock:
             self.requests.append((method, handler.path, content_type))
+            self.user_agents.append(handler.headers.get("User-Agent") or "")
             injected = next((c for m, c in self.fail_next if m == method), None)
             if injected is not None:
                 self.fail_next.remove((method, injected))
@@ -342,24 +350,38 @@ class StandInAPIServer:
         try:
             with self.lock:
                 if cursor < self.compacted_before:
-                    send({"type": "ERROR", "object": _status(410, "Expired", "too old resource version")})
+                    send(
+                        {
+                            "type": "ERROR",
+                            "object": _status(410, "Expired", "too old resource version"),
+                        }
+                    )
                     return
                 if query.get("allowWatchBookmarks") == "true":
-                    bookmark = {"kind": route.kind.kind, "apiVersion": route.kind.api_version,
-                                "metadata": {"resourceVersion": str(cursor)}}
+                    bookmark = {
+                        "kind": route.kind.kind,
+                        "apiVersion": route.kind.api_version,
+                        "metadata": {"resourceVersion": str(cursor)},
+                    }
                     send({"type": "BOOKMARK", "object": bookmark})
                 while not deadline.is_set() and self.compacted_before >= 0:
                     pending = [
-                        e for e in self.log
-                        if e.rv > cursor and e.kind == route.kind.kind
+                        e
+                        for e in self.log
+                        if e.rv > cursor
+                        and e.kind == route.kind.kind
                         and (not route.namespace or e.namespace == route.namespace)
                     ]
                     for event in pending:
                         send({"type": event.type, "object": event.obj})
                         cursor = event.rv
                     if cursor < self.compacted_before:
-                        send({"type": "ERROR",
-                              "object": _status(410, "Expired", "too old resource version")})
+                        send(
+                            {
+                                "type": "ERROR",
+                                "object": _status(410, "Expired", "too old resource version"),
+                            }
+                        )
                         return
                     self.lock.wait(0.05)
         except (BrokenPipeError, ConnectionResetError):

@@ -200,7 +200,9 @@ class FakeState:
                 self.events.append(action)
         self.applied.append(action)
 
-    def apply_all(self, actions: Iterable[models.ClusterAction], *, limit: int | None = None) -> int:
+    def apply_all(
+        self, actions: Iterable[models.ClusterAction], *, limit: int | None = None
+    ) -> int:
         """Apply in order like the executor: stop at the first failure (or after `limit`)."""
         done = 0
         for action in actions:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime
 import json
+from typing import Any
 
 import pytest
 
@@ -87,7 +88,7 @@ def test_create_request_posts_to_the_namespace_collection_and_fills_type() -> No
 
 
 def test_patch_is_merge_patch_with_resource_version_precondition_in_body() -> None:
-    patch = {"metadata": {"labels": {"a": "1"}}, "status": {"status": "Ready"}}
+    patch: dict[str, Any] = {"metadata": {"labels": {"a": "1"}}, "status": {"status": "Ready"}}
     request = _codec.patch_request(
         kinds.COMPUTE_DOMAIN,
         namespace="ns",

@@ -30,9 +30,7 @@ class Clock:
         )
 
 
-def _elector(
-    cluster: Any, clock: Clock, identity: str, **kwargs: Any
-) -> leader.LeaderElector:
+def _elector(cluster: Any, clock: Clock, identity: str, **kwargs: Any) -> leader.LeaderElector:
     return leader.LeaderElector(
         cluster=cluster,
         namespace=NS,
@@ -45,7 +43,8 @@ def _elector(
 
 
 def _spec(cluster: kube_fake_cluster.FakeCluster) -> Mapping[str, Any]:
-    return cluster.get("Lease", namespace=NS, name=LEASE)["spec"]
+    spec: Mapping[str, Any] = cluster.get("Lease", namespace=NS, name=LEASE)["spec"]
+    return spec
 
 
 def test_first_candidate_creates_the_lease_and_leads() -> None:
@@ -182,7 +181,9 @@ def test_run_leads_until_stopped_then_releases() -> None:
     def started() -> None:
         log.append("started")
 
-    thread = threading.Thread(target=elector.run, args=(started, lambda: log.append("stopped"), stop))
+    thread = threading.Thread(
+        target=elector.run, args=(started, lambda: log.append("stopped"), stop)
+    )
     thread.start()
     try:
         for _ in range(500):

@@ -180,7 +180,9 @@ def test_informer_filters_watch_events_by_label_selector() -> None:
 def test_informer_stops_when_stop_is_set() -> None:
     cluster = kube_fake_cluster.FakeCluster()
     stop = threading.Event()
-    cluster.watch_script = [[kube_fake_cluster.added("a", "101"), kube_fake_cluster.added("b", "102")]]
+    cluster.watch_script = [
+        [kube_fake_cluster.added("a", "101"), kube_fake_cluster.added("b", "102")]
+    ]
     events = retrying.list_then_watch(cluster, "Lease", stop=stop, sleep=lambda _: None)
     assert _names(_take(events, 2)) == ["relist@100", "ADDED:a"]
     stop.set()

@@ -33,7 +33,9 @@ def test_executor_applies_actions_in_order() -> None:
         ),
     )
     assert cluster.calls == ["create Lease", "patch Lease x", "delete Lease x"]
-    assert cluster.events == [{"involved": ref, "reason": "Created", "message": "m", "warning": False}]
+    assert cluster.events == [
+        {"involved": ref, "reason": "Created", "message": "m", "warning": False}
+    ]
     assert cluster.objects == {}
 
 

@@ -236,7 +236,7 @@ def test_both_class_and_request_selectors_must_hold(
         patch={"spec": {"selectors": [{"cel": {"expression": "device.driver == 'other'"}}]}},
     )
 
-    with pytest.raises(memory_allocator.AllocationError, match="device.driver == 'other'"):
+    with pytest.raises(memory_allocator.AllocationError, match=r"device\.driver == 'other'"):
         allocator.schedule_pod(_pod("worker", "rct"))
 
 
@@ -275,7 +275,9 @@ def test_all_claims_of_a_pod_land_on_one_node(
         for r in c["status"]["allocation"]["devices"]["results"]
     }
     devices = sorted(
-        r["device"] for c in scheduled.claims for r in c["status"]["allocation"]["devices"]["results"]
+        r["device"]
+        for c in scheduled.claims
+        for r in c["status"]["allocation"]["devices"]["results"]
     )
     assert pools == {"node-a"}
     assert devices == ["channel-0", "daemon-0"]

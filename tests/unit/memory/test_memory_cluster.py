@@ -139,7 +139,9 @@ def test_patch_cannot_change_identity_fields() -> None:
         "Lease",
         namespace="ns",
         name="a",
-        patch={"metadata": {"uid": "other", "name": "b", "deletionTimestamp": "2020-01-01T00:00:00Z"}},
+        patch={
+            "metadata": {"uid": "other", "name": "b", "deletionTimestamp": "2020-01-01T00:00:00Z"}
+        },
     )
 
     assert patched["metadata"]["uid"] == created["metadata"]["uid"]

@@ -112,7 +112,9 @@ def claim(
     )
 
 
-def daemon_claim(uid: str = CLAIM_UID, *, namespace: str = "nvidia-dra-driver") -> models.ResourceClaim:
+def daemon_claim(
+    uid: str = CLAIM_UID, *, namespace: str = "nvidia-dra-driver"
+) -> models.ResourceClaim:
     return claim(
         uid,
         namespace=namespace,

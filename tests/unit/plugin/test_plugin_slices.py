@@ -64,7 +64,9 @@ def test_slice_name_of_a_very_long_node_stays_a_valid_object_name() -> None:
     assert name_a != name_b
 
 
-def _desired(config: models.DriverConfig = f.HOST, generation: int = 1) -> tuple[dict[str, Any], ...]:
+def _desired(
+    config: models.DriverConfig = f.HOST, generation: int = 1
+) -> tuple[dict[str, Any], ...]:
     return slices.build_resource_slices(
         node_name="node-a", driver=names.DRIVER_NAME,
         devices=slices.plan_slice_devices(config), generation=generation,

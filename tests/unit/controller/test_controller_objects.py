@@ -1,0 +1,63 @@
+"""Object builders: the wire facts of DESIGN §3 that do not need a schema to check."""
+
+from __future__ import annotations
+
+import controller_fake_state as fake
+
+from core import models, names, objects
+
+
+def test_host_managed_has_only_the_channel_device_class() -> None:
+    assert [c["metadata"]["name"] for c in objects.device_classes(fake.host_config())] == [
+        names.CHANNEL_DEVICE_CLASS
+    ]
+    daemon, channel = objects.device_classes(fake.driver_config())
+    assert channel["metadata"]["name"] == names.CHANNEL_DEVICE_CLASS
+    assert daemon["metadata"]["name"] == names.DAEMON_DEVICE_CLASS
+    assert channel["spec"]["selectors"] == [{"cel": {"expression": (
+        "device.driver == 'compute-domain.nvidia.com' && "
+        "device.attributes['compute-domain.nvidia.com'].type == 'channel' && "
+        "device.attributes['compute-domain.nvidia.com'].id == 0"
+    )}}]
+    assert daemon["spec"]["selectors"] == [{"cel": {"expression": (
+        "device.driver == 'compute-domain.nvidia.com' && "
+        "device.attributes['compute-domain.nvidia.com'].type == 'daemon'"
+    )}}]
+
+
+def test_daemonset_runs_the_imex_daemon_with_its_compute_domain_in_env() -> None:
+    config = fake.driver_config()
+    cd = models.ComputeDomain(
+        meta=models.ObjectMeta(name="train", namespace="team", uid="u-9"),
+        spec=models.ComputeDomainSpec(
+            channel=models.ChannelSpec(resource_claim_template_name="rct"), num_nodes=2
+        ),
+    )
+    ds = objects.daemonset(cd, config=config)
+    assert ds["metadata"]["name"] == "computedomain-daemon-u-9"
+    assert ds["metadata"]["namespace"] == config.namespace
+    assert ds["metadata"]["finalizers"] == [names.COMPUTE_DOMAIN_FINALIZER]
+    assert ds["spec"]["selector"]["matchLabels"] == ds["spec"]["template"]["metadata"]["labels"]
+    (container,) = ds["spec"]["template"]["spec"]["containers"]
+    assert container["name"] == "compute-domain-daemon"
+    assert container["image"] == config.daemon_image
+    assert container["command"] == ["compute-domain-daemon", "run"]
+    assert container["resources"] == {"claims": [{"name": "daemon"}]}
+    env = {e["name"]: e.get("value", e.get("valueFrom")) for e in container["env"]}
+    assert env["CD_UID"] == "u-9"
+    assert env["CD_NAME"] == "train"
+    assert env["CD_NAMESPACE"] == "team"
+    assert env["NODE_NAME"] == {"fieldRef": {"fieldPath": "spec.nodeName"}}
+    assert env["POD_IP"] == {"fieldRef": {"fieldPath": "status.podIP"}}
+
+
+def test_builders_are_deterministic() -> None:
+    config = fake.driver_config()
+    cd = models.ComputeDomain(
+        meta=models.ObjectMeta(name="train", namespace="team", uid="u-9"),
+        spec=models.ComputeDomainSpec(
+            channel=models.ChannelSpec(resource_claim_template_name="rct")
+        ),
+    )
+    for build in (objects.workload_rct, objects.daemon_rct, objects.daemonset):
+        assert build(cd, config=config) == build(cd, config=config)
