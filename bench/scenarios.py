@@ -25,7 +25,7 @@ def _cd_json(i: int) -> dict[str, Any]:
     }
 
 
-def _claim_json(i: int, *, node: str, cd_uid: str) -> dict[str, Any]:
+def _claim_json(i: int) -> dict[str, Any]:
     return {
         "apiVersion": names.DRA_GROUP_VERSION,
         "kind": "ResourceClaim",
@@ -50,11 +50,13 @@ def _one_node(workdir: str) -> embedded.Embedded:
     return embedded.start_embedded(workdir=workdir, mode="hostManaged", node_limit=1)
 
 
-def _make_claims(env: embedded.Embedded, start: int, count: int, cd_uid: str) -> list[models.ClaimRef]:
+def _make_claims(
+    env: embedded.Embedded, start: int, count: int, cd_uid: str
+) -> list[models.ClaimRef]:
     node = next(iter(env.nodes))
     refs = []
     for i in range(start, start + count):
-        created = env.cluster.create(kinds.RESOURCE_CLAIM.kind, _claim_json(i, node=node, cd_uid=cd_uid))
+        created = env.cluster.create(kinds.RESOURCE_CLAIM.kind, _claim_json(i))
         env.cluster.patch(kinds.RESOURCE_CLAIM.kind, namespace=NAMESPACE, name=f"claim-{i}",
                           patch={"status": _allocation(node, cd_uid)}, subresource="status")
         refs.append(models.ClaimRef(uid=names.ClaimUID(created["metadata"]["uid"]),
@@ -68,7 +70,8 @@ def plugin_latency(workdir: str, *, samples: int, backlog: int) -> dict[str, Any
     try:
         env.cluster.create(kinds.COMPUTE_DOMAIN.kind, _cd_json(0))
         env.settle()
-        cd_uid = env.cluster.get(kinds.COMPUTE_DOMAIN.kind, namespace=NAMESPACE, name="cd-0")["metadata"]["uid"]
+        cd = env.cluster.get(kinds.COMPUTE_DOMAIN.kind, namespace=NAMESPACE, name="cd-0")
+        cd_uid = cd["metadata"]["uid"]
         node = next(iter(env.nodes.values()))
         kubelet = node.kubelet
 

@@ -19,7 +19,9 @@ def add_parser(sub: Any) -> None:
     parser.add_argument("--profile", default="gb200-nvl72",
                         help="gb200-nvl72 | gb200-2racks | h100")
     parser.add_argument("--mode", default="hostManaged", help="hostManaged | driverManaged")
-    parser.add_argument("--isolation", default="", help="none (hostManaged) | domain (driverManaged)")
+    parser.add_argument(
+        "--isolation", default="", help="none (hostManaged) | domain (driverManaged)"
+    )
     parser.add_argument("--workers", type=int, default=4, help="workload pods to run")
     parser.add_argument("--workdir", default="", help="keep node files here (default: temp dir)")
     parser.set_defaults(run=run)
@@ -52,6 +54,6 @@ def run(args: argparse.Namespace, *, env: Mapping[str, str]) -> int:
         return 1
     ok = report.leftover_cdi_files == 0 and report.leftover_checkpoint_entries == 0
     print(f"done in {time.monotonic() - started:.1f}s: "
-          f"{len(report.prepared)} workloads prepared, negative case reported, "
+          f"{len(report.prepared)} workload(s) prepared, {len(report.prepare_errors)} refused, "
           f"{'clean' if ok else 'NOT clean'}", flush=True)
     return 0 if ok else 1

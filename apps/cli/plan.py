@@ -16,7 +16,9 @@ def add_parser(sub: Any) -> None:
     parser = sub.add_parser(
         "plan", help="print the objects the controller would create for ComputeDomain manifests"
     )
-    parser.add_argument("files", nargs="+", help="YAML files with ComputeDomain objects ('-' = stdin)")
+    parser.add_argument(
+        "files", nargs="+", help="YAML files with ComputeDomain objects ('-' = stdin)"
+    )
     parser.add_argument("--mode", default="driverManaged", help="driverManaged|hostManaged")
     parser.add_argument("--isolation", default="", help="domain|none|channel")
     parser.add_argument("--feature-gates", default="", help='e.g. "HostManagedIMEX=true"')
@@ -25,7 +27,11 @@ def add_parser(sub: Any) -> None:
 
 
 def _documents(path: str) -> list[Mapping[str, Any]]:
-    text = sys.stdin.read() if path == "-" else open(path, encoding="utf-8").read()
+    if path == "-":
+        text = sys.stdin.read()
+    else:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
     return [doc for doc in yaml.safe_load_all(text) if isinstance(doc, dict)]
 
 

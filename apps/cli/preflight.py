@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from adapters.kube import cluster as kube_cluster
-from core import decoding, errors, kinds, modeswitch, modes, ports
+from core import decoding, errors, kinds, modes, modeswitch, ports
 
 
 def add_parser(sub: Any) -> None:

@@ -36,6 +36,7 @@ class Report:
     prepared: dict[str, tuple[str, ...]] = dataclasses.field(default_factory=dict)
     pod_nodes: dict[str, str] = dataclasses.field(default_factory=dict)
     cdi_device_nodes: list[Mapping[str, Any]] = dataclasses.field(default_factory=list)
+    prepare_errors: dict[str, str] = dataclasses.field(default_factory=dict)
     negative_error: str = ""
     negative_events: list[str] = dataclasses.field(default_factory=list)
     cd_deleted: bool = False
@@ -132,11 +133,12 @@ def run(env: embedded_mod.Embedded, *, say: Say, workers: int = 4) -> Report:
     opaque = rct["spec"]["spec"]["devices"]["config"][0]["opaque"]["parameters"]
     say(f"controller applied {applied} action(s): finalizer {cd['metadata'].get('finalizers')}, "
         f"ResourceClaimTemplate {NAMESPACE}/{RCT_NAME} (domainID {opaque['domainID'][:8]}..., "
-        f"allocationMode {opaque.get('allocationMode', '')}), status {report.cd_status_after_create}")
+        f"allocationMode {opaque.get('allocationMode', '')}), "
+        f"status {report.cd_status_after_create}")
 
     # -- workload pods: claims allocated by CEL selectors, prepared over gRPC
     scheduled: list[memory_allocator.ScheduledPod] = []
-    for i in range(workers):
+    for i in range(min(workers, len(node_names) - 1 if len(node_names) > 1 else 1)):
         pod = env.allocator.schedule_pod(_pod(f"worker-{i}", RCT_NAME))
         scheduled.append(pod)
         claim = pod.claims[0]
@@ -145,23 +147,21 @@ def run(env: embedded_mod.Embedded, *, say: Say, workers: int = 4) -> Report:
         say(f"pod {NAMESPACE}/worker-{i}: claim {claim['metadata']['name']} allocated "
             f"{result['device']} on {pod.node_name}")
     for pod in scheduled:
-        cdi_ids = _prepare(env, pod, say=say)
         name = pod.pod["metadata"]["name"]
+        try:
+            cdi_ids = _prepare(env, pod, say=say)
+        except errors.PermanentError as exc:
+            report.prepare_errors[name] = exc.message
+            say(f"NodePrepareResources on {pod.node_name} for {name} failed: {exc.message}")
+            continue
         report.prepared[name] = cdi_ids
         say(f"NodePrepareResources on {pod.node_name} for {name}: {', '.join(cdi_ids)}")
-    first = scheduled[0]
-    spec = fs_cdi.CDIDirectory(env.nodes[first.node_name].settings.cdi_root).read(
-        names.ClaimUID(first.claims[0]["metadata"]["uid"])
-    )
-    assert spec is not None
-    for device in spec["devices"]:
-        report.cdi_device_nodes.extend(device["containerEdits"].get("deviceNodes", ()))
-    say("CDI edits a container of worker-0 gets: " + json.dumps(
-        {"cdiVersion": spec["cdiVersion"], "kind": spec["kind"],
-         "deviceNodes": report.cdi_device_nodes}, sort_keys=True))
+    if report.prepared:
+        _show_cdi_edits(env, scheduled[0], say=say, report=report)
 
     # -- the negative case
-    _negative_case(env, cd_uid=cd_uid, say=say, report=report)
+    if len(node_names) > len(scheduled):
+        _negative_case(env, cd_uid=cd_uid, say=say, report=report)
 
     # -- clean-up: pods go, claims are unprepared, the CD is deleted
     for pod in scheduled:
@@ -187,6 +187,20 @@ def run(env: embedded_mod.Embedded, *, say: Say, workers: int = 4) -> Report:
     return report
 
 
+def _show_cdi_edits(
+    env: embedded_mod.Embedded, pod: memory_allocator.ScheduledPod, *, say: Say, report: Report
+) -> None:
+    cdi_dir = fs_cdi.CDIDirectory(env.nodes[pod.node_name].settings.cdi_root)
+    spec = cdi_dir.read(names.ClaimUID(pod.claims[0]["metadata"]["uid"]))
+    if spec is None:
+        return
+    for device in spec["devices"]:
+        report.cdi_device_nodes.extend(device["containerEdits"].get("deviceNodes", ()))
+    say(f"CDI edits a container of {pod.pod['metadata']['name']} gets: " + json.dumps(
+        {"cdiVersion": spec["cdiVersion"], "kind": spec["kind"],
+         "deviceNodes": report.cdi_device_nodes}, sort_keys=True))
+
+
 def _prepare(
     env: embedded_mod.Embedded, pod: memory_allocator.ScheduledPod, *, say: Say
 ) -> tuple[str, ...]:
@@ -198,9 +212,11 @@ def _prepare(
         errors_seen = [r.error for r in results.values() if r.error]
         if not errors_seen and len(results) == len(refs):
             return tuple(i for r in results.values() for d in r.devices for i in d.cdi_device_ids)
+        if env.config.host_managed:
+            # Nothing in host-managed mode becomes ready by waiting inside the demo.
+            raise errors.PermanentError("; ".join(errors_seen))
         say(f"  kubelet retry {attempt} on {pod.node_name}: {'; '.join(errors_seen)}")
-        if not env.config.host_managed:
-            _run_daemons(env, say=say)
+        _run_daemons(env, say=say)
     raise errors.RetryableError(f"prepare on {pod.node_name} did not succeed: {errors_seen}")
 
 

@@ -103,7 +103,7 @@ class Reconciler:
         try:
             executing.execute_cluster_actions(self._cluster, batch)
         except errors.ClusterError as exc:
-            # Stale observation (conflict) or a racing delete: the next pass re-plans from fresh state.
+            # Stale observation (conflict) or a racing delete: the next pass re-plans afresh.
             log.info("event=reconcile_retry reason=%r", exc.message)
             self._dirty.set()
             return 0
@@ -115,7 +115,9 @@ class Reconciler:
     def mark_dirty(self) -> None:
         self._dirty.set()
 
-    def run(self, stop: threading.Event, *, resync_s: float = 30.0, min_interval_s: float = 0.05) -> None:
+    def run(
+        self, stop: threading.Event, *, resync_s: float = 30.0, min_interval_s: float = 0.05
+    ) -> None:
         """Reconcile on every change signal (`mark_dirty`) and at least every `resync_s`."""
         while not stop.is_set():
             self._dirty.clear()

@@ -41,7 +41,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             files=procfs.ProcNodeFiles(
                 proc_devices_path=settings.proc_devices, boot_id_path=settings.boot_id_path
             ),
-            inventory=nvml_inventory.inventory_from_spec(settings.nvml, node_name=settings.node_name),
+            inventory=nvml_inventory.inventory_from_spec(
+                settings.nvml, node_name=settings.node_name
+            ),
         )
         cluster = kube_cluster.KubeCluster.from_config(settings.kubeconfig)
         plugin = wiring.start_plugin(settings, config=resolved.config, cluster=cluster, node=node)

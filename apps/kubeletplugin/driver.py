@@ -16,8 +16,8 @@ from collections.abc import Callable, Mapping
 
 import tenacity
 
-from core import checkpoint as checkpoint_codec
 from apps.kubeletplugin import metrics as plugin_metrics
+from core import checkpoint as checkpoint_codec
 from core import decoding, errors, executing, kinds, models, names, ports, preparing
 
 log = logging.getLogger(__name__)
@@ -155,7 +155,7 @@ class PluginDriver:
         retrying = tenacity.Retrying(
             retry=tenacity.retry_if_exception_type(errors.RetryableError),
             stop=tenacity.stop_after_delay(self._retry_budget_s),
-            wait=tenacity.wait_exponential_jitter(initial=0.05, max=2.0),
+            wait=tenacity.wait_exponential_jitter(multiplier=0.05, max=2.0, jitter=0.05),
             reraise=True,
         )
         for attempt in retrying:

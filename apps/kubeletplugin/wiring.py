@@ -49,7 +49,7 @@ def read_node_facts(
     major = procdevices.imex_channel_major(files.proc_devices())
     retrying = tenacity.Retrying(
         retry=tenacity.retry_if_exception_type(errors.RetryableError),
-        wait=tenacity.wait_exponential_jitter(initial=0.5, max=30.0),
+        wait=tenacity.wait_exponential_jitter(multiplier=0.5, max=30.0, jitter=0.5),
         sleep=sleep,
         before_sleep=lambda state: log.warning(
             "event=fabric_not_ready node=%s attempt=%d error=%r",

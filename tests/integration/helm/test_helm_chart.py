@@ -284,8 +284,11 @@ def test_controller_env_and_least_privilege_security_context() -> None:
     assert env["NAMESPACE"] == {"fieldRef": {"fieldPath": "metadata.namespace"}}
     assert (env["METRICS_PORT"], env["HEALTH_PORT"], env["LOG_VERBOSITY"]) == ("8080", "8081", "6")
     assert env["DAEMON_IMAGE"] == "nvcr.io/nvidia/k8s-dra-driver-gpu:v25.8.0"
+    assert env["POD_NAME"] == {"fieldRef": {"fieldPath": "metadata.name"}}
     container = controller["spec"]["template"]["spec"]["containers"][0]
     assert container["command"] == ["compute-domain-controller"]
+    assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "health"}
+    assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "health"}
     assert container["securityContext"]["allowPrivilegeEscalation"] is False
     assert "privileged" not in container["securityContext"]
 
@@ -326,7 +329,9 @@ def test_kubelet_plugin_probes_grpc_health_and_reads_downward_api() -> None:
     assert env["NODE_NAME"] == {"fieldRef": {"fieldPath": "spec.nodeName"}}
     assert env["POD_UID"] == {"fieldRef": {"fieldPath": "metadata.uid"}}
     assert env["HEALTH_PORT"] == "6000"
-    assert (env["NVML"], env["HOST_IMEX_CHECK"], env["IMEX_HOST_SOCKET"]) == ("real", "false", "")
+    assert (env["NVML"], env["HOST_IMEX_CHECK"]) == ("real", "false")
+    # Unset, so the plugin's own default socket path applies.
+    assert "IMEX_HOST_SOCKET" not in env
 
 
 def test_host_imex_check_and_socket_reach_the_plugin_in_host_managed_mode() -> None:
