@@ -1,0 +1,98 @@
+"""`computedomain plan` (offline) and `computedomain preflight` (the Helm pre-upgrade check)."""
+
+from __future__ import annotations
+
+import pathlib
+import subprocess
+import sys
+
+import yaml
+
+from adapters.memory import cluster as memory_cluster
+from apps.cli import preflight
+from core import kinds, names
+
+CD_MANIFEST = """
+apiVersion: resource.nvidia.com/v1beta1
+kind: ComputeDomain
+metadata: {name: training, namespace: ml}
+spec:
+  numNodes: 0
+  channel:
+    resourceClaimTemplate: {name: training-channel}
+    allocationMode: All
+"""
+
+
+def _plan(tmp_path: pathlib.Path, *args: str) -> subprocess.CompletedProcess[str]:
+    manifest = tmp_path / "cd.yaml"
+    manifest.write_text(CD_MANIFEST)
+    return subprocess.run(
+        [sys.executable, "-m", "apps.cli", "plan", *args, str(manifest)],
+        capture_output=True, text=True, timeout=60, check=False,
+    )
+
+
+def test_plan_in_host_managed_mode_prints_only_the_workload_template_forced_to_single(
+    tmp_path: pathlib.Path,
+) -> None:
+    done = _plan(tmp_path, "--mode", "hostManaged", "--isolation", "none",
+                 "--feature-gates", "HostManagedIMEX=true")
+    assert done.returncode == 0, done.stderr
+    objects = list(yaml.safe_load_all(done.stdout))
+    assert [o["kind"] for o in objects] == ["ResourceClaimTemplate"]
+    params = objects[0]["spec"]["spec"]["devices"]["config"][0]["opaque"]["parameters"]
+    assert params["allocationMode"] == "Single"
+    assert params["domainID"] == "<computedomain-uid>"
+
+
+def test_plan_in_driver_managed_mode_adds_the_daemon_template_and_daemonset(
+    tmp_path: pathlib.Path,
+) -> None:
+    done = _plan(tmp_path, "--mode", "driverManaged")
+    assert done.returncode == 0, done.stderr
+    made = sorted(o["kind"] for o in yaml.safe_load_all(done.stdout))
+    assert made == ["DaemonSet", "ResourceClaimTemplate", "ResourceClaimTemplate"]
+
+
+def test_plan_refuses_an_invalid_mode_with_the_config_message(tmp_path: pathlib.Path) -> None:
+    done = _plan(tmp_path, "--mode", "hostManaged", "--isolation", "none")
+    assert done.returncode == 2
+    assert "requires feature gate HostManagedIMEX=true" in done.stderr
+
+
+def _admitted_cd(cluster: memory_cluster.InMemoryCluster, name: str, admitted: str) -> None:
+    mode, isolation = admitted.split("/")
+    cluster.create(kinds.COMPUTE_DOMAIN.kind, {
+        "apiVersion": names.GROUP_VERSION, "kind": names.KIND_COMPUTE_DOMAIN,
+        "metadata": {"name": name, "namespace": "ml", "annotations": {
+            names.ADMITTED_MODE_ANNOTATION: mode, names.ADMITTED_ISOLATION_ANNOTATION: isolation}},
+        "spec": {"channel": {"resourceClaimTemplate": {"name": f"{name}-channel"}}},
+    })
+
+
+def test_preflight_refuses_a_mode_change_while_domains_of_the_old_mode_exist() -> None:
+    cluster = memory_cluster.InMemoryCluster()
+    _admitted_cd(cluster, "old", "hostManaged/none")
+    refusal = preflight.check(cluster, mode="driverManaged", isolation="", feature_gates="")
+    assert "refusing to switch IMEX mode/isolation to driverManaged/domain" in refusal
+    assert "ml/old (hostManaged/none)" in refusal
+
+
+def test_preflight_allows_an_upgrade_that_keeps_the_mode() -> None:
+    cluster = memory_cluster.InMemoryCluster()
+    _admitted_cd(cluster, "same", "hostManaged/none")
+    assert preflight.check(cluster, mode="hostManaged", isolation="none",
+                           feature_gates="HostManagedIMEX=true") == ""
+
+
+def test_preflight_allows_any_change_when_no_domain_exists() -> None:
+    cluster = memory_cluster.InMemoryCluster()
+    assert preflight.check(cluster, mode="driverManaged", isolation="", feature_gates="") == ""
+
+
+def test_preflight_reports_an_invalid_target_mode() -> None:
+    cluster = memory_cluster.InMemoryCluster()
+    refusal = preflight.check(cluster, mode="hostManaged", isolation="domain",
+                              feature_gates="HostManagedIMEX=true")
+    assert "isolation 'domain' needs driver-managed IMEX daemons" in refusal
