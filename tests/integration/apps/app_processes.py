@@ -17,6 +17,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
+from adapters.memory import apiserver
 from adapters.memory import cluster as memory_cluster
 from adapters.nvml import simulated
 from core import kinds, models, names
@@ -139,6 +140,18 @@ class PluginPaths:
         text = simulated.simulated_proc_devices() if proc_devices is None else proc_devices
         self.proc_devices.write_text(text, encoding="utf-8")
         self.boot_id.write_text(simulated.simulated_boot_id(node) + "\n", encoding="utf-8")
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ServedCluster:
+    """An InMemoryCluster behind an EmbeddedAPIServer, and a kubeconfig pointing at it."""
+
+    cluster: memory_cluster.InMemoryCluster
+    server: apiserver.EmbeddedAPIServer
+    kubeconfig: pathlib.Path
+
+
+Launch = Callable[[str, Sequence[str]], AppProcess]
 
 
 def first_node() -> str:

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import dataclasses
 import pathlib
 import shutil
 import tempfile
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 
 import app_processes
 import pytest
@@ -15,20 +14,13 @@ from adapters.memory import apiserver
 from adapters.memory import cluster as memory_cluster
 
 
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class ServedCluster:
-    cluster: memory_cluster.InMemoryCluster
-    server: apiserver.EmbeddedAPIServer
-    kubeconfig: pathlib.Path
-
-
 @pytest.fixture
-def served(tmp_path: pathlib.Path) -> Iterator[ServedCluster]:
+def served(tmp_path: pathlib.Path) -> Iterator[app_processes.ServedCluster]:
     cluster = memory_cluster.InMemoryCluster()
     server = apiserver.EmbeddedAPIServer(cluster).start()
     kubeconfig = tmp_path / "kubeconfig"
     server.write_kubeconfig(str(kubeconfig))
-    yield ServedCluster(cluster=cluster, server=server, kubeconfig=kubeconfig)
+    yield app_processes.ServedCluster(cluster=cluster, server=server, kubeconfig=kubeconfig)
     server.stop()
     cluster.close()
 
@@ -41,11 +33,8 @@ def node_paths() -> Iterator[app_processes.PluginPaths]:
     shutil.rmtree(root, ignore_errors=True)
 
 
-Launch = Callable[[str, Sequence[str]], app_processes.AppProcess]
-
-
 @pytest.fixture
-def launch(tmp_path: pathlib.Path) -> Iterator[Launch]:
+def launch(tmp_path: pathlib.Path) -> Iterator[app_processes.Launch]:
     """Start `python -m <module> <args>`; every process still running at the end is killed."""
     started: list[app_processes.AppProcess] = []
 

@@ -1,0 +1,382 @@
+"""`compute-domain-kubelet-plugin` as a real process, driven like a kubelet would drive it.
+
+The plugin runs as `python -m apps.kubeletplugin` with a simulated GB200 node, its real
+`KubeCluster` talking HTTP to an `EmbeddedAPIServer` in this test process; the test speaks to
+it only through our proto-built gRPC clients (registration, DRA v1 and v1beta1) and looks at
+what it leaves on disk (CDI specs, checkpoint) and in the cluster (ResourceSlices, Events).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import pathlib
+import shutil
+import signal
+import tempfile
+from collections.abc import Iterator, Sequence
+
+import app_processes
+import pytest
+from app_processes import NAMESPACE, PluginPaths, eventually
+
+from adapters.grpc import client as grpc_client
+from adapters.memory import apiserver
+from adapters.memory import cluster as memory_cluster
+from adapters.nvml import simulated
+from core import checkpoint as checkpoint_codec
+from core import kinds, models, names
+
+pytestmark = pytest.mark.slow
+
+VERSIONS: tuple[grpc_client.DRAVersion, ...] = ("v1", "v1beta1")
+
+
+def wait_registered(
+    process: app_processes.AppProcess, paths: PluginPaths
+) -> grpc_client.PluginInfo:
+    """GetInfo on the registration socket, as the kubelet's plugin watcher does."""
+
+    def probe() -> grpc_client.PluginInfo | None:
+        if not process.running:
+            raise AssertionError(
+                f"plugin exited with {process.popen.returncode} before registering; "
+                f"output:\n{process.output()}"
+            )
+        if not paths.registration_socket.exists():
+            return None
+        with grpc_client.RegistrationClient(str(paths.registration_socket), timeout_s=2) as reg:
+            try:
+                info = reg.get_info()
+            except grpc_client.PluginCallError:
+                return None
+            reg.notify(True)
+            return info
+
+    return eventually(
+        probe, what="the plugin's registration socket to answer GetInfo",
+        timeout_s=app_processes.START_TIMEOUT_S,
+    )
+
+
+def prepare(
+    paths: PluginPaths, refs: Sequence[models.ClaimRef], *, version: grpc_client.DRAVersion
+) -> dict[names.ClaimUID, models.ClaimResult]:
+    with grpc_client.DRAClient(str(paths.dra_socket), version=version) as dra:
+        return dra.prepare(refs)
+
+
+def unprepare(
+    paths: PluginPaths, refs: Sequence[models.ClaimRef], *, version: grpc_client.DRAVersion
+) -> dict[names.ClaimUID, models.ClaimResult]:
+    with grpc_client.DRAClient(str(paths.dra_socket), version=version) as dra:
+        return dra.unprepare(refs)
+
+
+def cdi_ids(result: models.ClaimResult) -> tuple[str, ...]:
+    return tuple(i for d in result.devices for i in d.cdi_device_ids)
+
+
+def checkpoint_entries(paths: PluginPaths) -> dict[names.ClaimUID, models.CheckpointEntry]:
+    current = checkpoint_codec.decode(paths.checkpoint.read_bytes())
+    return {
+        uid: entry
+        for uid, entry in current.entries.items()
+        if entry.state is not models.ClaimState.PREPARE_ABORTED
+    }
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class RunningPlugin:
+    cluster: memory_cluster.InMemoryCluster
+    paths: PluginPaths
+    process: app_processes.AppProcess
+    node: str
+    cd_uid: str
+    info: grpc_client.PluginInfo
+
+
+@pytest.fixture(scope="module")
+def running_plugin(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningPlugin]:
+    """One plugin process (and API server) shared by the tests that only prepare/unprepare."""
+    logs = tmp_path_factory.mktemp("plugin")
+    cluster = memory_cluster.InMemoryCluster()
+    server = apiserver.EmbeddedAPIServer(cluster).start()
+    kubeconfig = logs / "kubeconfig"
+    server.write_kubeconfig(str(kubeconfig))
+    root = pathlib.Path(tempfile.mkdtemp(prefix="cdapp-", dir="/tmp"))
+    paths = PluginPaths(root=root / "node")
+    node = app_processes.first_node()
+    paths.write_node_files(node)
+    cd_uid = str(app_processes.compute_domain(cluster, "shared")["metadata"]["uid"])
+    process = app_processes.AppProcess(
+        "apps.kubeletplugin",
+        app_processes.plugin_args(
+            paths, node=node, kubeconfig=kubeconfig,
+            mode_flags=app_processes.host_managed_flags(),
+        ),
+        log_path=logs / "plugin.log",
+    )
+    try:
+        info = wait_registered(process, paths)
+        yield RunningPlugin(
+            cluster=cluster, paths=paths, process=process, node=node, cd_uid=cd_uid, info=info
+        )
+    finally:
+        process.kill()
+        server.stop()
+        cluster.close()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+# ------------------------------------------------------------------ registration and slices
+
+
+def test_plugin_process_registers_as_a_dra_plugin_speaking_v1_and_v1beta1(
+    running_plugin: RunningPlugin,
+) -> None:
+    info = running_plugin.info
+
+    assert info.type == "DRAPlugin"
+    assert info.name == names.DRIVER_NAME
+    assert info.endpoint == str(running_plugin.paths.dra_socket)
+    assert set(info.supported_versions) >= {"v1.DRAPlugin", "v1beta1.DRAPlugin"}
+
+
+def test_plugin_process_publishes_its_resource_slice_in_the_embedded_cluster(
+    running_plugin: RunningPlugin,
+) -> None:
+    def mine() -> list[dict[str, object]] | None:
+        found = [
+            dict(s)
+            for s in running_plugin.cluster.list(kinds.RESOURCE_SLICE.kind).items
+            if s["spec"].get("nodeName") == running_plugin.node
+            and s["spec"].get("driver") == names.DRIVER_NAME
+        ]
+        return found or None
+
+    published = eventually(mine, what="the node's ResourceSlice")
+
+    devices = [d["name"] for s in published for d in s["spec"]["devices"]]  # type: ignore[index]
+    assert names.channel_device_name(0) in devices
+
+
+# ------------------------------------------------------------------ prepare / unprepare
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_plugin_process_prepares_and_unprepares_a_claim(
+    running_plugin: RunningPlugin, version: grpc_client.DRAVersion
+) -> None:
+    rp = running_plugin
+    ref = app_processes.resource_claim(
+        rp.cluster, f"ok-{version}", node=rp.node, cd_uid=rp.cd_uid
+    )
+
+    prepared = prepare(rp.paths, [ref], version=version)
+
+    assert prepared[ref.uid].error == ""
+    (device,) = prepared[ref.uid].devices
+    assert device.pool_name == rp.node
+    assert device.device_name == names.channel_device_name(0)
+    assert device.cdi_device_ids == (f"{names.CDI_KIND_CLAIM}={ref.uid}-channel-0",)
+    spec = json.loads(rp.paths.cdi_file(ref.uid).read_text())
+    nodes = [n for d in spec["devices"] for n in d["containerEdits"].get("deviceNodes", ())]
+    assert [n["path"] for n in nodes] == [f"{names.IMEX_CHANNEL_DIR}/channel0"]
+    assert ref.uid in checkpoint_entries(rp.paths)
+
+    unprepared = unprepare(rp.paths, [ref], version=version)
+
+    assert unprepared == {ref.uid: models.ClaimResult()}
+    assert not rp.paths.cdi_file(ref.uid).exists()
+    assert ref.uid not in checkpoint_entries(rp.paths)
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_plugin_process_reports_per_claim_errors_beside_a_good_claim(
+    running_plugin: RunningPlugin, version: grpc_client.DRAVersion
+) -> None:
+    rp = running_plugin
+    good = app_processes.resource_claim(
+        rp.cluster, f"good-{version}", node=rp.node, cd_uid=rp.cd_uid
+    )
+    all_channels = app_processes.resource_claim(
+        rp.cluster, f"all-{version}", node=rp.node, cd_uid=rp.cd_uid, allocation_mode="All"
+    )
+    unallocated = app_processes.resource_claim(
+        rp.cluster, f"unallocated-{version}", node=rp.node, cd_uid=rp.cd_uid, allocated=False
+    )
+
+    results = prepare(rp.paths, [good, all_channels, unallocated], version=version)
+
+    assert results[good.uid].error == "" and cdi_ids(results[good.uid])
+    refused = results[all_channels.uid].error
+    assert "allocationMode 'All' is not supported in host-managed" in refused
+    assert results[all_channels.uid].devices == ()
+    assert "has no allocation" in results[unallocated.uid].error
+    assert rp.paths.cdi_file(good.uid).exists()
+    assert not rp.paths.cdi_file(all_channels.uid).exists()
+    assert not rp.paths.cdi_file(unallocated.uid).exists()
+    entries = checkpoint_entries(rp.paths)
+    assert good.uid in entries
+    assert all_channels.uid not in entries and unallocated.uid not in entries
+
+    def failure_event() -> bool:
+        return any(
+            e.get("reason") == "PrepareFailed"
+            and e["involvedObject"].get("name") == all_channels.name
+            for e in rp.cluster.list(kinds.EVENT.kind, namespace=NAMESPACE).items
+        )
+
+    eventually(failure_event, what="a PrepareFailed event on the allocationMode All claim")
+    assert unprepare(rp.paths, [good, all_channels, unallocated], version=version) == {
+        good.uid: models.ClaimResult(),
+        all_channels.uid: models.ClaimResult(),
+        unallocated.uid: models.ClaimResult(),
+    }
+    assert not rp.paths.cdi_file(good.uid).exists()
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_plugin_process_answers_empty_requests_with_empty_responses(
+    running_plugin: RunningPlugin, version: grpc_client.DRAVersion
+) -> None:
+    assert prepare(running_plugin.paths, [], version=version) == {}
+    assert unprepare(running_plugin.paths, [], version=version) == {}
+
+
+def test_plugin_process_reports_a_claim_unknown_to_the_api_server_as_an_error(
+    running_plugin: RunningPlugin,
+) -> None:
+    ghost = models.ClaimRef(
+        uid=names.ClaimUID("00000000-0000-0000-0000-000000000001"),
+        namespace=NAMESPACE,
+        name="never-created",
+    )
+
+    results = prepare(running_plugin.paths, [ghost], version="v1")
+
+    assert "not found" in results[ghost.uid].error
+    assert not running_plugin.paths.cdi_file(ghost.uid).exists()
+
+
+def test_plugin_process_prepare_is_idempotent_across_versions(
+    running_plugin: RunningPlugin,
+) -> None:
+    rp = running_plugin
+    ref = app_processes.resource_claim(rp.cluster, "twice", node=rp.node, cd_uid=rp.cd_uid)
+
+    first = prepare(rp.paths, [ref], version="v1")
+    stamp = rp.paths.cdi_file(ref.uid).stat()
+    second = prepare(rp.paths, [ref], version="v1beta1")
+
+    assert cdi_ids(first[ref.uid]) == cdi_ids(second[ref.uid]) != ()
+    after = rp.paths.cdi_file(ref.uid).stat()
+    assert (after.st_ino, after.st_mtime_ns) == (stamp.st_ino, stamp.st_mtime_ns)
+    unprepare(rp.paths, [ref], version="v1")
+
+
+# ------------------------------------------------------------------ crash, restart, signals
+
+
+def _start(
+    launch: app_processes.Launch,
+    served_kubeconfig: pathlib.Path,
+    paths: PluginPaths,
+    *,
+    node: str,
+    mode_flags: Sequence[str] | None = None,
+) -> app_processes.AppProcess:
+    flags = app_processes.host_managed_flags() if mode_flags is None else mode_flags
+    return launch(
+        "apps.kubeletplugin",
+        app_processes.plugin_args(paths, node=node, kubeconfig=served_kubeconfig, mode_flags=flags),
+    )
+
+
+def test_claim_stays_prepared_across_a_kill_9_and_restart_and_unprepare_cleans_up(
+    served: app_processes.ServedCluster,
+    node_paths: PluginPaths,
+    launch: app_processes.Launch,
+) -> None:
+    node = app_processes.first_node()
+    node_paths.write_node_files(node)
+    cd_uid = str(app_processes.compute_domain(served.cluster, "crashy")["metadata"]["uid"])
+    ref = app_processes.resource_claim(served.cluster, "survivor", node=node, cd_uid=cd_uid)
+    first = _start(launch, served.kubeconfig, node_paths, node=node)
+    wait_registered(first, node_paths)
+    before = prepare(node_paths, [ref], version="v1")[ref.uid]
+    assert before.error == "" and cdi_ids(before)
+    stamp = node_paths.cdi_file(ref.uid).stat()
+
+    first.kill()
+    second = _start(launch, served.kubeconfig, node_paths, node=node)
+    wait_registered(second, node_paths)
+    again = prepare(node_paths, [ref], version="v1")[ref.uid]
+
+    assert again.error == ""
+    assert cdi_ids(again) == cdi_ids(before)
+    after = node_paths.cdi_file(ref.uid).stat()
+    assert (after.st_ino, after.st_mtime_ns) == (stamp.st_ino, stamp.st_mtime_ns), "rewritten"
+    assert unprepare(node_paths, [ref], version="v1") == {ref.uid: models.ClaimResult()}
+    assert not node_paths.cdi_file(ref.uid).exists()
+    assert ref.uid not in checkpoint_entries(node_paths)
+
+
+def test_plugin_process_removes_its_sockets_and_exits_0_on_sigterm(
+    served: app_processes.ServedCluster,
+    node_paths: PluginPaths,
+    launch: app_processes.Launch,
+) -> None:
+    node = app_processes.first_node()
+    node_paths.write_node_files(node)
+    process = _start(launch, served.kubeconfig, node_paths, node=node)
+    wait_registered(process, node_paths)
+    assert node_paths.dra_socket.exists()
+
+    process.signal(signal.SIGTERM)
+
+    assert process.wait() == 0, process.output()
+    assert not node_paths.registration_socket.exists()
+    assert not node_paths.dra_socket.exists()
+
+
+def test_plugin_process_without_the_imex_channel_device_exits_naming_the_fix(
+    served: app_processes.ServedCluster,
+    node_paths: PluginPaths,
+    launch: app_processes.Launch,
+) -> None:
+    node = app_processes.first_node()
+    without_channels = "\n".join(
+        line
+        for line in simulated.simulated_proc_devices().splitlines()
+        if names.IMEX_CHANNELS_PROC_NAME not in line
+    )
+    node_paths.write_node_files(node, proc_devices=without_channels)
+
+    process = _start(launch, served.kubeconfig, node_paths, node=node)
+
+    code = process.wait()
+    output = process.output()
+    assert code != 0
+    assert names.IMEX_CHANNELS_PROC_NAME in output
+    assert "NVreg_CreateImexChannel0=1" in output
+    assert not node_paths.registration_socket.exists()
+
+
+def test_plugin_process_in_host_managed_mode_without_the_gate_exits_2_naming_the_gate(
+    served: app_processes.ServedCluster,
+    node_paths: PluginPaths,
+    launch: app_processes.Launch,
+) -> None:
+    node = app_processes.first_node()
+    node_paths.write_node_files(node)
+
+    process = _start(
+        launch, served.kubeconfig, node_paths, node=node,
+        mode_flags=["--imex-mode", "hostManaged", "--imex-isolation", "none"],
+    )
+
+    assert process.wait() == 2
+    assert "requires feature gate HostManagedIMEX=true" in process.output()
+    assert not node_paths.registration_socket.exists()
