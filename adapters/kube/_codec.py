@@ -186,7 +186,7 @@ def error_from_response(
         return errors.ConflictError(
             f"{where}: the object changed since it was read ({detail}); re-read and retry"
         )
-    if status == 4100:
+    if status == 410:
         return errors.GoneError(f"{where}: resourceVersion expired ({detail}); relist")
     hint = {
         401: "check the kubeconfig or service account token",

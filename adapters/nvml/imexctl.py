@@ -26,7 +26,8 @@ class HostIMEXProbe:
         command: str = "nvidia-imex-ctl",
         timeout_s: float = 5.0,
     ) -> None:
-        self._socket = os.path.join(driver_root, socket_path.lstrip("/"))
+        # The chart mounts the host socket at the same path inside the plugin container.
+        self._socket = socket_path
         self._command = self._resolve(driver_root, command)
         self._timeout_s = timeout_s
 

@@ -71,7 +71,7 @@ def parse(argv: Sequence[str] | None, env: Mapping[str, str]) -> Settings:
     add(
         "--imex-host-socket",
         default=_flag(env, "IMEX_HOST_SOCKET", "/var/run/nvidia-imex/imex.sock"),
-        help="host nvidia-imex control socket, relative to the driver root",
+        help="host nvidia-imex control socket (mounted at the same path in the container)",
     )
     add("--nvml", default=_flag(env, "NVML", "real"), help="real | simulated:<profile>")
     add("--cluster", default=_flag(env, "CLUSTER", "kube"), help="kube")

@@ -7,14 +7,12 @@ CD factory come from the contract suite's own conftest so both parametrizations 
 
 from __future__ import annotations
 
-import importlib.util
 import pathlib
-import sys
-import types
 import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import kube_real_http_loading
 import pytest
 
 from adapters.kube import cluster as kube_cluster
@@ -22,23 +20,11 @@ from adapters.memory import apiserver
 from adapters.memory import cluster as memory_cluster
 from core import ports
 
-_CONTRACT_DIR = pathlib.Path(__file__).resolve().parent.parent / "cluster_contract"
 _HISTORY_SIZE = 50
 
-
-def load_contract_module(filename: str, *, as_name: str) -> types.ModuleType:
-    """Import a file of the contract suite under a name of our own (no sys.path changes)."""
-    if as_name in sys.modules:
-        return sys.modules[as_name]
-    spec = importlib.util.spec_from_file_location(as_name, _CONTRACT_DIR / filename)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[as_name] = module  # NB: dataclasses look their module up while being built
-    spec.loader.exec_module(module)
-    return module
-
-
-_contract_conftest = load_contract_module("conftest.py", as_name="kube_real_http_contract_fixtures")
+_contract_conftest = kube_real_http_loading.load_contract_module(
+    "conftest.py", as_name="kube_real_http_contract_fixtures"
+)
 
 
 def _http_harness(tmp_path: pathlib.Path) -> Any:
