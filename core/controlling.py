@@ -20,6 +20,8 @@ from core import decoding, gates, kinds, models, modeswitch, names, objects
 
 MODE_MISMATCH_REPORTED_ANNOTATION: Final = "resource.nvidia.com/modeMismatchReported"
 MODE_MISMATCH_REASON: Final = "IMEXModeMismatch"
+# Our additive status condition (the chart's CRD allows status.conditions).
+MODE_MISMATCH_CONDITION: Final = "AdmittedUnderOtherMode"
 
 JSONList = Sequence[Mapping[str, Any]]
 
@@ -206,6 +208,8 @@ def _plan_admit(
     cd_patch = _admission_metadata_patch(cd, config=config)
     if cd_patch:
         actions.append(_patch(kinds.COMPUTE_DOMAIN.kind, cd.meta, {"metadata": cd_patch}))
+    if MODE_MISMATCH_REPORTED_ANNOTATION in cd.meta.annotations:
+        actions.append(_mismatch_condition_patch(cd, condition=None))
     workload_ok, steps = _ensure_child(
         observed.workload_rct,
         cd_uid=cd.uid,
@@ -354,6 +358,32 @@ def _plan_mismatch(
             cd.meta,
             {"metadata": {"annotations": {MODE_MISMATCH_REPORTED_ANNOTATION: current}}},
         ),
+        _mismatch_condition_patch(
+            cd,
+            condition={
+                "type": MODE_MISMATCH_CONDITION,
+                "status": "True",
+                "reason": MODE_MISMATCH_REASON,
+                "message": mode_mismatch_message(cd, current=current),
+            },
+        ),
+    )
+
+
+def _mismatch_condition_patch(
+    cd: models.ComputeDomain, *, condition: Mapping[str, str] | None
+) -> models.PatchObject:
+    """Set (or, with None, clear) the status condition that mirrors the mismatch event.
+
+    NB: no resourceVersion: it follows the annotation patch of the same plan, and a merge
+    patch of only `conditions` cannot clobber anything the controller did not write.
+    """
+    return models.PatchObject(
+        kind=kinds.COMPUTE_DOMAIN.kind,
+        namespace=cd.meta.namespace,
+        name=cd.meta.name,
+        patch={"status": {"conditions": [condition] if condition else None}},
+        subresource="status",
     )
 
 

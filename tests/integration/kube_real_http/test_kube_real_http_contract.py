@@ -15,15 +15,17 @@ import urllib.error
 import urllib.request
 from typing import Any
 
-import pytest
 import kube_real_http_loading
+import pytest
 
 from adapters.kube import cluster as kube_cluster
 from adapters.memory import apiserver
 from adapters.memory import cluster as memory_cluster
 from core import errors, kinds, models, ports
 
-_contract = kube_real_http_loading.load_contract_module("test_cluster_contract.py", as_name="kube_real_http_contract")
+_contract = kube_real_http_loading.load_contract_module(
+    "test_cluster_contract.py", as_name="kube_real_http_contract"
+)
 globals().update({k: v for k, v in vars(_contract).items() if k.startswith("test_")})
 CONTRACT_TESTS = sorted(k for k in vars(_contract) if k.startswith("test_"))
 

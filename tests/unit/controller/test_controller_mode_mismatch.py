@@ -30,8 +30,8 @@ def test_mode_mismatch_cd_is_untouched_and_reported_once() -> None:
 
     actions = state.plan("team", "cd", config=host)
 
-    assert len(actions) == 2
-    event, mark = actions
+    assert len(actions) == 3
+    event, mark, condition = actions
     assert isinstance(event, models.EmitEvent)
     assert event.reason == "IMEXModeMismatch"
     assert event.involved.uid == cd.uid and event.involved.kind == CD
@@ -47,6 +47,10 @@ def test_mode_mismatch_cd_is_untouched_and_reported_once() -> None:
         }}},
         resource_version=cd.meta.resource_version,
     )
+    assert isinstance(condition, models.PatchObject) and condition.subresource == "status"
+    [reported] = condition.patch["status"]["conditions"]
+    assert reported["type"] == controlling.MODE_MISMATCH_CONDITION
+    assert reported["status"] == "True" and reported["message"] == event.message
     state.apply_all(actions)
     assert state.plan("team", "cd", config=host) == ()
     assert len(state.events) == 1
@@ -63,7 +67,7 @@ def test_isolation_change_alone_is_a_mode_mismatch() -> None:
         namespace=channel.namespace,
     )
     actions = state.plan("team", "cd", config=channel)
-    assert [type(a).__name__ for a in actions] == ["EmitEvent", "PatchObject"]
+    assert [type(a).__name__ for a in actions] == ["EmitEvent", "PatchObject", "PatchObject"]
 
 
 def test_switching_back_to_the_admitting_mode_clears_the_report() -> None:
@@ -73,10 +77,11 @@ def test_switching_back_to_the_admitting_mode_clears_the_report() -> None:
 
     actions = state.plan("team", "cd", config=fake.driver_config())
 
-    assert len(actions) == 1
+    assert len(actions) == 2
     assert actions[0].patch == {  # type: ignore[union-attr]
         "metadata": {"annotations": {controlling.MODE_MISMATCH_REPORTED_ANNOTATION: None}}
     }
+    assert actions[1].patch == {"status": {"conditions": None}}  # type: ignore[union-attr]
     state.apply_all(actions)
     assert state.plan("team", "cd", config=fake.driver_config()) == ()
 
