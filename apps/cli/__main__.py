@@ -1,4 +1,4 @@
-"""`computedomain`: the operator's CLI (demo, plan, preflight)."""
+"""`computedomain`: the operator's CLI (demo, plan, preflight, webhook)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import os
 import sys
 from collections.abc import Sequence
 
-from apps.cli import demo, plan, preflight
+from apps.cli import demo, plan, preflight, webhook
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -20,6 +20,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     demo.add_parser(sub)
     plan.add_parser(sub)
     preflight.add_parser(sub)
+    webhook.add_parser(sub)
     args = parser.parse_args(argv)
     logging.basicConfig(
         level=logging.INFO if args.verbose else logging.ERROR,

@@ -7,6 +7,7 @@ A few checks specific to the HTTP path follow.
 
 from __future__ import annotations
 
+import http.client
 import itertools
 import json
 import pathlib
@@ -187,3 +188,47 @@ def test_kube_event_with_generate_name_is_stored(served: Any, tmp_path: pathlib.
     assert event["metadata"]["name"].startswith("n1.")
     assert event["reason"] == "Probe"
     assert event["involvedObject"] == {"kind": "Node", "name": "n1", "apiVersion": "v1"}
+
+
+def test_watch_is_chunked_ndjson_and_an_expired_version_is_an_error_event_with_410() -> None:
+    memory = memory_cluster.InMemoryCluster(history_size=2)
+    for i in range(5):
+        memory.create("Node", {"metadata": {"name": f"n{i}"}})
+    server = apiserver.EmbeddedAPIServer(memory).start()
+    host, port = server.url.removeprefix("http://").split(":")
+    connection = http.client.HTTPConnection(host, int(port), timeout=10)
+    try:
+        connection.request("GET", "/api/v1/nodes?watch=true&resourceVersion=101&timeoutSeconds=5")
+        answer = connection.getresponse()
+        lines = answer.read().splitlines()
+    finally:
+        connection.close()
+        server.stop()
+
+    assert answer.status == 200
+    assert answer.getheader("Transfer-Encoding") == "chunked"
+    (line,) = lines
+    event = json.loads(line)
+    assert event["type"] == "ERROR"
+    assert event["object"]["kind"] == "Status"
+    assert (event["object"]["code"], event["object"]["reason"]) == (410, "Expired")
+
+
+def test_watch_with_a_label_selector_reports_only_matching_objects(served: Any) -> None:
+    memory, server = served
+    start = memory.resource_version
+    memory.create("Node", {"metadata": {"name": "other", "labels": {"pool": "b"}}})
+    memory.create("Node", {"metadata": {"name": "mine", "labels": {"pool": "a"}}})
+    host, port = server.url.removeprefix("http://").split(":")
+    connection = http.client.HTTPConnection(host, int(port), timeout=10)
+    try:
+        connection.request(
+            "GET",
+            f"/api/v1/nodes?watch=true&resourceVersion={start}&timeoutSeconds=1"
+            "&labelSelector=pool%3Da",
+        )
+        lines = connection.getresponse().read().splitlines()
+    finally:
+        connection.close()
+
+    assert [json.loads(line)["object"]["metadata"]["name"] for line in lines] == ["mine"]

@@ -1,0 +1,252 @@
+"""Admission review of ResourceClaims and ResourceClaimTemplates: reject bad configs at apply time.
+
+Without this, an opaque ComputeDomain config with a typo, a wrong kind or an allocation mode
+the installed IMEX mode cannot serve is only noticed when the kubelet prepares the claim, as
+a pod event on a pod that is already scheduled. The optional webhook (Helm `webhook.*`) runs
+the same strict decoding and the same mode rules at `kubectl apply`, so the person applying
+the manifest reads the error at once.
+
+Pure: an `admission.k8s.io/v1` AdmissionReview (already parsed JSON) and the driver config in,
+the `response` object out. Whatever JSON it is given, it never raises: a malformed review is
+a denial whose message says what is malformed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, Final
+
+from core import decoding, errors, models, names
+
+ADMISSION_API_VERSION: Final = "admission.k8s.io/v1"
+ADMISSION_REVIEW_KIND: Final = "AdmissionReview"
+# The path of the ValidatingWebhookConfiguration in the Helm chart (templates/webhook.yaml).
+VALIDATE_PATH: Final = "/validate-resource-claim-parameters"
+
+CODE_BAD_REQUEST: Final = 400
+CODE_INVALID: Final = 422
+REASON_BAD_REQUEST: Final = "BadRequest"
+REASON_INVALID: Final = "Invalid"
+
+_VALIDATED_OPERATIONS: Final = ("CREATE", "UPDATE")
+# Where each kind keeps its device configs (`spec.devices.config[]` of a claim spec).
+_CONFIG_PATHS: Final[Mapping[str, tuple[str, ...]]] = {
+    "ResourceClaim": ("spec", "devices", "config"),
+    "ResourceClaimTemplate": ("spec", "spec", "devices", "config"),
+}
+_SINGLE_MODES: Final = ("", models.AllocationMode.SINGLE.value)
+_KNOWN_MODES: Final = ("", models.AllocationMode.SINGLE.value, models.AllocationMode.ALL.value)
+
+
+def review(request: Mapping[str, Any], *, config: models.DriverConfig) -> dict[str, Any]:
+    """The AdmissionReview `response` for one `request`: {uid, allowed, status?}.
+
+    Denies (HTTP-style code 422, reason Invalid) a ResourceClaim or ResourceClaimTemplate
+    being created or updated when any opaque config of this driver fails strict decoding or
+    cannot be served in the installed IMEX mode; one message lists every bad config by its
+    field path. An UPDATE that leaves the configs as they were is allowed, so an object
+    admitted before the webhook existed can still get its finalizers removed. Other kinds,
+    other operations and other drivers' configs are allowed. A malformed request is denied
+    with code 400. Deterministic; never raises.
+    """
+    if not isinstance(request, Mapping):
+        return _bad_request("", "AdmissionReview.request must be a JSON object")
+    uid = request.get("uid")
+    if not isinstance(uid, str) or not uid:
+        return _bad_request("", "AdmissionReview.request.uid must be a non-empty string")
+
+    kind = request.get("kind")
+    if not isinstance(kind, Mapping):
+        return _bad_request(uid, "AdmissionReview.request.kind must be an object")
+    group, kind_name = kind.get("group"), kind.get("kind")
+    if not isinstance(group, str) or not isinstance(kind_name, str):
+        return _bad_request(
+            uid, "AdmissionReview.request.kind.group and .kind must be strings"
+        )
+    operation = request.get("operation")
+    if not isinstance(operation, str):
+        return _bad_request(uid, "AdmissionReview.request.operation must be a string")
+
+    config_path = _CONFIG_PATHS.get(kind_name)
+    if group != names.DRA_GROUP or config_path is None or operation not in _VALIDATED_OPERATIONS:
+        return _allowed(uid)
+
+    obj = request.get("object")
+    if not isinstance(obj, Mapping):
+        return _bad_request(
+            uid, f"AdmissionReview.request.object must be the {kind_name} to admit, "
+            f"got {_json_type(obj)}"
+        )
+    entries = _config_entries(obj, config_path)
+    if isinstance(entries, str):
+        return _invalid(uid, _describe(request, obj, kind_name), [entries])
+
+    if operation == "UPDATE":
+        old = request.get("oldObject")
+        if isinstance(old, Mapping) and _config_entries(old, config_path) == entries:
+            return _allowed(uid)
+
+    field_path = ".".join(config_path)
+    problems: list[str] = []
+    for index, entry in enumerate(entries):
+        problem = check_config_entry(entry, path=f"{field_path}[{index}]", config=config)
+        if problem:
+            problems.append(problem)
+    if problems:
+        return _invalid(uid, _describe(request, obj, kind_name), problems)
+    return _allowed(uid)
+
+
+def review_document(document: object, *, config: models.DriverConfig) -> dict[str, Any]:
+    """The full AdmissionReview to send back for a received AdmissionReview document.
+
+    The reply always has apiVersion admission.k8s.io/v1, kind AdmissionReview and a
+    `response`; a document that is not an AdmissionReview gets a denial saying so.
+    Never raises.
+    """
+    response: dict[str, Any]
+    if not isinstance(document, Mapping):
+        response = _bad_request("", "the request body must be an AdmissionReview JSON object")
+    elif (
+        document.get("apiVersion") != ADMISSION_API_VERSION
+        or document.get("kind") != ADMISSION_REVIEW_KIND
+    ):
+        response = _bad_request(
+            _uid_of(document.get("request")),
+            f"expected apiVersion {ADMISSION_API_VERSION} kind {ADMISSION_REVIEW_KIND}: "
+            "set admissionReviewVersions: [\"v1\"] in the ValidatingWebhookConfiguration",
+        )
+    elif not isinstance(document.get("request"), Mapping):
+        response = _bad_request("", "AdmissionReview.request is missing")
+    else:
+        response = review(document["request"], config=config)
+    return {
+        "apiVersion": ADMISSION_API_VERSION,
+        "kind": ADMISSION_REVIEW_KIND,
+        "response": response,
+    }
+
+
+def check_config_entry(entry: object, *, path: str, config: models.DriverConfig) -> str:
+    """"" when a `devices.config[]` entry is acceptable, else one message naming `path`.
+
+    Only opaque configs whose driver is compute-domain.nvidia.com are checked: they are
+    decoded strictly (the same decoder prepare uses) and then held to the IMEX mode.
+    """
+    if not isinstance(entry, Mapping):
+        return f"{path}: must be an object, got {_json_type(entry)}"
+    opaque = entry.get("opaque")
+    if opaque is None:
+        return ""
+    if not isinstance(opaque, Mapping):
+        return f"{path}.opaque: must be an object, got {_json_type(opaque)}"
+    if opaque.get("driver") != names.DRIVER_NAME:
+        return ""
+    params_path = f"{path}.opaque.parameters"
+    # NB: a missing `parameters` reaches the decoder as None, which it reports by name.
+    parameters: Any = opaque.get("parameters")
+    try:
+        decoded = decoding.decode_opaque_config(parameters, strict=True)
+    except errors.DecodeError as exc:
+        field = params_path if exc.field in ("", "parameters") else f"{params_path}.{exc.field}"
+        return f"{field}: {exc.message}"
+
+    if isinstance(decoded, models.DaemonConfig):
+        if config.host_managed:
+            return (
+                f"{params_path}: {names.KIND_DAEMON_CONFIG} requests an IMEX daemon, but the "
+                "driver runs in host-managed IMEX mode (the host runs nvidia-imex and the driver "
+                f"runs no daemons); remove this config and its {names.DAEMON_REQUEST_NAME} request"
+            )
+        return ""
+    mode = decoded.allocation_mode
+    if config.host_managed and mode not in _SINGLE_MODES:
+        return (
+            f"{params_path}.allocationMode: '{mode}' is not supported in host-managed IMEX "
+            "mode: host-managed IMEX gives every workload channel 0 only; use allocationMode "
+            f"{models.AllocationMode.SINGLE.value} (or leave it out)"
+        )
+    if mode not in _KNOWN_MODES:
+        return (
+            f"{params_path}.allocationMode: '{mode}' is not valid: use "
+            f"{models.AllocationMode.SINGLE.value} or {models.AllocationMode.ALL.value}"
+        )
+    return ""
+
+
+def _config_entries(obj: Mapping[Any, Any], path: Sequence[str]) -> list[Any] | str:
+    """The config entries at `path` ([] when any level is absent), or a message."""
+    node: Any = obj
+    for depth, key in enumerate(path):
+        if not isinstance(node, Mapping):
+            where = ".".join(path[:depth]) or "object"
+            return f"{where}: must be an object, got {_json_type(node)}"
+        node = node.get(key)
+        if node is None:
+            return []
+    if not isinstance(node, list):
+        return f"{'.'.join(path)}: must be an array, got {_json_type(node)}"
+    return node
+
+
+def _describe(request: Mapping[str, Any], obj: Mapping[Any, Any], kind: str) -> str:
+    """`ResourceClaim ns/name` for the message, from the request or the object metadata."""
+    meta = obj.get("metadata")
+    meta = meta if isinstance(meta, Mapping) else {}
+    name = request.get("name") or meta.get("name") or meta.get("generateName") or ""
+    namespace = request.get("namespace") or meta.get("namespace") or ""
+    if not isinstance(name, str) or not isinstance(namespace, str):
+        return kind
+    ref = f"{namespace}/{name}" if namespace and name else name
+    return f"{kind} {ref}" if ref else kind
+
+
+def _uid_of(request: object) -> str:
+    if isinstance(request, Mapping):
+        uid = request.get("uid")
+        if isinstance(uid, str):
+            return uid
+    return ""
+
+
+def _allowed(uid: str) -> dict[str, Any]:
+    return {"uid": uid, "allowed": True}
+
+
+def _bad_request(uid: str, message: str) -> dict[str, Any]:
+    return {
+        "uid": uid,
+        "allowed": False,
+        "status": {"code": CODE_BAD_REQUEST, "reason": REASON_BAD_REQUEST, "message": message},
+    }
+
+
+def _invalid(uid: str, what: str, problems: Sequence[str]) -> dict[str, Any]:
+    if len(problems) == 1:
+        message = f"{what} has an invalid {names.DRIVER_NAME} device config: {problems[0]}"
+    else:
+        listed = "; ".join(f"({i}) {p}" for i, p in enumerate(problems, start=1))
+        message = (
+            f"{what} has {len(problems)} invalid {names.DRIVER_NAME} device configs: {listed}"
+        )
+    return {
+        "uid": uid,
+        "allowed": False,
+        "status": {"code": CODE_INVALID, "reason": REASON_INVALID, "message": message},
+    }
+
+
+def _json_type(value: object) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int | float):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, Mapping):
+        return "object"
+    if isinstance(value, list | tuple):
+        return "array"
+    return type(value).__name__
