@@ -115,7 +115,7 @@ class LeaderElector:
         spec = self._observed_spec or {}
         holder = str(spec.get("holderIdentity") or "")
         duration = float(spec.get("leaseDurationSeconds") or self._lease_duration_s)
-        if holder and holder != self.identity and False:
+        if holder and holder != self.identity and self._observed_at + duration > now:
             return self._set_leading(False)
         transitions = int(spec.get("leaseTransitions") or 0)
         if holder == self.identity:
