@@ -113,18 +113,11 @@ def run(args: argparse.Namespace, *, env: Mapping[str, str]) -> int:
             feature_gates=settings.feature_gates,
             namespace=settings.namespace,
         )
-        tls = _ReloadingTLS(settings.tls_cert_file, settings.tls_key_file) if settings.tls else None
-        server = _WebhookServer(
-            (settings.address, settings.port), config=resolved.config, tls=tls
-        )
+        tls = _load_tls(settings) if settings.tls else None
+        server = _listen(settings, config=resolved.config, tls=tls)
     except errors.ConfigError as exc:
         log.error("event=startup_failed error=%r", exc.message)
         print(f"error: {exc.message}", file=sys.stderr)
-        return 2
-    except (OSError, ssl.SSLError) as exc:
-        message = f"cannot serve the webhook on {settings.address}:{settings.port}: {exc}"
-        log.error("event=startup_failed error=%r", message)
-        print(f"error: {message}", file=sys.stderr)
         return 2
 
     for note in resolved.notes:
@@ -158,6 +151,29 @@ def run(args: argparse.Namespace, *, env: Mapping[str, str]) -> int:
     serving.join()
     log.info("event=stopped")
     return 0
+
+
+def _load_tls(settings: Settings) -> _ReloadingTLS:
+    try:
+        return _ReloadingTLS(settings.tls_cert_file, settings.tls_key_file)
+    except (OSError, ssl.SSLError) as exc:
+        raise errors.ConfigError(
+            f"cannot load the TLS key pair TLS_CERT_FILE={settings.tls_cert_file} "
+            f"TLS_KEY_FILE={settings.tls_key_file}: {exc}; check the Secret named by Helm "
+            "webhook.tls.secretName (a kubernetes.io/tls Secret with tls.crt and tls.key)"
+        ) from exc
+
+
+def _listen(
+    settings: Settings, *, config: models.DriverConfig, tls: _ReloadingTLS | None
+) -> _WebhookServer:
+    try:
+        return _WebhookServer((settings.address, settings.port), config=config, tls=tls)
+    except OSError as exc:
+        raise errors.ConfigError(
+            f"cannot listen on {settings.address}:{settings.port}: {exc}; choose another "
+            "port with WEBHOOK_PORT (Helm webhook.port) or --port"
+        ) from exc
 
 
 class _ReloadingTLS:

@@ -63,12 +63,12 @@ class Webhook:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             try:
-                line = self._queue.get(timeout=max(0.01, deadline - time.monotonic()))
+                pending = self._queue.get(timeout=max(0.01, deadline - time.monotonic()))
             except queue.Empty:
                 break
-            if line is None:
+            if pending is None:
                 break
-            found = re.search(pattern, line)
+            found = re.search(pattern, pending)
             if found:
                 return found
         raise AssertionError(f"no log line matches {pattern!r}; stderr:\n{''.join(self.lines)}")
@@ -243,6 +243,20 @@ def test_webhook_refuses_a_certificate_without_its_key(tmp_path: pathlib.Path) -
     assert "TLS_KEY_FILE" in done.stderr
 
 
+def test_webhook_refuses_to_start_when_the_key_pair_cannot_be_read(
+    tmp_path: pathlib.Path,
+) -> None:
+    base = {k: v for k, v in os.environ.items() if k not in _OWN_ENV}
+    done = subprocess.run(
+        [sys.executable, "-m", "apps.cli", "webhook", "--port", "0",
+         "--tls-cert-file", str(tmp_path / "tls.crt"), "--tls-key-file", str(tmp_path / "tls.key")],
+        cwd=REPO_ROOT, env=base, capture_output=True, text=True, timeout=60, check=False,
+    )
+    assert done.returncode == 2
+    assert "cannot load the TLS key pair" in done.stderr
+    assert "webhook.tls.secretName" in done.stderr
+
+
 # ---------------------------------------------------------------- TLS
 
 
@@ -280,3 +294,21 @@ def test_webhook_serves_admission_reviews_over_tls_with_the_given_certificate(
         plain.getresponse().read()
     plain.close()
     assert hook.call("GET", "/healthz")[0] == 200
+
+
+def test_webhook_picks_up_a_rotated_certificate_without_a_restart(
+    start: Any, tmp_path: pathlib.Path
+) -> None:
+    first, second = tmp_path / "first", tmp_path / "second"
+    first.mkdir()
+    second.mkdir()
+    cert, key = _self_signed(first)
+    new_cert, new_key = _self_signed(second)
+    hook = start(env={"TLS_CERT_FILE": str(cert), "TLS_KEY_FILE": str(key)}, tls_ca=cert)
+    assert hook.call("GET", "/healthz")[0] == 200
+    # What cert-manager does to the mounted Secret: new key pair, same paths.
+    key.write_bytes(new_key.read_bytes())
+    cert.write_bytes(new_cert.read_bytes())
+    hook.tls_ca = new_cert
+    assert hook.review(channel_claim("uid-rotated"))["allowed"] is True
+    hook.wait_for(r"event=tls_reloaded")
