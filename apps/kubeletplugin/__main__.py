@@ -15,7 +15,7 @@ from adapters.kube import cluster as kube_cluster
 from adapters.nvml import inventory as nvml_inventory
 from apps.kubeletplugin import settings as plugin_settings
 from apps.kubeletplugin import wiring
-from core import errors, modes
+from core import errors, gates, modes
 
 log = logging.getLogger("compute-domain-kubelet-plugin")
 
@@ -43,6 +43,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             ),
             inventory=nvml_inventory.inventory_from_spec(
                 settings.nvml, node_name=settings.node_name
+            ),
+            crash_on_fabric_errors=resolved.config.gates.enabled(
+                gates.CRASH_ON_NVLINK_FABRIC_ERRORS
             ),
         )
         cluster = kube_cluster.KubeCluster.from_config(settings.kubeconfig)

@@ -39,12 +39,15 @@ def read_node_facts(
     node_name: str,
     files: ports.NodeFiles,
     inventory: ports.DeviceInventory,
+    crash_on_fabric_errors: bool = True,
     sleep: Callable[[float], None] = time.sleep,
 ) -> models.NodeFacts:
     """Channel major, boot ID and NVLink clique of this node.
 
     A missing channel major is a ConfigError (refuse to start); a fabric that is still
-    coming up is retried with capped backoff instead of crash-looping.
+    coming up is retried with capped backoff instead of crash-looping. A fabric error (GPUs
+    disagree) stops the plugin unless gate CrashOnNVLinkFabricErrors is off, in which case
+    the node runs without a clique (host-managed prepares then fail naming it).
     """
     major = procdevices.imex_channel_major(files.proc_devices())
     retrying = tenacity.Retrying(
@@ -58,7 +61,17 @@ def read_node_facts(
         ),
         reraise=True,
     )
-    clique_id = retrying(cliques.clique_id_from_fabric, inventory.fabric_records())
+    try:
+        # NB: ask NVML again on every attempt; the fabric state is what we are waiting for.
+        clique_id = retrying(lambda: cliques.clique_id_from_fabric(inventory.fabric_records()))
+    except errors.PermanentError as exc:
+        if crash_on_fabric_errors:
+            raise
+        log.error(
+            "event=nvlink_fabric_error node=%s error=%r action=continuing_without_clique "
+            "(CrashOnNVLinkFabricErrors=false)", node_name, exc.message,
+        )
+        clique_id = ""
     return models.NodeFacts(
         node_name=names.NodeName(node_name),
         clique_id=clique_id,
