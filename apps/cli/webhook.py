@@ -129,20 +129,21 @@ def run(args: argparse.Namespace, *, env: Mapping[str, str]) -> int:
             "no TLS_CERT_FILE/TLS_KEY_FILE: serving plain HTTP, for tests only; the API server "
             "calls admission webhooks over HTTPS",
         )
-    host, port = server.server_address[:2]
-    log.info(
-        "event=listening address=%s port=%d tls=%s path=%s",
-        host, port, str(tls is not None).lower(), admission.VALIDATE_PATH,
-    )
-
     stop = threading.Event()
 
     def on_signal(signum: int, _frame: FrameType | None) -> None:
         log.info("event=shutdown signal=%s", signal.Signals(signum).name)
         stop.set()
 
+    # NB: handlers go in before "listening" is logged: whoever waits for that line may
+    # signal us right away.
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
+    host, port = server.server_address[:2]
+    log.info(
+        "event=listening address=%s port=%d tls=%s path=%s",
+        host, port, str(tls is not None).lower(), admission.VALIDATE_PATH,
+    )
     serving = threading.Thread(target=server.serve_forever, name="webhook", daemon=True)
     serving.start()
     stop.wait()

@@ -42,6 +42,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         level=logging.DEBUG if settings.log_verbosity >= 4 else logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s %(message)s",
     )
+    # NB: handlers first, so a SIGTERM during start-up still shuts down cleanly.
+    stop = threading.Event()
+
+    def on_signal(signum: int, _frame: FrameType | None) -> None:
+        log.info("event=shutdown signal=%s", signal.Signals(signum).name)
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
     try:
         resolved = modes.resolve_driver_config(
             mode=settings.imex_mode,
@@ -66,14 +75,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     reconciler = controller_reconciler.Reconciler(
         cluster=cluster, config=resolved.config, metrics=metrics
     )
-    stop = threading.Event()
-
-    def on_signal(signum: int, _frame: FrameType | None) -> None:
-        log.info("event=shutdown signal=%s", signal.Signals(signum).name)
-        stop.set()
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
 
     def lead() -> None:
         controller_reconciler.watch_changes(cluster, reconciler, stop)

@@ -26,6 +26,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         level=logging.DEBUG if settings.log_verbosity >= 4 else logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s %(message)s",
     )
+    # NB: handlers first: the kubelet (or a test) may signal us as soon as we register.
+    stop = threading.Event()
+
+    def on_signal(signum: int, _frame: FrameType | None) -> None:
+        log.info("event=shutdown signal=%s", signal.Signals(signum).name)
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
     try:
         resolved = modes.resolve_driver_config(
             mode=settings.imex_mode,
@@ -56,14 +65,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     if settings.metrics_port:
         plugin.metrics.serve(settings.metrics_port)
-    stop = threading.Event()
-
-    def on_signal(signum: int, _frame: FrameType | None) -> None:
-        log.info("event=shutdown signal=%s", signal.Signals(signum).name)
-        stop.set()
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
     stop.wait()
     plugin.stop()
     return 0
