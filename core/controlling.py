@@ -22,6 +22,10 @@ MODE_MISMATCH_REPORTED_ANNOTATION: Final = "resource.nvidia.com/modeMismatchRepo
 MODE_MISMATCH_REASON: Final = "IMEXModeMismatch"
 # Our additive status condition (the chart's CRD allows status.conditions).
 MODE_MISMATCH_CONDITION: Final = "AdmittedUnderOtherMode"
+# Host-managed IMEX gives channel 0 only: a CD asking for All is admitted with Single, once
+# reported by a warning event; the annotation makes that report happen exactly once.
+ALLOCATION_MODE_OVERRIDDEN_ANNOTATION: Final = "resource.nvidia.com/allocationModeOverridden"
+ALLOCATION_MODE_OVERRIDDEN_REASON: Final = "AllocationModeOverridden"
 
 JSONList = Sequence[Mapping[str, Any]]
 
@@ -206,8 +210,26 @@ def _plan_admit(
 ) -> tuple[models.ClusterAction, ...]:
     actions: list[models.ClusterAction] = []
     cd_patch = _admission_metadata_patch(cd, config=config)
+    overridden = _allocation_mode_overridden(cd, config=config)
+    if overridden:
+        override = models.AllocationMode.SINGLE.value
+        cd_patch.setdefault("annotations", {})[ALLOCATION_MODE_OVERRIDDEN_ANNOTATION] = override
     if cd_patch:
         actions.append(_patch(kinds.COMPUTE_DOMAIN.kind, cd.meta, {"metadata": cd_patch}))
+    if overridden:
+        # After the annotation patch: if that patch races, the next plan reports again.
+        actions.append(
+            models.EmitEvent(
+                involved=_cd_ref(cd),
+                reason=ALLOCATION_MODE_OVERRIDDEN_REASON,
+                message=(
+                    f"spec.channel.allocationMode is {cd.spec.channel.allocation_mode.value}, but "
+                    "host-managed IMEX gives every workload channel 0 only: the generated "
+                    "ResourceClaimTemplate uses Single. Set allocationMode: Single (or leave it "
+                    "out) to silence this warning."
+                ),
+            )
+        )
     if MODE_MISMATCH_REPORTED_ANNOTATION in cd.meta.annotations:
         actions.append(_mismatch_condition_patch(cd, condition=None))
     workload_ok, steps = _ensure_child(
@@ -249,6 +271,16 @@ def _plan_admit(
             )
         )
     return tuple(actions)
+
+
+def _allocation_mode_overridden(cd: models.ComputeDomain, *, config: models.DriverConfig) -> bool:
+    """True when this plan must report that host-managed mode turned `All` into `Single`."""
+    admitted_as = objects.channel_allocation_mode(cd, config=config)
+    return (
+        config.host_managed
+        and cd.spec.channel.allocation_mode is not admitted_as
+        and ALLOCATION_MODE_OVERRIDDEN_ANNOTATION not in cd.meta.annotations
+    )
 
 
 def _admission_metadata_patch(

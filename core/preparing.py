@@ -170,8 +170,9 @@ def _check_allocation_mode(mode: str, *, config: models.DriverConfig) -> None:
     if config.host_managed and mode not in _SINGLE_MODES:
         raise errors.PermanentError(
             f"allocationMode {mode!r} is not supported in host-managed IMEX mode: host-managed "
-            "IMEX gives every workload channel 0 only; set spec.channel.allocationMode: Single "
-            "(or leave it out) in the ComputeDomain"
+            "IMEX gives every workload channel 0 only; set allocationMode: Single (or leave it "
+            "out) in the claim's ComputeDomainChannelConfig, or use the ResourceClaimTemplate "
+            "the ComputeDomain generates (it always says Single)"
         )
     if mode not in _DRIVER_MANAGED_MODES:
         raise errors.PermanentError(

@@ -225,3 +225,30 @@ def test_host_managed_stale_label_cleanup_plans_nothing() -> None:
         )
         == ()
     )
+
+
+def test_host_managed_admits_allocation_mode_all_as_single_and_warns_once() -> None:
+    state = fake.FakeState()
+    greedy = fake.compute_domain_json(name="cd", namespace="team", allocation_mode="All")
+    state.create("ComputeDomain", greedy)
+
+    actions = state.plan("team", "cd", config=fake.host_config())
+
+    warnings = [a for a in actions if isinstance(a, models.EmitEvent)]
+    assert [w.reason for w in warnings] == [controlling.ALLOCATION_MODE_OVERRIDDEN_REASON]
+    assert "channel 0 only" in warnings[0].message
+    state.converge([("team", "cd")], config=fake.host_config())
+    rct = state.get("ResourceClaimTemplate", "team", "cd-channel")
+    assert rct is not None
+    params = rct["spec"]["spec"]["devices"]["config"][0]["opaque"]["parameters"]
+    assert params["allocationMode"] == "Single"
+    assert len(state.events) == 1
+    assert state.plan("team", "cd", config=fake.host_config()) == ()
+
+
+def test_driver_managed_keeps_allocation_mode_all_without_warning() -> None:
+    state = fake.FakeState()
+    greedy = fake.compute_domain_json(name="cd", namespace="team", allocation_mode="All")
+    state.create("ComputeDomain", greedy)
+    state.converge([("team", "cd")], config=fake.driver_config())
+    assert state.events == []
