@@ -13,10 +13,10 @@ A CD admitted under another mode/isolation is left alone and reported once (DESI
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, Final
 
-from core import decoding, gates, kinds, models, modeswitch, names, objects
+from core import decoding, errors, gates, kinds, models, modeswitch, names, objects
 
 MODE_MISMATCH_REPORTED_ANNOTATION: Final = "resource.nvidia.com/modeMismatchReported"
 MODE_MISMATCH_REASON: Final = "IMEXModeMismatch"
@@ -109,10 +109,7 @@ def observe(
         (meta_from_k8s(n) for n in index.nodes_by_cd.get(cd.uid, ())), key=lambda m: m.name
     )
     cliques = sorted(
-        (
-            _clique_from_k8s(c)
-            for c in index.cliques_by_cd.get((config.namespace, cd.uid), ())
-        ),
+        _decodable_cliques(index.cliques_by_cd.get((config.namespace, cd.uid), ())),
         key=lambda c: c.meta.name,
     )
     return Observed(
@@ -495,31 +492,14 @@ def _nodes_from_cliques(
 
 # ---------------------------------------------------------------- tolerant JSON readers
 
-# TODO(lead): dedupe with core.decoding's clique decoder once it lands (written in parallel);
-# observation must stay tolerant: a malformed daemon entry is skipped, never raised.
-
-
-def _clique_from_k8s(obj: Mapping[str, Any]) -> models.ComputeDomainClique:
-    daemons: list[models.CliqueDaemon] = []
-    raw = obj.get("daemons")
-    for d in raw if isinstance(raw, list) else ():
-        if not isinstance(d, Mapping) or not _str(d.get("nodeName")):
+def _decodable_cliques(raw: Iterable[Mapping[str, Any]]) -> Iterator[models.ComputeDomainClique]:
+    """Cliques that decode; observation must never raise, so a malformed one counts as absent
+    (its daemons are not Ready) until the daemon that owns it writes it again."""
+    for obj in raw:
+        try:
+            yield decoding.compute_domain_clique_from_k8s(obj)
+        except errors.DecodeError:
             continue
-        status = d.get("status")
-        index = d.get("index")
-        daemons.append(
-            models.CliqueDaemon(
-                node_name=_str(d.get("nodeName")),
-                ip_address=_str(d.get("ipAddress")),
-                clique_id=_str(d.get("cliqueID")),
-                index=index if isinstance(index, int) and not isinstance(index, bool) else 0,
-                status=models.DomainStatus.READY
-                if status == models.DomainStatus.READY.value
-                else models.DomainStatus.NOT_READY,
-            )
-        )
-    daemons.sort(key=lambda d: d.node_name)
-    return models.ComputeDomainClique(meta=meta_from_k8s(obj), daemons=tuple(daemons))
 
 
 def _raw_meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
