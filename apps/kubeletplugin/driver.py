@@ -16,6 +16,7 @@ from collections.abc import Callable, Mapping
 
 import tenacity
 
+from apps.kubeletplugin import domains as plugin_domains
 from apps.kubeletplugin import metrics as plugin_metrics
 from core import checkpoint as checkpoint_codec
 from core import decoding, errors, executing, kinds, models, names, ports, preparing
@@ -23,6 +24,8 @@ from core import decoding, errors, executing, kinds, models, names, ports, prepa
 log = logging.getLogger(__name__)
 
 Clock = Callable[[], float]
+# The ComputeDomains a prepare may look up, by UID (a cache view, or a fresh list).
+DomainsView = Callable[[], Mapping[names.ComputeDomainUID, models.ComputeDomain]]
 # Returns None when the host IMEX daemon is ready, else the error to report.
 HostIMEXProbe = Callable[[], errors.RetryableError | None]
 
@@ -47,6 +50,7 @@ class PluginDriver:
         metrics: plugin_metrics.PluginMetrics | None = None,
         host_imex_probe: HostIMEXProbe | None = None,
         retry_budget_s: float = 30.0,
+        domains: DomainsView | None = None,
     ) -> None:
         self._ports = ports
         self._node = node
@@ -55,6 +59,7 @@ class PluginDriver:
         self._metrics = metrics
         self._host_imex_probe = host_imex_probe
         self._retry_budget_s = retry_budget_s
+        self._domains = domains or (lambda: plugin_domains.list_domains(ports.cluster))
 
     # ------------------------------------------------------------ startup
 
@@ -165,7 +170,7 @@ class PluginDriver:
 
     def _prepare_one(self, ref: models.ClaimRef) -> tuple[models.PreparedDevice, ...]:
         claim = self._fetch_claim(ref)
-        domains = self._fetch_domains()
+        domains = self._domains()
         node_labels = self._fetch_node_labels()
         with self._ports.checkpoints.locked():
             current = self.load_checkpoint()
@@ -224,11 +229,6 @@ class PluginDriver:
                 f"asked for uid {ref.uid}: the claim was deleted and recreated; delete the pod"
             )
         return claim
-
-    def _fetch_domains(self) -> dict[names.ComputeDomainUID, models.ComputeDomain]:
-        listed = self._ports.cluster.list(kinds.COMPUTE_DOMAIN.kind)
-        domains = (decoding.compute_domain_from_k8s(obj) for obj in listed.items)
-        return {cd.uid: cd for cd in domains}
 
     def _fetch_node_labels(self) -> Mapping[str, str]:
         if self._config.host_managed:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
+import threading
 import time
 from collections.abc import Callable
 
@@ -15,6 +16,7 @@ from adapters.fs import checkpoints as fs_checkpoints
 from adapters.grpc import server as grpc_server
 from adapters.kube import slices as kube_slices
 from adapters.nvml import imexctl
+from apps.kubeletplugin import domains as plugin_domains
 from apps.kubeletplugin import driver as plugin_driver
 from apps.kubeletplugin import metrics as plugin_metrics
 from apps.kubeletplugin import settings as plugin_settings
@@ -29,8 +31,10 @@ class Plugin:
     server: grpc_server.PluginServer
     metrics: plugin_metrics.PluginMetrics
     node: models.NodeFacts
+    stopping: threading.Event
 
     def stop(self, grace_s: float = 2.0) -> None:
+        self.stopping.set()
         self.server.stop(grace_s)
 
 
@@ -91,6 +95,10 @@ def start_plugin(
     """Recover state, publish the node's devices, and start serving the kubelet."""
     os.makedirs(settings.plugin_dir, exist_ok=True)
     metrics = plugin_metrics.PluginMetrics(node_name=settings.node_name)
+    stopping = threading.Event()
+    domains = plugin_domains.DomainCache(cluster)
+    domains.start(stopping)
+    domains.wait_synced(timeout_s=10)  # a miss still reads through, so never fatal
     probe = None
     if config.host_managed and config.host_imex_check:
         probe = imexctl.HostIMEXProbe(
@@ -108,6 +116,7 @@ def start_plugin(
         metrics=metrics,
         host_imex_probe=probe,
         retry_budget_s=settings.retry_budget_s,
+        domains=domains.view,
     )
     recovered = driver.recover()
     kube_slices.SlicePublisher(
@@ -127,4 +136,4 @@ def start_plugin(
         node.node_name, config.mode.value, config.isolation.value, node.clique_id,
         node.channel_major, len(recovered.entries), server.dra_socket_path,
     )
-    return Plugin(driver=driver, server=server, metrics=metrics, node=node)
+    return Plugin(driver=driver, server=server, metrics=metrics, node=node, stopping=stopping)
