@@ -9,6 +9,7 @@ returned steps in order under the node-wide checkpoint lock. It decides nothing 
 from __future__ import annotations
 
 import collections.abc
+import contextlib
 import dataclasses
 import logging
 import time
@@ -60,6 +61,8 @@ class PluginDriver:
         self._host_imex_probe = host_imex_probe
         self._retry_budget_s = retry_budget_s
         self._domains = domains or (lambda: plugin_domains.list_domains(ports.cluster))
+        self._recording = _RecordingCheckpointStore(ports.checkpoints)
+        self._written: _Written | None = None
 
     # ------------------------------------------------------------ startup
 
@@ -74,7 +77,7 @@ class PluginDriver:
             current = checkpoint_codec.empty(boot_id=self._node.boot_id, config=self._config)
         else:
             try:
-                current = checkpoint_codec.decode(raw)
+                current = self._decode(raw)
             except errors.CheckpointCorruptError as exc:
                 current = self._recover_corrupt_checkpoint(exc)
         fresh = checkpoint_codec.after_boot(current, boot_id=self._node.boot_id)
@@ -84,6 +87,13 @@ class PluginDriver:
                 self._node.node_name, len(current.entries) - len(fresh.entries),
             )
         return checkpoint_codec.expire_tombstones(fresh, now=self._clock())
+
+    def _decode(self, raw: bytes) -> models.Checkpoint:
+        # NB: we are the only writer (under the node lock), so bytes equal to what we last
+        # wrote are that checkpoint: skip re-parsing it (O(claims) per prepare otherwise).
+        if self._written is not None and self._written.data == raw:
+            return self._written.checkpoint
+        return checkpoint_codec.decode(raw)
 
     def _recover_corrupt_checkpoint(
         self, exc: errors.CheckpointCorruptError
@@ -243,12 +253,16 @@ class PluginDriver:
     # ------------------------------------------------------------ effects
 
     def _run(self, steps: tuple[models.PluginAction, ...]) -> None:
+        self._written = None
         executing.execute_plugin_steps(
             steps,
-            checkpoints=self._ports.checkpoints,
+            checkpoints=self._recording,
             cdi=self._ports.cdi,
             cluster=self._ports.cluster,
         )
+        written = [s.checkpoint for s in steps if isinstance(s, models.WriteCheckpoint)]
+        if written and self._recording.last is not None:
+            self._written = _Written(data=self._recording.last, checkpoint=written[-1])
 
     def _report(self, ref: models.ClaimRef, error: Exception) -> None:
         if isinstance(error, errors.PermanentError):
@@ -282,3 +296,31 @@ class PluginDriver:
     def _observe_call(self, operation: str, seconds: float) -> None:
         if self._metrics is not None:
             self._metrics.observe_call(operation=operation, seconds=seconds)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class _Written:
+    data: bytes
+    checkpoint: models.Checkpoint
+
+
+class _RecordingCheckpointStore:
+    """The checkpoint port, remembering the last bytes written through it."""
+
+    def __init__(self, inner: ports.CheckpointStore) -> None:
+        self._inner = inner
+        self.last: bytes | None = None
+
+    def read(self) -> bytes | None:
+        return self._inner.read()
+
+    def write(self, data: bytes) -> None:
+        self.last = None
+        self._inner.write(data)
+        self.last = data
+
+    def quarantine(self, *, suffix: str) -> str:
+        return self._inner.quarantine(suffix=suffix)
+
+    def locked(self) -> contextlib.AbstractContextManager[None]:
+        return self._inner.locked()

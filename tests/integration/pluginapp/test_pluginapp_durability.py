@@ -5,6 +5,7 @@ Runs the real plugin (gRPC, files) on a one-node embedded deployment.
 
 from __future__ import annotations
 
+import dataclasses
 import glob
 import os
 from collections.abc import Iterator
@@ -152,3 +153,18 @@ def test_host_imex_check_blocks_prepare_until_the_host_daemon_is_ready(
     with open(answer, "w", encoding="utf-8") as f:
         f.write("READY\n")
     assert not prepare(env, ref).error
+
+
+def test_a_checkpoint_changed_behind_the_plugins_back_is_read_again(
+    env: embedded.Embedded,
+) -> None:
+    ref = create_claim(env, "a", domain_id=create_domain(env))
+    assert not prepare(env, ref).error
+    path = node(env).settings.checkpoint_path
+    with open(path, "rb") as f:
+        current = checkpoint_codec.decode(f.read())
+    with open(path, "wb") as f:  # e.g. an operator restoring an older copy
+        f.write(checkpoint_codec.encode(dataclasses.replace(current, entries={})))
+    again = prepare(env, ref)
+    assert not again.error
+    assert ref.uid in _prepared_uids(env)  # prepared anew, not served from memory
