@@ -36,7 +36,10 @@ def main() -> int:
         results["plugin_latency"] = scenarios.plugin_latency(
             os.path.join(tmp, "latency"), samples=samples, backlog=backlog)
         print("plugin cold start ...", flush=True)
-        results["plugin_cold_start"] = scenarios.cold_start(os.path.join(tmp, "cold"), runs=10)
+        results["plugin_cold_start"] = {
+            **scenarios.cold_start(os.path.join(tmp, "cold"), runs=10),
+            **scenarios.process_cold_start(os.path.join(tmp, "proc"), runs=3 if args.quick else 5),
+        }
         print("ComputeDomain -> ResourceClaimTemplate ...", flush=True)
         results["cd_to_rct_latency"] = scenarios.cd_to_rct(os.path.join(tmp, "cd"), runs=20)
     print("controller planning throughput ...", flush=True)

@@ -3,6 +3,11 @@
 from __future__ import annotations
 
 import gc
+import os
+import shutil
+import signal
+import subprocess
+import sys
 import threading
 import time
 import tracemalloc
@@ -182,3 +187,51 @@ def planning_throughput(sizes: tuple[int, ...]) -> dict[str, Any]:
             "peak_memory_mib": round(peak / 2**20, 2),
         }
     return out
+
+
+def process_cold_start(workdir: str, *, runs: int) -> dict[str, Any]:
+    """`compute-domain-kubelet-plugin` as a fresh process until the kubelet registered it.
+
+    Includes interpreter start and imports (grpc, kubernetes): what a DaemonSet pod restart
+    costs before the node can prepare claims again. The cluster is the embedded one, served
+    over HTTP to the real Kubernetes client in the child.
+    """
+    from adapters.grpc import kubelet_emulator
+    from adapters.memory import apiserver
+    from adapters.memory import cluster as memory_cluster
+    from adapters.nvml import simulated
+
+    node = simulated.profile_nodes("gb200-nvl72")[0]
+    root, _owned = embedded.short_workdir("")
+    cluster = memory_cluster.InMemoryCluster()
+    samples = []
+    with apiserver.EmbeddedAPIServer(cluster) as server:
+        kubeconfig = os.path.join(root, "kubeconfig")
+        server.write_kubeconfig(kubeconfig)
+        with open(os.path.join(root, "devices"), "w", encoding="utf-8") as f:
+            f.write(simulated.simulated_proc_devices())
+        with open(os.path.join(root, "boot_id"), "w", encoding="utf-8") as f:
+            f.write(simulated.simulated_boot_id(node))
+        for run in range(runs):
+            registry = os.path.join(root, f"registry-{run}")
+            started = time.perf_counter()
+            child = subprocess.Popen(
+                [sys.executable, "-m", "apps.kubeletplugin", "--node-name", node,
+                 "--nvml", "simulated:gb200-nvl72", "--imex-mode", "hostManaged",
+                 "--imex-isolation", "none", "--feature-gates", "HostManagedIMEX=true",
+                 "--proc-devices", os.path.join(root, "devices"),
+                 "--boot-id-path", os.path.join(root, "boot_id"),
+                 "--plugin-dir", os.path.join(root, "plugin"), "--registry-dir", registry,
+                 "--cdi-root", os.path.join(root, "cdi"), "--kubeconfig", kubeconfig,
+                 "--health-port", "0"],
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            )
+            try:
+                kubelet = kubelet_emulator.KubeletEmulator(registry_dir=registry)
+                kubelet.wait_for_plugin(names.DRIVER_NAME, timeout_s=60)
+                samples.append(time.perf_counter() - started)
+            finally:
+                child.send_signal(signal.SIGTERM)
+                child.wait(timeout=30)
+    shutil.rmtree(root, ignore_errors=True)
+    return {"process_spawn_to_registered": stats.summarize(samples)}
