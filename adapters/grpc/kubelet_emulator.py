@@ -61,6 +61,7 @@ class KubeletEmulator:
         self._lock = threading.Lock()
         self._plugins: dict[str, RegisteredPlugin] = {}
         self._refused: dict[str, str] = {}
+        self._clients: dict[str, tuple[RegisteredPlugin, client.DRAClient]] = {}
 
     @property
     def plugins(self) -> dict[str, RegisteredPlugin]:
@@ -113,15 +114,13 @@ class KubeletEmulator:
         self, driver: str, refs: Iterable[models.ClaimRef]
     ) -> dict[names.ClaimUID, models.ClaimResult]:
         """NodePrepareResources on the driver's endpoint; raises `client.PluginCallError`."""
-        with self._dra_client(driver) as dra:
-            return dra.prepare(tuple(refs))
+        return self._dra_client(driver).prepare(tuple(refs))
 
     def unprepare(
         self, driver: str, refs: Iterable[models.ClaimRef]
     ) -> dict[names.ClaimUID, models.ClaimResult]:
         """NodeUnprepareResources on the driver's endpoint; raises `client.PluginCallError`."""
-        with self._dra_client(driver) as dra:
-            return dra.unprepare(tuple(refs))
+        return self._dra_client(driver).unprepare(tuple(refs))
 
     def liveness_check(self, driver: str) -> bool:
         """GetInfo on the registration socket, as the kubelet does periodically."""
@@ -136,10 +135,20 @@ class KubeletEmulator:
             return False
         return info.name == driver and info.type == _codec.PLUGIN_TYPE_DRA
 
+    def close(self) -> None:
+        """Close the connections kept to registered plugins."""
+        with self._lock:
+            clients, self._clients = list(self._clients.values()), {}
+        for _plugin, dra in clients:
+            dra.close()
+
     def forget(self, driver: str) -> None:
         """Drop a registration (as the kubelet does when the socket disappears)."""
         with self._lock:
             self._plugins.pop(driver, None)
+            cached = self._clients.pop(driver, None)
+        if cached is not None:
+            cached[1].close()
 
     def _plugin(self, driver: str) -> RegisteredPlugin:
         plugin = self.plugins.get(driver)
@@ -151,8 +160,20 @@ class KubeletEmulator:
         return plugin
 
     def _dra_client(self, driver: str) -> client.DRAClient:
+        # Like the kubelet, keep one connection per registered plugin instead of dialling the
+        # socket for every call (dialling would dominate the latency we measure).
         plugin = self._plugin(driver)
-        return client.DRAClient(plugin.endpoint, version=plugin.version, timeout_s=self._timeout_s)
+        with self._lock:
+            cached = self._clients.get(driver)
+            if cached is not None and cached[0] == plugin:
+                return cached[1]
+            dra = client.DRAClient(
+                plugin.endpoint, version=plugin.version, timeout_s=self._timeout_s
+            )
+            if cached is not None:
+                cached[1].close()
+            self._clients[driver] = (plugin, dra)
+            return dra
 
     def _register(self, socket_path: str) -> RegisteredPlugin | None:
         identity = _identity(socket_path)

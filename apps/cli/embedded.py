@@ -65,6 +65,7 @@ class Embedded:
 
     def stop(self) -> None:
         for node in self.nodes.values():
+            node.kubelet.close()
             node.plugin.stop(grace_s=0.5)
         self.cluster.close()
         if self.owns_workdir:
