@@ -224,9 +224,11 @@ def claim_refs(claims: tuple[Mapping[str, Any], ...]) -> tuple[models.ClaimRef, 
     )
 
 
-def wait_until(predicate: Any, *, timeout_s: float, what: str) -> None:
+def wait_until(
+    predicate: Any, *, timeout_s: float, what: str, every_s: float = 0.01
+) -> None:
     deadline = time.monotonic() + timeout_s
     while not predicate():
         if time.monotonic() > deadline:
             raise errors.RetryableError(f"timed out after {timeout_s:g}s waiting for {what}")
-        time.sleep(0.01)
+        time.sleep(every_s)

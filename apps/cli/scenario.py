@@ -138,7 +138,8 @@ def run(env: embedded_mod.Embedded, *, say: Say, workers: int = 4) -> Report:
 
     # -- workload pods: claims allocated by CEL selectors, prepared over gRPC
     scheduled: list[memory_allocator.ScheduledPod] = []
-    for i in range(min(workers, len(node_names) - 1 if len(node_names) > 1 else 1)):
+    # One channel-0 per node: leave a node free for the negative case when there is one.
+    for i in range(min(workers, max(1, len(node_names) - 1))):
         pod = env.allocator.schedule_pod(_pod(f"worker-{i}", RCT_NAME))
         scheduled.append(pod)
         claim = pod.claims[0]
