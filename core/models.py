@@ -66,6 +66,8 @@ class DriverConfig:
     host_imex_check: bool = False
     # Image of the per-CD IMEX daemon pods (driver-managed only).
     daemon_image: str = "nvcr.io/nvidia/k8s-dra-driver-gpu:v25.8.0"
+    # ServiceAccount of the IMEX daemon pods (driver-managed; the chart creates it). "" = default.
+    daemon_service_account: str = ""
 
     @property
     def host_managed(self) -> bool:

@@ -68,6 +68,7 @@ def resolve_driver_config(
     namespace: str,
     host_imex_check: bool = False,
     daemon_image: str | None = None,
+    daemon_service_account: str = "",
 ) -> ResolvedConfig:
     """Validate the mode/isolation/gates triple and return the effective DriverConfig.
 
@@ -100,6 +101,7 @@ def resolve_driver_config(
         gates=resolved,
         namespace=namespace,
         host_imex_check=host_imex_check,
+        daemon_service_account=daemon_service_account,
     )
     if daemon_image is not None:
         config = dataclasses.replace(config, daemon_image=daemon_image)

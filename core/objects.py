@@ -106,22 +106,20 @@ def daemonset(cd: models.ComputeDomain, *, config: models.DriverConfig) -> dict[
             "failureThreshold": 1,
         },
     }
+    pod_spec: dict[str, Any] = {
+        "nodeSelector": {names.COMPUTE_DOMAIN_LABEL: cd.uid},
+        "resourceClaims": [{"name": names.DAEMON_REQUEST_NAME, "resourceClaimTemplateName": name}],
+        "containers": [container],
+    }
+    if config.daemon_service_account:
+        pod_spec["serviceAccountName"] = config.daemon_service_account
     return {
         "apiVersion": kinds.DAEMON_SET.api_version,
         "kind": kinds.DAEMON_SET.kind,
         "metadata": _metadata(name=name, namespace=config.namespace, labels=labels),
         "spec": {
             "selector": {"matchLabels": dict(labels)},
-            "template": {
-                "metadata": {"labels": dict(labels)},
-                "spec": {
-                    "nodeSelector": {names.COMPUTE_DOMAIN_LABEL: cd.uid},
-                    "resourceClaims": [
-                        {"name": names.DAEMON_REQUEST_NAME, "resourceClaimTemplateName": name}
-                    ],
-                    "containers": [container],
-                },
-            },
+            "template": {"metadata": {"labels": dict(labels)}, "spec": pod_spec},
         },
     }
 

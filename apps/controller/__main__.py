@@ -58,6 +58,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             feature_gates=settings.feature_gates,
             namespace=settings.namespace,
             daemon_image=settings.daemon_image,
+            daemon_service_account=settings.daemon_service_account,
         )
     except errors.ConfigError as exc:
         log.error("event=startup_failed error=%r", exc.message)

@@ -18,6 +18,7 @@ class Settings:
     metrics_port: int | None
     health_port: int | None
     daemon_image: str | None
+    daemon_service_account: str
     kubeconfig: str | None
     resync_s: float
     log_verbosity: int
@@ -39,6 +40,7 @@ def parse(argv: Sequence[str] | None, env: Mapping[str, str]) -> Settings:
     add("--metrics-port", default=env.get("METRICS_PORT", "0"))
     add("--health-port", default=env.get("HEALTH_PORT", "0"))
     add("--daemon-image", default=env.get("DAEMON_IMAGE"))
+    add("--daemon-service-account", default=env.get("DAEMON_SERVICE_ACCOUNT", ""))
     add("--kubeconfig", default=env.get("KUBECONFIG"))
     add("--resync-seconds", default=env.get("RESYNC_SECONDS", "30"))
     add("-v", "--log-verbosity", default=env.get("LOG_VERBOSITY", "2"))
@@ -53,6 +55,7 @@ def parse(argv: Sequence[str] | None, env: Mapping[str, str]) -> Settings:
         metrics_port=int(ns.metrics_port) or None,
         health_port=int(ns.health_port) or None,
         daemon_image=ns.daemon_image or None,
+        daemon_service_account=ns.daemon_service_account,
         kubeconfig=ns.kubeconfig,
         resync_s=float(ns.resync_seconds),
         log_verbosity=int(ns.log_verbosity),

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import controller_fake_state as fake
 
 from core import models, names, objects
@@ -49,6 +51,18 @@ def test_daemonset_runs_the_imex_daemon_with_its_compute_domain_in_env() -> None
     assert env["CD_NAMESPACE"] == "team"
     assert env["NODE_NAME"] == {"fieldRef": {"fieldPath": "spec.nodeName"}}
     assert env["POD_IP"] == {"fieldRef": {"fieldPath": "status.podIP"}}
+
+
+def test_daemonset_runs_as_the_configured_daemon_service_account() -> None:
+    cd = models.ComputeDomain(
+        meta=models.ObjectMeta(name="train", namespace="team", uid="u-9"),
+        spec=models.ComputeDomainSpec(channel=models.ChannelSpec(resource_claim_template_name="r")),
+    )
+    unset = objects.daemonset(cd, config=fake.driver_config())
+    assert "serviceAccountName" not in unset["spec"]["template"]["spec"]
+    config = dataclasses.replace(fake.driver_config(), daemon_service_account="imex-daemon")
+    ds = objects.daemonset(cd, config=config)
+    assert ds["spec"]["template"]["spec"]["serviceAccountName"] == "imex-daemon"
 
 
 def test_builders_are_deterministic() -> None:
