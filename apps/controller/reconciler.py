@@ -77,10 +77,22 @@ class Reconciler:
         try:
             cd = decoding.compute_domain_from_k8s(raw)
         except errors.DecodeError as exc:
-            meta = raw.get("metadata", {})
+            meta = raw.get("metadata") or {}
             log.error(
                 "event=compute_domain_invalid cd=%s/%s error=%r",
                 meta.get("namespace"), meta.get("name"), exc.message,
+            )
+            # Events aggregate (count++), so repeating this each pass does not flood.
+            self._cluster.emit_event(
+                involved=models.ObjectRef(
+                    kind=kinds.COMPUTE_DOMAIN.kind,
+                    name=str(meta.get("name", "")),
+                    namespace=str(meta.get("namespace", "")),
+                    uid=str(meta.get("uid", "")),
+                    api_version=kinds.COMPUTE_DOMAIN.api_version,
+                ),
+                reason="InvalidComputeDomain",
+                message=f"the driver cannot use this ComputeDomain: {exc.message}",
             )
             return 0
         observed = controlling.observe(cd, objects=index, config=self._config)
