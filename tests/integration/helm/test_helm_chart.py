@@ -20,6 +20,7 @@ import pytest
 
 from adapters.memory import cluster as memory_cluster
 from apps.cli import preflight
+from apps.cli import webhook as cli_webhook
 from core import errors, modes, names
 
 MODES = ("driverManaged", "hostManaged")
@@ -464,3 +465,26 @@ def test_preflight_hook_passes_when_nothing_blocks_the_mode() -> None:
 def test_preflight_hook_refuses_switch_while_compute_domains_of_other_mode_exist() -> None:
     assert _preflight_verdict(cr.host_managed(), admitted=("driverManaged", "domain")) != ""
     assert _preflight_verdict({}, admitted=("hostManaged", "none")) != ""
+
+
+def test_webhook_deployment_runs_the_webhook_command_with_settings_it_reads() -> None:
+    objects = cr.render({"webhook": {"enabled": True, "tls": {"secretName": "webhook-tls"}},
+                         **cr.host_managed()})
+    deployment = cr.one(objects, "Deployment", f"{cr.RELEASE}-compute-domain-dra-driver-webhook")
+    container = deployment["spec"]["template"]["spec"]["containers"][0]
+    argv = [*container.get("command", []), *container.get("args", [])]
+    assert argv[:2] == ["computedomain", "webhook"]
+    env = {k: v for k, v in cr.container_env(deployment).items() if isinstance(v, str)}
+    parser = argparse.ArgumentParser()
+    sub = parser.add_subparsers()
+    cli_webhook.add_parser(sub)
+    settings = cli_webhook.settings_from(parser.parse_args(argv[1:]), env=env)
+    assert settings.imex_mode == "hostManaged" and settings.imex_isolation == "none"
+    assert settings.tls_cert_file and settings.tls_key_file  # served over TLS in a cluster
+    resolved = modes.resolve_driver_config(
+        mode=settings.imex_mode, isolation=settings.imex_isolation,
+        feature_gates=settings.feature_gates, namespace=settings.namespace,
+    )
+    assert resolved.config.host_managed
+    ports = [p["containerPort"] for p in container.get("ports", [])]
+    assert settings.port in ports
