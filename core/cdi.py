@@ -15,7 +15,9 @@ from core import models, names
 
 # fileMode 0666: every container process may open its channel; access is gated by the claim.
 CHANNEL_FILE_MODE = 0o666
-DAEMON_DOMAIN_ENV = "COMPUTE_DOMAIN_UUID"
+# Every device of ours carries its ComputeDomain in this env var: the daemon reads it, and a
+# checkpoint rebuilt from CDI files learns which domain holds each channel (DESIGN §5).
+DOMAIN_ENV = "COMPUTE_DOMAIN_UUID"
 
 _EARLIEST_VERSION = "0.3.0"
 
@@ -50,13 +52,18 @@ def channel_path(channel_id: int) -> str:
 
 
 def channel_devices(
-    *, claim_uid: str, channel_ids: Sequence[int], major: int
+    *, claim_uid: str, channel_ids: Sequence[int], major: int, domain_id: str
 ) -> list[models.JSONObject]:
-    """CDI devices for the channels of a claim, one device node each, sorted by channel id."""
+    """CDI devices for the channels of a claim, one device node each, sorted by channel id.
+
+    Each also sets `COMPUTE_DOMAIN_UUID=<domain_id>` (valid from CDI 0.3.0), so the spec alone
+    proves which ComputeDomain holds the channel.
+    """
     return [
         {
             "name": channel_device_name(claim_uid, channel_id),
             "containerEdits": {
+                "env": [f"{DOMAIN_ENV}={domain_id}"],
                 "deviceNodes": [
                     {
                         "path": channel_path(channel_id),
@@ -77,7 +84,7 @@ def daemon_devices(*, claim_uid: str, domain_id: str) -> list[models.JSONObject]
     return [
         {
             "name": daemon_device_name(claim_uid),
-            "containerEdits": {"env": [f"{DAEMON_DOMAIN_ENV}={domain_id}"]},
+            "containerEdits": {"env": [f"{DOMAIN_ENV}={domain_id}"]},
         }
     ]
 
@@ -91,10 +98,14 @@ def spec_with_devices(devices: Sequence[Mapping[str, Any]]) -> models.JSONObject
     return {"cdiVersion": minimum_cdi_version(spec), **spec}
 
 
-def claim_spec(*, claim_uid: str, channel_ids: Sequence[int], major: int) -> models.JSONObject:
+def claim_spec(
+    *, claim_uid: str, channel_ids: Sequence[int], major: int, domain_id: str
+) -> models.JSONObject:
     """CDI spec of a channel claim: device `<claimUID>-channel-<N>` per channel id."""
     return spec_with_devices(
-        channel_devices(claim_uid=claim_uid, channel_ids=channel_ids, major=major)
+        channel_devices(
+            claim_uid=claim_uid, channel_ids=channel_ids, major=major, domain_id=domain_id
+        )
     )
 
 

@@ -81,6 +81,10 @@ def decode(data: bytes) -> models.Checkpoint:
         return _checkpoint_from_json(content)
     except _ShapeError as err:
         raise _corrupt(str(err)) from None
+    except (OverflowError, ValueError, TypeError) as err:
+        # NB: a valid checksum over values our models cannot hold (a hand-edited or future
+        # file, e.g. an integer updatedAt too large for a float) is corrupt too.
+        raise _corrupt(f"a value cannot be read ({type(err).__name__}: {err})") from None
 
 
 def _corrupt(reason: str) -> errors.CheckpointCorruptError:
@@ -233,18 +237,27 @@ def rebuild_from_cdi(
     config: models.DriverConfig,
     claim_specs: Mapping[names.ClaimUID, Mapping[str, Any]],
     now: float,
+    unreadable: Iterable[names.ClaimUID] = (),
 ) -> models.Checkpoint:
     """Entries provable from the CDI specs on disk after the checkpoint was lost or corrupt.
 
-    Each spec proves a PrepareCompleted claim with the channels and CDI ids it names. What a
-    spec cannot prove stays empty: namespace, name, the allocation (pool, device, request) and,
-    for channel claims, the ComputeDomain. Such an entry blocks its channel for other domains
-    until the kubelet unprepares it, and a repeated prepare of it is planned afresh.
+    Each spec proves a PrepareCompleted claim with the channels, CDI ids and ComputeDomain
+    (`COMPUTE_DOMAIN_UUID`) it names. What a spec cannot prove stays empty: namespace, name
+    and the allocation (pool, device, request). Such an entry blocks its channels for other
+    domains until the kubelet unprepares it, and a repeated prepare of it is planned afresh.
+    A spec file of ours that cannot be read (`unreadable`) proves only that something was
+    prepared: its entry holds every channel until the claim is unprepared.
     """
     entries = {
         uid: _entry_from_spec(uid, spec, config=config, now=now)
         for uid, spec in sorted(claim_specs.items())
     }
+    for uid in sorted(unreadable):
+        entries[uid] = models.CheckpointEntry(
+            claim_uid=uid, namespace="", name="", state=models.ClaimState.PREPARE_COMPLETED,
+            mode=config.mode, isolation=config.isolation, domain_id="",
+            channel_ids=tuple(range(names.MAX_CHANNEL_ID + 1)), updated_at=now,
+        )
     return models.Checkpoint(
         boot_id=boot_id, mode=config.mode, isolation=config.isolation, entries=entries
     )
@@ -265,9 +278,9 @@ def _entry_from_spec(
         elif name == cdi.daemon_device_name(uid):
             # Only driver-managed mode prepares daemon claims.
             mode = models.IMEXMode.DRIVER_MANAGED
-            domain_id = _daemon_domain(device) or domain_id
         else:
             continue
+        domain_id = _device_domain(device) or domain_id
         cdi_ids.append(cdi.qualified_name(name))
     isolation = config.isolation
     if mode is not config.mode:
@@ -300,14 +313,32 @@ def _channel_of(uid: str, device_name: str) -> int | None:
     return channel if channel <= names.MAX_CHANNEL_ID else None
 
 
-def _daemon_domain(device: Mapping[str, Any]) -> str:
+def _device_domain(device: Mapping[str, Any]) -> str:
     edits = device.get("containerEdits")
     env = edits.get("env") if isinstance(edits, Mapping) else None
     for item in env if isinstance(env, list) else ():
         key, _, value = str(item).partition("=")
-        if key == cdi.DAEMON_DOMAIN_ENV:
+        if key == cdi.DOMAIN_ENV:
             return value
     return ""
+
+
+def orphan_cdi_specs(
+    cp: models.Checkpoint, *, spec_claim_uids: Iterable[names.ClaimUID]
+) -> tuple[names.ClaimUID, ...]:
+    """Claims whose CDI spec is on disk but whom no PrepareStarted/Completed entry holds, sorted.
+
+    Such a file is left over (a reboot dropped its entry, or an unprepare of a claim we did
+    not know); kept, it could later be rebuilt into an entry that blocks other domains forever.
+    """
+    holding = (models.ClaimState.PREPARE_STARTED, models.ClaimState.PREPARE_COMPLETED)
+    return tuple(
+        sorted(
+            uid
+            for uid in set(spec_claim_uids)
+            if (entry := cp.entries.get(uid)) is None or entry.state not in holding
+        )
+    )
 
 
 def expire_tombstones(

@@ -93,6 +93,9 @@ def daemonset(cd: models.ComputeDomain, *, config: models.DriverConfig) -> dict[
         _field_env("POD_IP", "status.podIP"),
         _field_env("POD_NAME", "metadata.name"),
         _field_env("POD_NAMESPACE", "metadata.namespace"),
+        # The GPU-less IMEX daemon gets its device through the claim; keep the NVIDIA container
+        # runtime from injecting GPUs as well.
+        {"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"},
     ]
     container: dict[str, Any] = {
         "name": DAEMON_CONTAINER_NAME,
@@ -110,6 +113,8 @@ def daemonset(cd: models.ComputeDomain, *, config: models.DriverConfig) -> dict[
         "nodeSelector": {names.COMPUTE_DOMAIN_LABEL: cd.uid},
         "resourceClaims": [{"name": names.DAEMON_REQUEST_NAME, "resourceClaimTemplateName": name}],
         "containers": [container],
+        # The daemon must run wherever a workload was prepared, tainted (GPU) nodes included.
+        "tolerations": [{"operator": "Exists"}],
     }
     if config.daemon_service_account:
         pod_spec["serviceAccountName"] = config.daemon_service_account

@@ -83,6 +83,14 @@ def plan_prepare(
     )
 
 
+def reusable_devices(
+    checkpoint: models.Checkpoint, claim_uid: names.ClaimUID
+) -> tuple[models.PreparedDevice, ...] | None:
+    """The answer of a claim already completed with a full kubelet answer, else None."""
+    entry = checkpoint.entries.get(claim_uid)
+    return entry.devices if entry is not None and _is_reusable(entry) else None
+
+
 def _is_reusable(entry: models.CheckpointEntry) -> bool:
     """A completed entry with the full kubelet answer (not one rebuilt from a CDI file)."""
     return (
@@ -125,14 +133,18 @@ def _requests(claim: models.ResourceClaim, *, config: models.DriverConfig) -> tu
             f"allocated more than one {names.DRIVER_NAME} device; a ComputeDomain request takes "
             "exactly one device (use the ComputeDomain's ResourceClaimTemplate unchanged)"
         )
-    requests = tuple(_request(claim, result, config=config) for result in ours)
-    domain_ids = sorted({r.config.domain_id for r in requests})
-    if len(domain_ids) > 1:
+    if len(ours) > 1:
+        # DESIGN §4: exactly one allocation result for this driver. A second one (a daemon
+        # device beside a channel, or two channels) would let a workload claim grab the
+        # node's daemon device or mix ComputeDomains.
+        found = ", ".join(f"{r.request}={r.device}" for r in ours)
         raise errors.PermanentError(
-            f"claim {claim.namespace}/{claim.name} refers to several ComputeDomains "
-            f"({', '.join(domain_ids)}); a claim may use one ComputeDomain only"
+            f"claim {claim.namespace}/{claim.name} was allocated {len(ours)} "
+            f"{names.DRIVER_NAME} devices ({found}); a claim takes exactly one ComputeDomain "
+            "device (a channel or a daemon, never both): use the ResourceClaimTemplate the "
+            "ComputeDomain generates unchanged"
         )
-    return requests
+    return tuple(_request(claim, result, config=config) for result in ours)
 
 
 def _request(
@@ -398,7 +410,10 @@ def _cdi_spec(
     claim: models.ResourceClaim, *, validated: _Validated, major: int
 ) -> models.JSONObject:
     devices = cdi.channel_devices(
-        claim_uid=claim.uid, channel_ids=validated.channel_ids, major=major
+        claim_uid=claim.uid,
+        channel_ids=validated.channel_ids,
+        major=major,
+        domain_id=validated.domain.uid,
     )
     if any(not r.is_channel for r in validated.requests):
         devices += cdi.daemon_devices(claim_uid=claim.uid, domain_id=validated.domain.uid)
@@ -417,12 +432,17 @@ def plan_unprepare(
 ) -> models.ClaimOutcome:
     """Undo what the claim's checkpoint entry says was done, whatever the current mode.
 
-    Unknown claims (and tombstones) succeed with no steps. A completed entry is dropped; a
-    started one becomes a PrepareAborted tombstone so a late retry of its prepare fails
-    instead of resurrecting it.
+    An unknown claim succeeds with only the (idempotent) deletion of its CDI spec, so a file
+    left behind without an entry cannot outlive its claim; a tombstone is a no-op. A completed
+    entry is dropped; a started one becomes a PrepareAborted tombstone so a late retry of its
+    prepare fails instead of resurrecting it.
     """
     entry = checkpoint.entries.get(ref.uid)
-    if entry is None or entry.state is models.ClaimState.PREPARE_ABORTED:
+    if entry is None:
+        return models.ClaimOutcome(
+            steps=(models.DeleteCDISpec(claim_uid=ref.uid),), checkpoint=checkpoint
+        )
+    if entry.state is models.ClaimState.PREPARE_ABORTED:
         return models.ClaimOutcome(steps=(), checkpoint=checkpoint)
     remaining = {uid: e for uid, e in checkpoint.entries.items() if uid != ref.uid}
     if entry.state is models.ClaimState.PREPARE_STARTED:

@@ -9,13 +9,16 @@ REAL_SPEC = "real"
 SIMULATED_PREFIX = "simulated:"
 
 
-def inventory_from_spec(spec: str, *, node_name: str) -> ports.DeviceInventory:
+def inventory_from_spec(
+    spec: str, *, node_name: str, driver_root: str = "/"
+) -> ports.DeviceInventory:
     """The inventory a flag value names; ConfigError saying the accepted values otherwise.
 
-    Constructing `real` touches nothing: NVML is first probed by `fabric_records()`.
+    Constructing `real` touches nothing: NVML is first probed by `fabric_records()`, in a
+    child that loads libnvidia-ml from `driver_root` (the host driver's mount point).
     """
     if spec == REAL_SPEC:
-        return real.NvmlInventory()
+        return real.NvmlInventory(driver_root=driver_root)
     if spec.startswith(SIMULATED_PREFIX):
         try:
             return simulated.SimulatedInventory(

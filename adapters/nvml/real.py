@@ -40,6 +40,27 @@ class NvmlProbeFailed(NvmlError):
     """The NVML probe crashed, hung, failed an NVML call, or printed an unreadable report."""
 
 
+# Where a driver root holds libnvidia-ml.so.1, by distribution layout (checked in this order).
+DRIVER_LIBRARY_DIRS = (
+    "usr/lib64",
+    "usr/lib/x86_64-linux-gnu",
+    "usr/lib/aarch64-linux-gnu",
+    "lib64",
+    "lib/x86_64-linux-gnu",
+    "lib/aarch64-linux-gnu",
+    "usr/lib",
+    "lib",
+)
+
+
+def driver_library_dirs(driver_root: str) -> tuple[str, ...]:
+    """The library directories that exist under `driver_root` (none for "/": the loader's own)."""
+    if os.path.normpath(driver_root) == "/":
+        return ()
+    candidates = (os.path.join(driver_root, d) for d in DRIVER_LIBRARY_DIRS)
+    return tuple(path for path in candidates if os.path.isdir(path))
+
+
 def default_probe_command() -> tuple[str, ...]:
     return (sys.executable, "-m", PROBE_MODULE)
 
@@ -50,6 +71,9 @@ class NvmlInventory:
     `probe_command` replaces the child (tests inject stand-ins that crash or hang);
     `env` replaces the child's environment (default: ours, with this package importable;
     `NVML_FABRIC_INFO_V=1` there opts in to the versioned fabric-info call).
+    `driver_root` is where the host's driver is mounted (the chart mounts it at
+    `/driver-root`); unless it is "/", its library directories lead the child's
+    LD_LIBRARY_PATH so that the child's NVML loads the host's libnvidia-ml.so.1.
     """
 
     def __init__(
@@ -58,9 +82,11 @@ class NvmlInventory:
         probe_command: Sequence[str] | None = None,
         timeout_s: float = DEFAULT_PROBE_TIMEOUT_S,
         env: Mapping[str, str] | None = None,
+        driver_root: str = "/",
     ) -> None:
         self.probe_command = tuple(probe_command or default_probe_command())
         self.timeout_s = timeout_s
+        self.driver_root = driver_root
         self._env = dict(env) if env is not None else None
 
     def __repr__(self) -> str:
@@ -141,10 +167,16 @@ class NvmlInventory:
 
     def _child_env(self) -> dict[str, str]:
         if self._env is not None:
-            return dict(self._env)
-        env = dict(os.environ)
-        python_path = env.get("PYTHONPATH", "")
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (_IMPORT_ROOT, python_path) if p)
+            env = dict(self._env)
+        else:
+            env = dict(os.environ)
+            python_path = env.get("PYTHONPATH", "")
+            env["PYTHONPATH"] = os.pathsep.join(p for p in (_IMPORT_ROOT, python_path) if p)
+        library_dirs = driver_library_dirs(self.driver_root)
+        if library_dirs:
+            env["LD_LIBRARY_PATH"] = os.pathsep.join(
+                p for p in (*library_dirs, env.get("LD_LIBRARY_PATH", "")) if p
+            )
         return env
 
 

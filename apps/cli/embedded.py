@@ -158,6 +158,9 @@ def start_node(
     )
     kubelet = kubelet_emulator.KubeletEmulator(registry_dir=settings.registry_dir)
     kubelet.wait_for_plugin(names.DRIVER_NAME, timeout_s=10)
+    # Slices are published once the kubelet confirmed the registration; the scheduler needs them.
+    if not plugin.slices.published.wait(10):
+        raise errors.RetryableError(f"node {node}: ResourceSlices not published within 10s")
     simulated_node = SimulatedNode(name=node, plugin=plugin, kubelet=kubelet, settings=settings)
     embedded.nodes[node] = simulated_node
     return simulated_node

@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from adapters.kube import cluster as kube_cluster
-from core import decoding, errors, kinds, modes, modeswitch, ports
+from core import controlling, errors, kinds, models, modes, modeswitch, ports
 
 
 def add_parser(sub: Any) -> None:
@@ -31,10 +31,17 @@ def check(cluster: ports.Cluster, *, mode: str, isolation: str, feature_gates: s
         )
     except errors.ConfigError as exc:
         return exc.message
-    domains = [
-        decoding.compute_domain_from_k8s(obj)
-        for obj in cluster.list(kinds.COMPUTE_DOMAIN.kind).items
-    ]
+    try:
+        listed = cluster.list(kinds.COMPUTE_DOMAIN.kind).items
+    except errors.ClusterError as exc:
+        return (
+            f"cannot list ComputeDomains to check the IMEX mode change: {exc.message}; check "
+            "that the API server is reachable and the preflight ServiceAccount may list "
+            "computedomains.resource.nvidia.com in all namespaces"
+        )
+    # Only the admission annotations matter here, so read the metadata alone: a CD the API
+    # server accepted but our decoder rejects must not fail every upgrade.
+    domains = [_metadata_only(obj) for obj in listed]
     config = resolved.config
     blockers = modeswitch.find_blockers(domains, mode=config.mode, isolation=config.isolation)
     if not blockers:
@@ -44,8 +51,22 @@ def check(cluster: ports.Cluster, *, mode: str, isolation: str, feature_gates: s
     )
 
 
+def _metadata_only(obj: Mapping[str, Any]) -> models.ComputeDomain:
+    """A ComputeDomain carrying `obj`'s metadata and an empty spec (never read here)."""
+    return models.ComputeDomain(
+        meta=controlling.meta_from_k8s(obj),
+        spec=models.ComputeDomainSpec(
+            channel=models.ChannelSpec(resource_claim_template_name="")
+        ),
+    )
+
+
 def run(args: argparse.Namespace, *, env: Mapping[str, str]) -> int:
-    cluster = kube_cluster.KubeCluster.from_config(args.kubeconfig or env.get("KUBECONFIG"))
+    try:
+        cluster = kube_cluster.KubeCluster.from_config(args.kubeconfig or env.get("KUBECONFIG"))
+    except errors.DriverError as exc:
+        print(f"error: cannot reach the API server: {exc.message}", file=sys.stderr)
+        return 1
     refusal = check(
         cluster, mode=args.mode, isolation=args.isolation, feature_gates=args.feature_gates
     )

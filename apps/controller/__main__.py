@@ -16,9 +16,12 @@ from adapters.kube import leader
 from apps.controller import metrics as controller_metrics
 from apps.controller import reconciler as controller_reconciler
 from apps.controller import settings as controller_settings
-from core import errors, modes
+from core import errors, modes, ports
 
 log = logging.getLogger("compute-domain-controller")
+
+# How long a stopping reconcile loop may take to finish its current pass.
+_JOIN_TIMEOUT_S = 10.0
 
 
 def serve_health(port: int) -> None:
@@ -76,11 +79,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     reconciler = controller_reconciler.Reconciler(
         cluster=cluster, config=resolved.config, metrics=metrics
     )
-
-    def lead() -> None:
-        controller_reconciler.watch_changes(cluster, reconciler, stop)
-        reconciler.run(stop, resync_s=settings.resync_s)
-
+    elector = None
     if settings.leader_elect:
         elector = leader.LeaderElector(
             cluster=cluster,
@@ -88,9 +87,61 @@ def main(argv: Sequence[str] | None = None) -> int:
             name="compute-domain-controller",
             identity=settings.identity,
         )
-        elector.run(on_started_leading=lead, on_stopped_leading=stop.set, stop_event=stop)
-    else:
+    return run_controller(
+        cluster, reconciler=reconciler, stop=stop, resync_s=settings.resync_s, elector=elector
+    )
+
+
+def run_controller(
+    cluster: ports.Cluster,
+    *,
+    reconciler: controller_reconciler.Reconciler,
+    stop: threading.Event,
+    resync_s: float,
+    elector: leader.LeaderElector | None = None,
+) -> int:
+    """Reconcile until `stop` (returns 0) or until the lease is lost (returns 1).
+
+    The informers and the reconcile loop run on their own threads under a `work` Event of
+    their own, so the elector's thread stays free to renew the lease. Losing the lease ends
+    the process with a non-zero status, as client-go controllers do: the pod restarts clean
+    and competes again, instead of resuming with whatever state the lost term left behind.
+    """
+    work = threading.Event()
+    loop: list[threading.Thread] = []
+
+    def wake_on_stop() -> None:
+        stop.wait()
+        work.set()
+        reconciler.mark_dirty()
+
+    threading.Thread(target=wake_on_stop, name="stop-watcher", daemon=True).start()
+
+    def lead() -> None:
+        controller_reconciler.watch_changes(cluster, reconciler, work)
+        thread = threading.Thread(
+            target=reconciler.run, args=(work,), kwargs={"resync_s": resync_s},
+            name="reconciler", daemon=True,
+        )
+        thread.start()
+        loop.append(thread)
+
+    def stop_leading() -> None:
+        work.set()
+        reconciler.mark_dirty()
+
+    if elector is None:
         lead()
+        stop.wait()
+    else:
+        # Returns once `stop` is set (lease released) or the lease is lost.
+        elector.run(on_started_leading=lead, on_stopped_leading=stop_leading, stop_event=stop)
+    stop_leading()
+    for thread in loop:
+        thread.join(timeout=_JOIN_TIMEOUT_S)
+    if not stop.is_set():
+        log.error("event=leadership_lost action=exit")
+        return 1
     return 0
 
 

@@ -51,7 +51,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                 proc_devices_path=settings.proc_devices, boot_id_path=settings.boot_id_path
             ),
             inventory=nvml_inventory.inventory_from_spec(
-                settings.nvml, node_name=settings.node_name
+                settings.nvml,
+                node_name=settings.node_name,
+                driver_root=settings.nvidia_driver_root,
             ),
             crash_on_fabric_errors=resolved.config.gates.enabled(
                 gates.CRASH_ON_NVLINK_FABRIC_ERRORS

@@ -74,7 +74,7 @@ class PluginDriver:
         """
         raw = self._ports.checkpoints.read()
         if raw is None:
-            current = checkpoint_codec.empty(boot_id=self._node.boot_id, config=self._config)
+            current = self._start_without_checkpoint()
         else:
             try:
                 current = self._decode(raw)
@@ -95,38 +95,92 @@ class PluginDriver:
             return self._written.checkpoint
         return checkpoint_codec.decode(raw)
 
-    def _recover_corrupt_checkpoint(
-        self, exc: errors.CheckpointCorruptError
-    ) -> models.Checkpoint:
-        moved_to = self._ports.checkpoints.quarantine(suffix=f"{int(self._clock())}")
-        specs = {
-            uid: spec
-            for uid in sorted(self._ports.cdi.claim_uids())
-            if (spec := self._ports.cdi.read(uid)) is not None
-        }
-        rebuilt = checkpoint_codec.rebuild_from_cdi(
-            boot_id=self._node.boot_id, config=self._config, claim_specs=specs, now=self._clock()
-        )
-        self._ports.checkpoints.write(checkpoint_codec.encode(rebuilt))
+    def _start_without_checkpoint(self) -> models.Checkpoint:
+        # No file: a first start, unless CDI specs of ours exist (the file was deleted or lost),
+        # in which case the prepared state they prove is rebuilt, never forgotten.
+        if not self._ports.cdi.claim_uids():
+            return checkpoint_codec.empty(boot_id=self._node.boot_id, config=self._config)
+        rebuilt, unreadable = self._rebuild_from_cdi()
         log.error(
-            "event=checkpoint_corrupt node=%s moved_to=%s rebuilt_claims=%d reason=%r",
-            self._node.node_name, moved_to, len(rebuilt.entries), exc.message,
+            "event=checkpoint_missing node=%s rebuilt_claims=%d unreadable_specs=%d",
+            self._node.node_name, len(rebuilt.entries), len(unreadable),
         )
-        self._ports.cluster.emit_event(
-            involved=models.ObjectRef(kind="Node", name=self._node.node_name, api_version="v1"),
-            reason="CheckpointCorrupt",
-            message=(
-                f"checkpoint was corrupt and moved to {moved_to}; prepared state rebuilt "
-                f"from {len(rebuilt.entries)} CDI spec file(s)"
-            ),
+        self._emit_node_event(
+            "CheckpointMissing",
+            f"checkpoint file was missing although CDI specs exist; prepared state rebuilt "
+            f"from {len(rebuilt.entries)} CDI spec file(s){_unreadable_note(unreadable)}",
         )
         return rebuilt
 
+    def _recover_corrupt_checkpoint(
+        self, exc: errors.CheckpointCorruptError
+    ) -> models.Checkpoint:
+        # NB: rebuild before moving the file aside: if reading the CDI root fails, the corrupt
+        # checkpoint stays in place and the next call tries again instead of starting empty.
+        rebuilt, unreadable = self._rebuild_from_cdi()
+        moved_to = self._ports.checkpoints.quarantine(suffix=f"{int(self._clock())}")
+        self._ports.checkpoints.write(checkpoint_codec.encode(rebuilt))
+        log.error(
+            "event=checkpoint_corrupt node=%s moved_to=%s rebuilt_claims=%d unreadable_specs=%d "
+            "reason=%r",
+            self._node.node_name, moved_to, len(rebuilt.entries), len(unreadable), exc.message,
+        )
+        self._emit_node_event(
+            "CheckpointCorrupt",
+            f"checkpoint was corrupt and moved to {moved_to}; prepared state rebuilt "
+            f"from {len(rebuilt.entries)} CDI spec file(s){_unreadable_note(unreadable)}",
+        )
+        return rebuilt
+
+    def _rebuild_from_cdi(self) -> tuple[models.Checkpoint, tuple[names.ClaimUID, ...]]:
+        """The checkpoint the CDI root proves, and the spec files of ours it could not read."""
+        specs: dict[names.ClaimUID, Mapping[str, object]] = {}
+        unreadable: list[names.ClaimUID] = []
+        for uid in sorted(self._ports.cdi.claim_uids()):
+            try:
+                spec = self._ports.cdi.read(uid)
+            except (errors.DecodeError, OSError) as exc:
+                # Something was prepared for this claim; which channels is unknown, so the
+                # rebuilt entry holds them all until the kubelet unprepares the claim.
+                log.error(
+                    "event=cdi_spec_unreadable node=%s claim_uid=%s action=holding_every_channel "
+                    "error=%r", self._node.node_name, uid, str(exc),
+                )
+                unreadable.append(uid)
+                continue
+            if spec is not None:
+                specs[uid] = spec
+        rebuilt = checkpoint_codec.rebuild_from_cdi(
+            boot_id=self._node.boot_id, config=self._config, claim_specs=specs,
+            now=self._clock(), unreadable=unreadable,
+        )
+        return rebuilt, tuple(unreadable)
+
+    def _emit_node_event(self, reason: str, message: str) -> None:
+        self._ports.cluster.emit_event(
+            involved=models.ObjectRef(kind="Node", name=self._node.node_name, api_version="v1"),
+            reason=reason,
+            message=message,
+        )
+
     def recover(self) -> models.Checkpoint:
-        """Startup pass: load (and repair) the checkpoint and persist the result."""
+        """Startup pass: load (and repair) the checkpoint, persist it, drop orphan CDI specs.
+
+        A CDI spec of ours that no PrepareStarted/Completed entry holds (its entry was dropped
+        by a reboot, say) is deleted, so it can never be rebuilt into a blocking entry later.
+        """
         with self._ports.checkpoints.locked():
             current = self.load_checkpoint()
             self._ports.checkpoints.write(checkpoint_codec.encode(current))
+            orphans = checkpoint_codec.orphan_cdi_specs(
+                current, spec_claim_uids=self._ports.cdi.claim_uids()
+            )
+            for uid in orphans:
+                log.warning(
+                    "event=orphan_cdi_spec_deleted node=%s claim_uid=%s",
+                    self._node.node_name, uid,
+                )
+                self._ports.cdi.delete(uid)
         self._publish_prepared_count(current)
         return current
 
@@ -140,19 +194,22 @@ class PluginDriver:
     def node_unprepare(
         self, claims: tuple[models.ClaimRef, ...]
     ) -> Mapping[names.ClaimUID, models.ClaimResult]:
-        return self._per_claim("unprepare", claims, self._unprepare_one)
+        return self._per_claim("unprepare", claims, lambda ref, _deadline: self._unprepare_one(ref))
 
     def _per_claim(
         self,
         operation: str,
         claims: tuple[models.ClaimRef, ...],
-        handle: Callable[[models.ClaimRef], tuple[models.PreparedDevice, ...]],
+        handle: Callable[[models.ClaimRef, float], tuple[models.PreparedDevice, ...]],
     ) -> dict[names.ClaimUID, models.ClaimResult]:
         started = time.perf_counter()
+        # One retry budget for the whole kubelet call, shared by its claims: the kubelet gives
+        # up on the call after 45 s, and then every claim's answer is lost.
+        deadline = time.monotonic() + self._retry_budget_s
         results: dict[names.ClaimUID, models.ClaimResult] = {}
         for ref in claims:
             try:
-                results[ref.uid] = models.ClaimResult(devices=handle(ref))
+                results[ref.uid] = models.ClaimResult(devices=handle(ref, deadline))
             except errors.DriverError as exc:
                 kind = "permanent" if isinstance(exc, errors.PermanentError) else "retryable"
                 log.warning(
@@ -161,15 +218,26 @@ class PluginDriver:
                 )
                 self._count_error(operation, kind)
                 results[ref.uid] = models.ClaimResult(error=exc.message)
+            except Exception as exc:  # one claim's bug or I/O error must not sink the others
+                log.exception(
+                    "event=%s_failed claim=%s/%s uid=%s kind=internal",
+                    operation, ref.namespace, ref.name, ref.uid,
+                )
+                self._count_error(operation, "internal")
+                results[ref.uid] = models.ClaimResult(
+                    error=f"internal error {operation.removesuffix('e')}ing claim: {exc}"
+                )
         self._observe_call(operation, time.perf_counter() - started)
         return results
 
-    def _prepare_with_retries(self, ref: models.ClaimRef) -> tuple[models.PreparedDevice, ...]:
+    def _prepare_with_retries(
+        self, ref: models.ClaimRef, deadline: float
+    ) -> tuple[models.PreparedDevice, ...]:
         # Transient conditions (daemon not ready yet, channel still held) may clear within the
         # kubelet's 45 s budget; permanent ones are reported at once.
         retrying = tenacity.Retrying(
             retry=tenacity.retry_if_exception_type(errors.RetryableError),
-            stop=tenacity.stop_after_delay(self._retry_budget_s),
+            stop=lambda state: time.monotonic() + (state.upcoming_sleep or 0.0) >= deadline,
             wait=tenacity.wait_exponential_jitter(multiplier=0.05, max=2.0, jitter=0.05),
             reraise=True,
         )
@@ -179,8 +247,18 @@ class PluginDriver:
         raise AssertionError("unreachable: tenacity reraises")
 
     def _prepare_one(self, ref: models.ClaimRef) -> tuple[models.PreparedDevice, ...]:
+        # DESIGN §4 step 1: a claim already completed gets the same answer, without asking
+        # the API server (which may be down while the kubelet re-prepares after a restart).
+        with self._ports.checkpoints.locked():
+            reused = preparing.reusable_devices(self.load_checkpoint(), ref.uid)
+        if reused is not None:
+            log.info(
+                "event=claim_already_prepared claim=%s/%s uid=%s", ref.namespace, ref.name, ref.uid
+            )
+            return reused
+        # Every API call happens here, outside the node-wide lock.
         claim = self._fetch_claim(ref)
-        domains = self._domains()
+        domains = self._resolved_domains(claim)
         node_labels = self._fetch_node_labels()
         with self._ports.checkpoints.locked():
             current = self.load_checkpoint()
@@ -199,7 +277,10 @@ class PluginDriver:
                 not_ready = self._host_imex_probe()
                 if not_ready is not None:
                     raise not_ready
-            self._run(outcome.steps)
+            try:
+                self._run(outcome.steps)
+            except errors.ClusterError as exc:  # the driver-managed node label patch
+                raise _api_unavailable(f"labelling node {self._node.node_name}", exc) from exc
         self._publish_prepared_count(outcome.checkpoint)
         if outcome.error is not None:
             self._report(ref, outcome.error)
@@ -232,6 +313,9 @@ class PluginDriver:
             raise errors.RetryableError(
                 f"ResourceClaim {ref.namespace}/{ref.name} not found in the API server yet"
             ) from None
+        except errors.ClusterError as exc:
+            doing = f"reading ResourceClaim {ref.namespace}/{ref.name}"
+            raise _api_unavailable(doing, exc) from exc
         claim = decoding.resource_claim_from_k8s(raw)
         if claim.uid != ref.uid:
             raise errors.PermanentError(
@@ -240,6 +324,23 @@ class PluginDriver:
             )
         return claim
 
+    def _resolved_domains(
+        self, claim: models.ResourceClaim
+    ) -> Mapping[names.ComputeDomainUID, models.ComputeDomain]:
+        """The ComputeDomains view, with the claim's own domains already looked up.
+
+        Looking them up here makes a read-through view do its one fresh list now, outside
+        the node-wide lock, instead of inside the planner. A config that does not decode is
+        skipped: the planner reports it.
+        """
+        try:
+            domains = self._domains()
+            for domain_id in _claim_domain_ids(claim):
+                domains.get(domain_id)
+        except errors.ClusterError as exc:
+            raise _api_unavailable("listing ComputeDomains", exc) from exc
+        return domains
+
     def _fetch_node_labels(self) -> Mapping[str, str]:
         if self._config.host_managed:
             return {}  # host-managed never labels nodes
@@ -247,6 +348,8 @@ class PluginDriver:
             node = self._ports.cluster.get(kinds.NODE.kind, namespace="", name=self._node.node_name)
         except errors.NotFoundError:
             return {}
+        except errors.ClusterError as exc:
+            raise _api_unavailable(f"reading Node {self._node.node_name}", exc) from exc
         labels = node.get("metadata", {}).get("labels") or {}
         return dict(labels) if isinstance(labels, collections.abc.Mapping) else {}
 
@@ -296,6 +399,37 @@ class PluginDriver:
     def _observe_call(self, operation: str, seconds: float) -> None:
         if self._metrics is not None:
             self._metrics.observe_call(operation=operation, seconds=seconds)
+
+
+def _claim_domain_ids(claim: models.ResourceClaim) -> tuple[names.ComputeDomainUID, ...]:
+    found: set[str] = set()
+    for result in claim.results:
+        if result.driver != names.DRIVER_NAME:
+            continue
+        try:
+            cfg = decoding.config_for_request(claim, request=result.request)
+        except errors.DecodeError:
+            continue
+        if isinstance(cfg, models.ChannelConfig | models.DaemonConfig):
+            found.add(cfg.domain_id)
+    return tuple(names.ComputeDomainUID(uid) for uid in sorted(found))
+
+
+def _api_unavailable(doing: str, exc: errors.ClusterError) -> errors.RetryableError:
+    return errors.RetryableError(
+        f"the API server failed while {doing} ({exc}); retrying: check the API server and "
+        "this node's network if it persists"
+    )
+
+
+def _unreadable_note(unreadable: tuple[names.ClaimUID, ...]) -> str:
+    if not unreadable:
+        return ""
+    return (
+        f"; {len(unreadable)} unreadable spec file(s) ({', '.join(unreadable)}) hold every "
+        "IMEX channel until their claims are unprepared: inspect and delete those files if "
+        "the claims are gone"
+    )
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

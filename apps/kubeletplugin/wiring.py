@@ -16,6 +16,7 @@ from adapters.fs import checkpoints as fs_checkpoints
 from adapters.grpc import server as grpc_server
 from adapters.kube import slices as kube_slices
 from adapters.nvml import imexctl
+from adapters.nvml import real as nvml_real
 from apps.kubeletplugin import domains as plugin_domains
 from apps.kubeletplugin import driver as plugin_driver
 from apps.kubeletplugin import metrics as plugin_metrics
@@ -25,6 +26,84 @@ from core import cliques, errors, models, names, ports, procdevices, slices
 log = logging.getLogger(__name__)
 
 
+# Probe failures (NVML crashed or hung in the child) tolerated before the gate decides.
+NVML_PROBE_ATTEMPTS = 3
+SLICE_RESYNC_PERIOD_S = 60.0
+SLICE_RETRY_S = 5.0
+
+
+class SliceResync:
+    """Keeps this node's ResourceSlices published for as long as the plugin runs.
+
+    The kubelet deletes a node's ResourceSlices when it starts and ~30 s after a plugin
+    deregisters, so one publish at startup is not enough: publish after every registration
+    the kubelet confirms (`registered()`), and again every `period_s` (a no-op when nothing
+    changed). Nothing is published before the first registration, which the kubelet's wipe
+    at its own start would undo.
+    """
+
+    def __init__(
+        self,
+        publish: Callable[[], None],
+        *,
+        node_name: str,
+        period_s: float = SLICE_RESYNC_PERIOD_S,
+        retry_s: float = SLICE_RETRY_S,
+    ) -> None:
+        self._publish = publish
+        self._node_name = node_name
+        self._period_s = period_s
+        self._retry_s = retry_s
+        self._wake = threading.Event()
+        self.published = threading.Event()
+
+    def registered(self) -> None:
+        """The kubelet confirmed (again) that we are registered: publish now."""
+        self._wake.set()
+
+    def start(self, stopping: threading.Event) -> threading.Thread:
+        thread = threading.Thread(
+            target=self.run, args=(stopping,), name="resourceslice-resync", daemon=True
+        )
+        thread.start()
+        return thread
+
+    def run(self, stopping: threading.Event) -> None:
+        next_at: float | None = None  # None: not registered yet
+        while not stopping.is_set():
+            wait_s = 1.0 if next_at is None else min(1.0, max(0.0, next_at - time.monotonic()))
+            if self._wake.wait(wait_s):
+                self._wake.clear()
+            elif next_at is None or time.monotonic() < next_at:
+                continue
+            ok = self._publish_once()
+            next_at = time.monotonic() + (self._period_s if ok else self._retry_s)
+
+    def _publish_once(self) -> bool:
+        try:
+            self._publish()
+        except Exception:  # keep resyncing: the API server may be back next time
+            log.exception(
+                "event=resource_slices_publish_failed node=%s retry_in_s=%g",
+                self._node_name, self._retry_s,
+            )
+            return False
+        self.published.set()
+        return True
+
+
+class _RegistrationSignal(threading.Event):
+    """`PluginServer.registered` that also reports every (re-)registration to a callback."""
+
+    def __init__(self, on_registered: Callable[[], None]) -> None:
+        super().__init__()
+        self._on_registered = on_registered
+
+    def set(self) -> None:
+        super().set()
+        self._on_registered()
+
+
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class Plugin:
     driver: plugin_driver.PluginDriver
@@ -32,6 +111,7 @@ class Plugin:
     metrics: plugin_metrics.PluginMetrics
     node: models.NodeFacts
     stopping: threading.Event
+    slices: SliceResync
 
     def stop(self, grace_s: float = 2.0) -> None:
         self.stopping.set()
@@ -45,15 +125,32 @@ def read_node_facts(
     inventory: ports.DeviceInventory,
     crash_on_fabric_errors: bool = True,
     sleep: Callable[[float], None] = time.sleep,
+    probe_attempts: int = NVML_PROBE_ATTEMPTS,
 ) -> models.NodeFacts:
     """Channel major, boot ID and NVLink clique of this node.
 
     A missing channel major is a ConfigError (refuse to start); a fabric that is still
-    coming up is retried with capped backoff instead of crash-looping. A fabric error (GPUs
-    disagree) stops the plugin unless gate CrashOnNVLinkFabricErrors is off, in which case
-    the node runs without a clique (host-managed prepares then fail naming it).
+    coming up is retried with capped backoff instead of crash-looping. A failed NVML probe
+    (crash, hang) is retried `probe_attempts` times. A fabric error (GPUs disagree), a probe
+    that keeps failing, or no NVML at all stops the plugin unless gate
+    CrashOnNVLinkFabricErrors is off, in which case the node runs without a clique
+    (host-managed prepares then fail naming it).
     """
     major = procdevices.imex_channel_major(files.proc_devices())
+    probe_failures = 0
+
+    def clique_id_now() -> str:
+        nonlocal probe_failures
+        try:
+            records = inventory.fabric_records()
+        except nvml_real.NvmlProbeFailed as exc:
+            probe_failures += 1
+            if probe_failures >= probe_attempts:
+                raise
+            # A one-off timeout or crash of the probe child: try again, with backoff.
+            raise errors.RetryableError(exc.message) from exc
+        return cliques.clique_id_from_fabric(records)
+
     retrying = tenacity.Retrying(
         retry=tenacity.retry_if_exception_type(errors.RetryableError),
         wait=tenacity.wait_exponential_jitter(multiplier=0.5, max=30.0, jitter=0.5),
@@ -67,13 +164,22 @@ def read_node_facts(
     )
     try:
         # NB: ask NVML again on every attempt; the fabric state is what we are waiting for.
-        clique_id = retrying(lambda: cliques.clique_id_from_fabric(inventory.fabric_records()))
-    except errors.PermanentError as exc:
+        clique_id = retrying(clique_id_now)
+    except (errors.PermanentError, nvml_real.NvmlError) as exc:
+        # Decision: NvmlUnavailable (no NVML library/driver visible to the plugin) is treated
+        # like a fabric error. With the gate on (default) the plugin exits with the message,
+        # since on a GPU node it is almost always a missing driver-root mount that a restart
+        # with the right chart values fixes; with the gate off the node runs without a clique.
         if crash_on_fabric_errors:
             raise
+        event = (
+            "nvml_unavailable" if isinstance(exc, nvml_real.NvmlUnavailable)
+            else "nvml_probe_failed" if isinstance(exc, nvml_real.NvmlProbeFailed)
+            else "nvlink_fabric_error"
+        )
         log.error(
-            "event=nvlink_fabric_error node=%s error=%r action=continuing_without_clique "
-            "(CrashOnNVLinkFabricErrors=false)", node_name, exc.message,
+            "event=%s node=%s error=%r action=continuing_without_clique "
+            "(CrashOnNVLinkFabricErrors=false)", event, node_name, exc.message,
         )
         clique_id = ""
     return models.NodeFacts(
@@ -92,7 +198,7 @@ def start_plugin(
     node: models.NodeFacts,
     clock: Callable[[], float] = time.time,
 ) -> Plugin:
-    """Recover state, publish the node's devices, and start serving the kubelet."""
+    """Recover state and start serving the kubelet; slices are published once it registers us."""
     os.makedirs(settings.plugin_dir, exist_ok=True)
     metrics = plugin_metrics.PluginMetrics(node_name=settings.node_name)
     stopping = threading.Event()
@@ -119,9 +225,11 @@ def start_plugin(
         domains=domains.view,
     )
     recovered = driver.recover()
-    kube_slices.SlicePublisher(
+    publisher = kube_slices.SlicePublisher(
         cluster, driver=names.DRIVER_NAME, node_name=settings.node_name
-    ).publish(slices.plan_slice_devices(config))
+    )
+    devices = slices.plan_slice_devices(config)
+    resync = SliceResync(lambda: publisher.publish(devices), node_name=settings.node_name)
     server = grpc_server.PluginServer(
         service=driver,
         driver_name=names.DRIVER_NAME,
@@ -129,6 +237,10 @@ def start_plugin(
         registry_dir=settings.registry_dir,
         health_port=settings.health_port,
     )
+    # NB: the server sets `registered` on every NotifyRegistrationStatus(registered=true);
+    # this Event also wakes the slice resync each time (the kubelet may have wiped them).
+    server.registered = _RegistrationSignal(resync.registered)
+    resync.start(stopping)
     server.start()
     log.info(
         "event=plugin_started node=%s mode=%s isolation=%s clique=%r channel_major=%d "
@@ -136,4 +248,6 @@ def start_plugin(
         node.node_name, config.mode.value, config.isolation.value, node.clique_id,
         node.channel_major, len(recovered.entries), server.dra_socket_path,
     )
-    return Plugin(driver=driver, server=server, metrics=metrics, node=node, stopping=stopping)
+    return Plugin(
+        driver=driver, server=server, metrics=metrics, node=node, stopping=stopping, slices=resync
+    )

@@ -177,6 +177,30 @@ Every message is the apps' ConfigError text.
 {{- end -}}
 {{- end -}}
 
+{{/*
+Kubelet plugin paths and health port. Our keys win; when left empty, the upstream chart's keys
+(kubeletPluginsDirectoryPath: the kubelet's plugins directory, this driver's directory below it;
+kubeletRegistrarDirectoryPath; containers.computeDomains.healthcheckPort) are honoured, then the
+kubelet's defaults.
+*/}}
+{{- define "cdd.pluginDir" -}}
+{{- $kp := .Values.kubeletPlugin -}}
+{{- if $kp.pluginDir -}}{{ $kp.pluginDir }}
+{{- else if $kp.kubeletPluginsDirectoryPath -}}{{ printf "%s/compute-domain.nvidia.com" ($kp.kubeletPluginsDirectoryPath | trimSuffix "/") }}
+{{- else -}}/var/lib/kubelet/plugins/compute-domain.nvidia.com{{- end -}}
+{{- end -}}
+
+{{- define "cdd.registryDir" -}}
+{{- $kp := .Values.kubeletPlugin -}}
+{{- $kp.registryDir | default $kp.kubeletRegistrarDirectoryPath | default "/var/lib/kubelet/plugins_registry" -}}
+{{- end -}}
+
+{{- define "cdd.pluginHealthPort" -}}
+{{- $kp := .Values.kubeletPlugin -}}
+{{- $upstream := dig "containers" "computeDomains" "healthcheckPort" nil $kp -}}
+{{- $kp.healthPort | default $upstream | default 51515 | int -}}
+{{- end -}}
+
 {{/* Env shared by the controller and the kubelet plugin. */}}
 {{- define "cdd.commonEnv" -}}
 - name: NAMESPACE

@@ -61,8 +61,10 @@ def _validator() -> jsonschema.Draft7Validator:
 def _specs() -> list[dict[str, Any]]:
     specs: list[dict[str, Any]] = []
     for uid in UIDS:
-        specs.append(cdi.claim_spec(claim_uid=uid, channel_ids=[0], major=242))
-        specs.append(cdi.claim_spec(claim_uid=uid, channel_ids=range(2048), major=510))
+        specs.append(cdi.claim_spec(claim_uid=uid, channel_ids=[0], major=242, domain_id="cd"))
+        specs.append(
+            cdi.claim_spec(claim_uid=uid, channel_ids=range(2048), major=510, domain_id="cd")
+        )
         specs.append(cdi.daemon_claim_spec(claim_uid=uid, domain_id="cd-uid"))
     return specs
 
@@ -86,7 +88,7 @@ def test_cdi_specs_validate_against_the_reference_schema(index: int) -> None:
 
 
 def test_cdi_spec_from_a_prepare_validates() -> None:
-    spec = cdi.claim_spec(claim_uid=UIDS[0], channel_ids=[0], major=242)
+    spec = cdi.claim_spec(claim_uid=UIDS[0], channel_ids=[0], major=242, domain_id="cd")
     assert spec["cdiVersion"] == "0.5.0"
     assert spec["kind"] == names.CDI_KIND_CLAIM
     _check(spec)
@@ -103,7 +105,7 @@ def test_cdi_spec_from_a_prepare_validates() -> None:
 
 
 def test_corrected_schema_rejects_a_bad_file_mode() -> None:
-    spec = cdi.claim_spec(claim_uid=UIDS[1], channel_ids=[0], major=242)
+    spec = cdi.claim_spec(claim_uid=UIDS[1], channel_ids=[0], major=242, domain_id="cd")
     spec["devices"][0]["containerEdits"]["deviceNodes"][0]["fileMode"] = "0666"
     with pytest.raises(jsonschema.ValidationError):
         _validator().validate(spec)

@@ -5,12 +5,13 @@ from __future__ import annotations
 import pathlib
 import subprocess
 import sys
+from collections.abc import Mapping
 
 import yaml
 
 from adapters.memory import cluster as memory_cluster
 from apps.cli import preflight
-from core import kinds, names
+from core import errors, kinds, names, ports
 
 CD_MANIFEST = """
 apiVersion: resource.nvidia.com/v1beta1
@@ -61,14 +62,38 @@ def test_plan_refuses_an_invalid_mode_with_the_config_message(tmp_path: pathlib.
     assert "requires feature gate HostManagedIMEX=true" in done.stderr
 
 
-def _admitted_cd(cluster: memory_cluster.InMemoryCluster, name: str, admitted: str) -> None:
+def _admitted_cd(
+    cluster: memory_cluster.InMemoryCluster, name: str, admitted: str, *, rct: str | None = None
+) -> None:
     mode, isolation = admitted.split("/")
     cluster.create(kinds.COMPUTE_DOMAIN.kind, {
         "apiVersion": names.GROUP_VERSION, "kind": names.KIND_COMPUTE_DOMAIN,
         "metadata": {"name": name, "namespace": "ml", "annotations": {
             names.ADMITTED_MODE_ANNOTATION: mode, names.ADMITTED_ISOLATION_ANNOTATION: isolation}},
-        "spec": {"channel": {"resourceClaimTemplate": {"name": f"{name}-channel"}}},
+        "spec": {"channel": {"resourceClaimTemplate": {
+            "name": f"{name}-channel" if rct is None else rct}}},
     })
+
+
+def test_preflight_judges_a_compute_domain_our_decoder_rejects_by_its_annotations() -> None:
+    cluster = memory_cluster.InMemoryCluster()
+    _admitted_cd(cluster, "odd", "hostManaged/none", rct="")  # the CRD accepts an empty name
+    refusal = preflight.check(cluster, mode="driverManaged", isolation="", feature_gates="")
+    assert "ml/odd (hostManaged/none)" in refusal
+    assert preflight.check(cluster, mode="hostManaged", isolation="none",
+                           feature_gates="HostManagedIMEX=true") == ""
+
+
+class _Forbidden(memory_cluster.InMemoryCluster):
+    def list(self, kind: str, *, namespace: str = "",
+             label_selector: Mapping[str, str] | None = None) -> ports.ListResult:
+        raise errors.ClusterError(f"{kind} is forbidden for the preflight ServiceAccount")
+
+
+def test_preflight_refuses_readably_when_it_cannot_list_compute_domains() -> None:
+    refusal = preflight.check(_Forbidden(), mode="driverManaged", isolation="", feature_gates="")
+    assert refusal.startswith("cannot list ComputeDomains")
+    assert "forbidden for the preflight ServiceAccount" in refusal
 
 
 def test_preflight_refuses_a_mode_change_while_domains_of_the_old_mode_exist() -> None:
@@ -96,3 +121,16 @@ def test_preflight_reports_an_invalid_target_mode() -> None:
     refusal = preflight.check(cluster, mode="hostManaged", isolation="domain",
                               feature_gates="HostManagedIMEX=true")
     assert "isolation 'domain' needs driver-managed IMEX daemons" in refusal
+
+
+def test_preflight_without_reachable_credentials_fails_with_a_message_not_a_traceback(
+    tmp_path: pathlib.Path,
+) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "apps.cli", "preflight", "--mode", "driverManaged",
+         "--kubeconfig", str(tmp_path / "missing-kubeconfig")],
+        capture_output=True, text=True, timeout=60, check=False,
+    )
+    assert done.returncode == 1
+    assert "error: cannot reach the API server" in done.stderr
+    assert "Traceback" not in done.stderr

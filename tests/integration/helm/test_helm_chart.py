@@ -169,14 +169,21 @@ def test_host_managed_renders_no_daemon_class_rbac_or_service_account() -> None:
     daemon_named = [o for o in objects if o["metadata"]["name"].endswith("-daemon")]
     assert daemon_named == []
     rules = [
-        rule
+        (o["metadata"]["name"], rule)
         for o in objects if o["kind"] in ("ClusterRole", "Role")
         for rule in o["rules"]
     ]
-    assert not any("daemonsets" in rule["resources"] for rule in rules)
-    assert not any("computedomaincliques" in rule["resources"] for rule in rules)
+    # The controller keeps read + clean-up rights on daemon-side kinds (a CD admitted under
+    # driverManaged is cleaned up on deletion after a switch) but creates none of them.
     assert not any(
-        "nodes" in rule["resources"] and "patch" in rule["verbs"] for rule in rules
+        {"daemonsets", "computedomaincliques"} & set(rule["resources"])
+        and "create" in rule["verbs"]
+        for _, rule in rules
+    )
+    plugin = f"{cr.RELEASE}-compute-domain-dra-driver-kubelet-plugin"
+    assert not any(
+        name == plugin and "nodes" in rule["resources"] and "patch" in rule["verbs"]
+        for name, rule in rules
     )
 
 
@@ -303,20 +310,30 @@ def test_kubelet_plugin_mounts_host_paths_at_identical_paths() -> None:
     spec = plugin["spec"]["template"]["spec"]
     host_paths = {v["name"]: v["hostPath"]["path"] for v in spec["volumes"]}
     mounts = {m["name"]: m["mountPath"] for m in spec["containers"][0]["volumeMounts"]}
-    assert mounts == host_paths
+    assert {k: v for k, v in mounts.items() if k != "driver-root"} == {
+        k: v for k, v in host_paths.items() if k != "driver-root"
+    }
     assert set(host_paths.values()) == {
         "/run/nvidia/driver", "/etc/cdi", "/data/kubelet/plugins/cd",
         "/var/lib/kubelet/plugins_registry", "/dev",
     }
     env = cr.container_env(plugin)
-    assert (env["CDI_ROOT"], env["PLUGIN_DIR"], env["NVIDIA_DRIVER_ROOT"]) == (
-        "/etc/cdi", "/data/kubelet/plugins/cd", "/run/nvidia/driver",
-    )
+    assert (env["CDI_ROOT"], env["PLUGIN_DIR"]) == ("/etc/cdi", "/data/kubelet/plugins/cd")
 
 
-def test_kubelet_plugin_skips_driver_root_mount_for_host_driver() -> None:
-    spec = cr.one(cr.render({}), "DaemonSet")["spec"]["template"]["spec"]
-    assert "driver-root" not in {v["name"] for v in spec["volumes"]}
+@pytest.mark.parametrize("driver_root", ["/", "/run/nvidia/driver"])
+def test_kubelet_plugin_always_mounts_the_driver_root_read_only_at_driver_root(
+    driver_root: str,
+) -> None:
+    # The image ships no libnvidia-ml: even a host-installed driver ("/") must be mounted.
+    plugin = cr.one(cr.render({"nvidiaDriverRoot": driver_root}), "DaemonSet")
+    spec = plugin["spec"]["template"]["spec"]
+    [volume] = [v for v in spec["volumes"] if v["name"] == "driver-root"]
+    assert volume["hostPath"]["path"] == driver_root
+    [mount] = [m for m in spec["containers"][0]["volumeMounts"] if m["name"] == "driver-root"]
+    assert (mount["mountPath"], mount["readOnly"]) == ("/driver-root", True)
+    env = cr.container_env(plugin)
+    assert (env["NVIDIA_DRIVER_ROOT"], env["NVIDIA_VISIBLE_DEVICES"]) == ("/driver-root", "void")
 
 
 def test_kubelet_plugin_probes_grpc_health_and_reads_downward_api() -> None:
@@ -488,3 +505,32 @@ def test_webhook_deployment_runs_the_webhook_command_with_settings_it_reads() ->
     assert resolved.config.host_managed
     ports = [p["containerPort"] for p in container.get("ports", [])]
     assert settings.port in ports
+
+
+def _plugin_settings(values: dict[str, Any]) -> tuple[str, str, str, int]:
+    plugin = cr.one(cr.render(values), "DaemonSet")
+    env = cr.container_env(plugin)
+    container = plugin["spec"]["template"]["spec"]["containers"][0]
+    probe_port = container["livenessProbe"]["grpc"]["port"]
+    return env["PLUGIN_DIR"], env["REGISTRY_DIR"], env["HEALTH_PORT"], probe_port
+
+
+def test_kubelet_plugin_accepts_upstream_value_names_and_prefers_ours() -> None:
+    assert _plugin_settings({}) == (
+        "/var/lib/kubelet/plugins/compute-domain.nvidia.com",
+        "/var/lib/kubelet/plugins_registry", "51515", 51515,
+    )
+    upstream = {"kubeletPlugin": {
+        "kubeletPluginsDirectoryPath": "/data/kubelet/plugins",
+        "kubeletRegistrarDirectoryPath": "/data/kubelet/plugins_registry",
+        "containers": {"computeDomains": {"healthcheckPort": 51516}},
+    }}
+    assert _plugin_settings(upstream) == (
+        "/data/kubelet/plugins/compute-domain.nvidia.com",
+        "/data/kubelet/plugins_registry", "51516", 51516,
+    )
+    both = {"kubeletPlugin": {
+        **upstream["kubeletPlugin"],
+        "pluginDir": "/ours/cd", "registryDir": "/ours/reg", "healthPort": 6000,
+    }}
+    assert _plugin_settings(both) == ("/ours/cd", "/ours/reg", "6000", 6000)

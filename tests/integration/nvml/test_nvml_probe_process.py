@@ -9,6 +9,7 @@ On a GPU host the last test checks what real NVML reports.
 from __future__ import annotations
 
 import ctypes.util
+import pathlib
 import re
 import signal
 import sys
@@ -125,3 +126,39 @@ def test_real_probe_on_a_gpu_host_reports_every_gpu() -> None:
     assert all(isinstance(r.state, models.FabricState) for r in records)
     clique = cliques.clique_id_from_fabric(records)
     assert clique == "" or re.fullmatch(r"[0-9a-f-]{36}\.\d+", clique)
+
+
+def test_probe_child_loads_nvml_from_the_mounted_driver_root(tmp_path: pathlib.Path) -> None:
+    root = tmp_path / "driver-root"
+    for library_dir in ("usr/lib64", "usr/lib/x86_64-linux-gnu"):
+        (root / library_dir).mkdir(parents=True)
+    seen = tmp_path / "seen"
+    code = (
+        f"import os; open({str(seen)!r}, 'w').write(os.environ.get('LD_LIBRARY_PATH', ''))"
+    )
+    inventory = nvml.NvmlInventory(
+        probe_command=_python(code), driver_root=str(root), env={"LD_LIBRARY_PATH": "/opt/x"}
+    )
+    with pytest.raises(nvml.NvmlProbeFailed):
+        inventory.fabric_records()  # the stand-in prints no report
+    assert seen.read_text().split(":") == [
+        str(root / "usr/lib64"), str(root / "usr/lib/x86_64-linux-gnu"), str(root / "usr/lib"),
+        "/opt/x",
+    ]
+
+
+def test_probe_child_keeps_the_loader_path_for_the_root_driver_root(
+    tmp_path: pathlib.Path,
+) -> None:
+    seen = tmp_path / "seen"
+    code = f"import os; open({str(seen)!r}, 'w').write(os.environ.get('LD_LIBRARY_PATH', '-'))"
+    inventory = nvml.NvmlInventory(probe_command=_python(code), driver_root="/", env={})
+    with pytest.raises(nvml.NvmlProbeFailed):
+        inventory.fabric_records()
+    assert seen.read_text() == "-"
+
+
+def test_the_real_inventory_spec_passes_the_driver_root_on() -> None:
+    inventory = nvml.inventory_from_spec("real", node_name="n", driver_root="/driver-root")
+    assert isinstance(inventory, nvml.NvmlInventory)
+    assert inventory.driver_root == "/driver-root"

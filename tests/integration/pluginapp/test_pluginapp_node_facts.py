@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from adapters import nvml
 from adapters.nvml import simulated
 from apps.kubeletplugin import wiring
 from core import errors, models
@@ -55,3 +56,71 @@ def test_fabric_still_forming_is_waited_for_not_crashed_on() -> None:
         node_name="n", files=_files(), inventory=EventuallyReady(), sleep=slept.append
     )
     assert len(slept) == 3 and facts.clique_id
+
+
+class FailingProbe:
+    """A DeviceInventory whose NVML probe fails `failures` times, then reports a healthy fabric."""
+
+    def __init__(self, error: Exception, *, failures: int) -> None:
+        self.error = error
+        self.failures = failures
+        self.calls = 0
+
+    def fabric_records(self) -> tuple[models.FabricRecord, ...]:
+        self.calls += 1
+        if self.calls <= self.failures:
+            raise self.error
+        return simulated.SimulatedInventory(
+            profile="gb200-nvl72", node_name="gb200-rack1-node01"
+        ).fabric_records()
+
+
+def _timeout() -> nvml.NvmlProbeFailed:
+    return nvml.NvmlProbeFailed("NVML probe did not answer within 30s and was killed")
+
+
+def test_a_one_off_nvml_probe_failure_is_retried_not_crashed_on() -> None:
+    slept: list[float] = []
+    inventory = FailingProbe(_timeout(), failures=1)
+    facts = wiring.read_node_facts(
+        node_name="n", files=_files(), inventory=inventory, sleep=slept.append
+    )
+    assert facts.clique_id and inventory.calls == 2 and len(slept) == 1
+
+
+def test_an_nvml_probe_that_keeps_failing_stops_the_plugin_after_bounded_retries() -> None:
+    inventory = FailingProbe(_timeout(), failures=100)
+    with pytest.raises(nvml.NvmlProbeFailed, match="did not answer"):
+        wiring.read_node_facts(
+            node_name="n", files=_files(), inventory=inventory, sleep=lambda _s: None
+        )
+    assert inventory.calls == wiring.NVML_PROBE_ATTEMPTS
+
+
+def test_an_nvml_probe_that_keeps_failing_leaves_no_clique_when_the_gate_is_off() -> None:
+    inventory = FailingProbe(_timeout(), failures=100)
+    facts = wiring.read_node_facts(
+        node_name="n", files=_files(), inventory=inventory, sleep=lambda _s: None,
+        crash_on_fabric_errors=False,
+    )
+    assert facts.clique_id == "" and inventory.calls == wiring.NVML_PROBE_ATTEMPTS
+
+
+def test_missing_nvml_stops_the_plugin_with_its_message_by_default() -> None:
+    inventory = FailingProbe(nvml.NvmlUnavailable("NVML is not available on this node"),
+                             failures=100)
+    with pytest.raises(nvml.NvmlUnavailable, match="not available"):
+        wiring.read_node_facts(
+            node_name="n", files=_files(), inventory=inventory, sleep=lambda _s: None
+        )
+    assert inventory.calls == 1  # no NVML at all is not retried
+
+
+def test_missing_nvml_leaves_no_clique_when_the_gate_is_off() -> None:
+    inventory = FailingProbe(nvml.NvmlUnavailable("NVML is not available on this node"),
+                             failures=100)
+    facts = wiring.read_node_facts(
+        node_name="n", files=_files(), inventory=inventory, sleep=lambda _s: None,
+        crash_on_fabric_errors=False,
+    )
+    assert facts.clique_id == ""

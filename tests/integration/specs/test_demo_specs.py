@@ -104,4 +104,7 @@ def test_values_overlay_matches_the_schema_and_renders(path: pathlib.Path) -> No
     container = plugin["spec"]["template"]["spec"]["containers"][0]
     env = {e["name"]: e.get("value") for e in container["env"]}
     assert env["IMEX_MODE"] == "hostManaged"
-    assert env["NVIDIA_DRIVER_ROOT"] == values["nvidiaDriverRoot"]
+    # The host driver root is mounted at /driver-root, where the plugin loads NVML from.
+    assert env["NVIDIA_DRIVER_ROOT"] == "/driver-root"
+    volumes = {v["name"]: v for v in plugin["spec"]["template"]["spec"]["volumes"]}
+    assert volumes["driver-root"]["hostPath"]["path"] == values["nvidiaDriverRoot"]

@@ -51,6 +51,16 @@ def test_daemonset_runs_the_imex_daemon_with_its_compute_domain_in_env() -> None
     assert env["CD_NAMESPACE"] == "team"
     assert env["NODE_NAME"] == {"fieldRef": {"fieldPath": "spec.nodeName"}}
     assert env["POD_IP"] == {"fieldRef": {"fieldPath": "status.podIP"}}
+    assert env["NVIDIA_VISIBLE_DEVICES"] == "void"
+
+
+def test_daemonset_tolerates_every_taint_of_the_nodes_it_must_run_on() -> None:
+    cd = models.ComputeDomain(
+        meta=models.ObjectMeta(name="train", namespace="team", uid="u-9"),
+        spec=models.ComputeDomainSpec(channel=models.ChannelSpec(resource_claim_template_name="r")),
+    )
+    pod_spec = objects.daemonset(cd, config=fake.driver_config())["spec"]["template"]["spec"]
+    assert pod_spec["tolerations"] == [{"operator": "Exists"}]
 
 
 def test_daemonset_runs_as_the_configured_daemon_service_account() -> None:

@@ -12,10 +12,11 @@ UID = "0a1b2c3d-1111-4222-8333-444455556666"
 
 
 def test_claim_spec_has_one_device_node_per_channel() -> None:
-    spec = cdi.claim_spec(claim_uid=UID, channel_ids=[3, 0, 3], major=242)
+    spec = cdi.claim_spec(claim_uid=UID, channel_ids=[3, 0, 3], major=242, domain_id="cd")
     assert spec["kind"] == "k8s.compute-domain.nvidia.com/claim"
     assert [d["name"] for d in spec["devices"]] == [f"{UID}-channel-0", f"{UID}-channel-3"]
     assert spec["devices"][1]["containerEdits"] == {
+        "env": ["COMPUTE_DOMAIN_UUID=cd"],
         "deviceNodes": [
             {
                 "path": "/dev/nvidia-caps-imex-channels/channel3",
@@ -39,11 +40,12 @@ def test_spec_file_name_is_per_claim() -> None:
 
 
 def test_claim_spec_needs_0_5_0_when_the_uid_starts_with_a_digit() -> None:
-    assert cdi.claim_spec(claim_uid=UID, channel_ids=[0], major=242)["cdiVersion"] == "0.5.0"
+    spec = cdi.claim_spec(claim_uid=UID, channel_ids=[0], major=242, domain_id="cd")
+    assert spec["cdiVersion"] == "0.5.0"
 
 
 def test_claim_spec_uses_the_earliest_version_when_the_uid_starts_with_a_letter() -> None:
-    spec = cdi.claim_spec(claim_uid="abc-uid", channel_ids=[0], major=242)
+    spec = cdi.claim_spec(claim_uid="abc-uid", channel_ids=[0], major=242, domain_id="cd")
     assert spec["cdiVersion"] == "0.3.0"
 
 

@@ -174,13 +174,14 @@ def test_tombstones_expire_after_their_ttl() -> None:
 
 
 def test_rebuild_from_cdi_proves_completed_channel_claims() -> None:
-    spec = cdi.claim_spec(claim_uid=f.CLAIM_UID, channel_ids=[0, 1], major=242)
+    spec = cdi.claim_spec(claim_uid=f.CLAIM_UID, channel_ids=[0, 1], major=242, domain_id="cd-7")
     cp = checkpoint.rebuild_from_cdi(
         boot_id="b", config=f.HOST, claim_specs={f.CLAIM_UID: spec}, now=5.0
     )
     entry = cp.entries[f.CLAIM_UID]
     assert entry.state is models.ClaimState.PREPARE_COMPLETED
-    assert (entry.namespace, entry.name, entry.domain_id) == ("", "", "")
+    assert (entry.namespace, entry.name) == ("", "")
+    assert entry.domain_id == "cd-7"  # from the channel devices' COMPUTE_DOMAIN_UUID
     assert entry.channel_ids == (0, 1)
     assert entry.devices[0].cdi_device_ids == (
         cdi.qualified_device_id(f.CLAIM_UID, 0), cdi.qualified_device_id(f.CLAIM_UID, 1),
@@ -269,4 +270,46 @@ def test_property_any_byte_change_is_detected(cp: models.Checkpoint, data: st.Da
 @given(st.binary(max_size=200) | _JSON.map(lambda v: json.dumps(v).encode()))
 def test_property_decode_raises_only_its_typed_error(data: bytes) -> None:
     with contextlib.suppress(errors.CheckpointCorruptError):
+        checkpoint.decode(data)
+
+
+def test_rebuild_from_cdi_of_a_channel_spec_without_domain_env_leaves_the_domain_empty() -> None:
+    spec = cdi.claim_spec(claim_uid=f.CLAIM_UID, channel_ids=[0], major=242, domain_id="x")
+    for device in spec["devices"]:
+        del device["containerEdits"]["env"]
+    cp = checkpoint.rebuild_from_cdi(
+        boot_id="b", config=f.HOST, claim_specs={f.CLAIM_UID: spec}, now=5.0
+    )
+    assert cp.entries[f.CLAIM_UID].domain_id == ""
+
+
+def test_rebuild_from_cdi_holds_every_channel_for_an_unreadable_spec() -> None:
+    cp = checkpoint.rebuild_from_cdi(
+        boot_id="b", config=f.HOST, claim_specs={}, now=5.0, unreadable=(f.CLAIM_UID,)
+    )
+    entry = cp.entries[f.CLAIM_UID]
+    assert entry.state is models.ClaimState.PREPARE_COMPLETED
+    assert entry.channel_ids == tuple(range(names.MAX_CHANNEL_ID + 1))
+    assert entry.domain_id == "" and entry.devices == ()
+
+
+def test_orphan_cdi_specs_are_those_without_a_holding_entry() -> None:
+    tomb = _entry("t", state=models.ClaimState.PREPARE_ABORTED)
+    started = _entry("s", state=models.ClaimState.PREPARE_STARTED)
+    cp = models.Checkpoint(
+        boot_id="b", mode=models.IMEXMode.HOST_MANAGED, isolation=models.Isolation.NONE,
+        entries={names.ClaimUID(e.claim_uid): e for e in (tomb, started, _entry("u"))},
+    )
+    uids = [names.ClaimUID(u) for u in ("z", "u", "t", "s", "a")]
+    assert checkpoint.orphan_cdi_specs(cp, spec_claim_uids=uids) == ("a", "t", "z")
+
+
+def test_huge_integer_timestamp_with_a_valid_checksum_is_corrupt() -> None:
+    document = json.loads(checkpoint.encode(_small()))
+    document["entries"][0]["updatedAt"] = 10**400
+    content = {k: v for k, v in document.items() if k != "checksum"}
+    canonical = json.dumps(content, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+    document["checksum"] = hashlib.sha256(canonical.encode("ascii")).hexdigest()
+    data = (json.dumps(document, sort_keys=True, separators=(",", ":")) + "\n").encode("ascii")
+    with pytest.raises(errors.CheckpointCorruptError, match="cannot be read"):
         checkpoint.decode(data)

@@ -53,7 +53,9 @@ def test_host_managed_prepare_writes_started_then_cdi_then_completed() -> None:
     assert entry.state is models.ClaimState.PREPARE_STARTED
     assert (entry.mode, entry.isolation) == (models.IMEXMode.HOST_MANAGED, models.Isolation.NONE)
     assert (entry.domain_id, entry.channel_ids, entry.updated_at) == (f.CD_UID, (0,), f.NOW)
-    assert spec.spec == cdi.claim_spec(claim_uid=f.CLAIM_UID, channel_ids=[0], major=242)
+    assert spec.spec == cdi.claim_spec(
+        claim_uid=f.CLAIM_UID, channel_ids=[0], major=242, domain_id=f.CD_UID
+    )
     done = completed.checkpoint.entries[f.CLAIM_UID]
     assert done.state is models.ClaimState.PREPARE_COMPLETED
     assert done.devices == outcome.devices
@@ -264,10 +266,12 @@ def test_driver_managed_daemon_claim_must_live_in_the_driver_namespace() -> None
 # ---------------------------------------------------------------- unprepare and tombstones
 
 
-def test_unprepare_of_an_unknown_claim_succeeds_without_steps() -> None:
+def test_unprepare_of_an_unknown_claim_succeeds_deleting_only_its_cdi_spec() -> None:
     cp = f.empty_checkpoint()
     outcome = preparing.plan_unprepare(f.ref(f.claim()), checkpoint=cp, now=f.NOW)
-    assert outcome == models.ClaimOutcome(steps=(), checkpoint=cp)
+    assert outcome == models.ClaimOutcome(
+        steps=(models.DeleteCDISpec(claim_uid=f.CLAIM_UID),), checkpoint=cp
+    )
 
 
 def test_unprepare_undoes_a_driver_managed_entry_as_recorded_under_host_managed_mode() -> None:
@@ -324,8 +328,8 @@ def test_unprepare_of_a_tombstone_is_a_no_op() -> None:
 # ---------------------------------------------------------------- after a lost checkpoint
 
 
-def _rebuilt() -> models.Checkpoint:
-    spec = cdi.claim_spec(claim_uid=f.CLAIM_UID, channel_ids=[0], major=242)
+def _rebuilt(domain_id: str = f.CD_UID) -> models.Checkpoint:
+    spec = cdi.claim_spec(claim_uid=f.CLAIM_UID, channel_ids=[0], major=242, domain_id=domain_id)
     return checkpoint.rebuild_from_cdi(
         boot_id=f.NODE.boot_id, config=f.HOST, claim_specs={f.CLAIM_UID: spec}, now=f.NOW
     )
@@ -338,6 +342,50 @@ def test_prepare_replans_a_claim_rebuilt_from_its_cdi_spec() -> None:
     assert outcome.devices[0].pool_name == f.NODE_NAME
 
 
-def test_a_claim_rebuilt_from_cdi_holds_its_channel_against_other_claims() -> None:
-    outcome = f.prepare(f.claim(f.OTHER_CLAIM_UID), checkpoint=_rebuilt())
+def test_a_claim_rebuilt_from_cdi_holds_its_channel_against_other_domains() -> None:
+    outcome = f.prepare(f.claim(f.OTHER_CLAIM_UID), checkpoint=_rebuilt(f.OTHER_CD_UID))
     assert "channel 0" in _retryable(outcome)
+
+
+def test_a_claim_rebuilt_from_cdi_shares_channel_zero_with_its_own_domain() -> None:
+    outcome = f.prepare(f.claim(f.OTHER_CLAIM_UID), checkpoint=_rebuilt(f.CD_UID))
+    assert outcome.error is None
+    assert outcome.devices[0].cdi_device_ids == (cdi.qualified_device_id(f.OTHER_CLAIM_UID, 0),)
+
+
+def test_prepare_rejects_a_workload_claim_that_also_holds_the_daemon_device() -> None:
+    channel = models.DeviceResult(
+        request=names.CHANNEL_REQUEST_NAME, driver=names.DRIVER_NAME, pool=f.NODE_NAME,
+        device="channel-0",
+    )
+    daemon = models.DeviceResult(
+        request=names.DAEMON_REQUEST_NAME, driver=names.DRIVER_NAME, pool=f.NODE_NAME,
+        device="daemon-0",
+    )
+    mixed = dataclasses.replace(
+        f.claim(results=(channel, daemon)),
+        configs=(
+            *f.claim().configs,
+            dataclasses.replace(
+                f.claim().configs[0], requests=(names.DAEMON_REQUEST_NAME,),
+                parameters=f.daemon_params(),
+            ),
+        ),
+    )
+    message = _permanent(f.prepare(mixed, config=f.DRIVER,
+                                   labels={names.COMPUTE_DOMAIN_LABEL: f.CD_UID}))
+    assert "exactly one" in message and "daemon-0" in message
+
+
+def test_prepare_rejects_two_channel_results_in_one_claim() -> None:
+    results = tuple(
+        models.DeviceResult(
+            request=request, driver=names.DRIVER_NAME, pool=f.NODE_NAME, device="channel-0"
+        )
+        for request in ("a", "b")
+    )
+    claim = dataclasses.replace(
+        f.claim(results=results),
+        configs=(dataclasses.replace(f.claim().configs[0], requests=("a", "b")),),
+    )
+    assert "exactly one" in _permanent(f.prepare(claim))

@@ -1,0 +1,132 @@
+"""The controller under leader election on the embedded cluster: renewal, loss, prompt stop."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+
+import pytest
+
+from adapters.kube import leader
+from adapters.memory import cluster as memory_cluster
+from apps.controller import __main__ as controller_main
+from apps.controller import reconciler as controller_reconciler
+from core import kinds, models, modes, names
+
+NAMESPACE = "nvidia-dra-driver"
+LEASE = "compute-domain-controller"
+
+
+def _host_config() -> models.DriverConfig:
+    return modes.resolve_driver_config(
+        mode="hostManaged", isolation="none", feature_gates="HostManagedIMEX=true",
+        namespace=NAMESPACE,
+    ).config
+
+
+def _cd(name: str) -> dict[str, object]:
+    return {
+        "apiVersion": names.GROUP_VERSION, "kind": names.KIND_COMPUTE_DOMAIN,
+        "metadata": {"name": name, "namespace": "ml"},
+        "spec": {"channel": {"resourceClaimTemplate": {"name": f"{name}-channel"}}},
+    }
+
+
+def _eventually(probe: Callable[[], bool], *, what: str, timeout_s: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not probe():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.02)
+
+
+def _ready(cluster: memory_cluster.InMemoryCluster, name: str) -> bool:
+    cd = cluster.get(kinds.COMPUTE_DOMAIN.kind, namespace="ml", name=name)
+    return (cd.get("status") or {}).get("status") == "Ready"
+
+
+def _renew_time(cluster: memory_cluster.InMemoryCluster) -> str:
+    lease = cluster.get(kinds.LEASE.kind, namespace=NAMESPACE, name=LEASE)
+    return str(lease["spec"]["renewTime"])
+
+
+def _start(
+    cluster: memory_cluster.InMemoryCluster, stop: threading.Event, *, elect: bool = True
+) -> tuple[threading.Thread, list[int]]:
+    elector = None
+    if elect:
+        elector = leader.LeaderElector(
+            cluster=cluster, namespace=NAMESPACE, name=LEASE, identity="replica-a",
+            lease_duration_s=1.5, renew_deadline_s=1.0, retry_period_s=0.1,
+        )
+    reconciler = controller_reconciler.Reconciler(cluster=cluster, config=_host_config())
+    result: list[int] = []
+
+    def main() -> None:
+        result.append(
+            controller_main.run_controller(
+                cluster, reconciler=reconciler, stop=stop, resync_s=60, elector=elector
+            )
+        )
+
+    thread = threading.Thread(target=main, daemon=True)
+    thread.start()
+    return thread, result
+
+
+def test_the_leader_keeps_renewing_its_lease_while_it_reconciles() -> None:
+    cluster = memory_cluster.InMemoryCluster()
+    stop = threading.Event()
+    thread, result = _start(cluster, stop)
+    try:
+        cluster.create(kinds.COMPUTE_DOMAIN.kind, _cd("a"))
+        _eventually(lambda: _ready(cluster, "a"), what="CD a Ready")
+        first = _renew_time(cluster)
+        # A renewal needs the elector's thread, which the reconcile loop must not occupy.
+        _eventually(lambda: _renew_time(cluster) != first, what="a lease renewal", timeout_s=3)
+    finally:
+        stop.set()
+        thread.join(timeout=10)
+        cluster.close()
+    assert result == [0]
+
+
+def test_losing_the_lease_stops_reconciling_and_exits_non_zero() -> None:
+    cluster = memory_cluster.InMemoryCluster()
+    stop = threading.Event()
+    thread, result = _start(cluster, stop)
+    try:
+        cluster.create(kinds.COMPUTE_DOMAIN.kind, _cd("a"))
+        _eventually(lambda: _ready(cluster, "a"), what="CD a Ready")
+        cluster.patch(
+            kinds.LEASE.kind, namespace=NAMESPACE, name=LEASE,
+            patch={"spec": {"holderIdentity": "replica-b", "leaseDurationSeconds": 60}},
+        )
+        thread.join(timeout=10)
+        assert not thread.is_alive()
+        assert result == [1]
+        cluster.create(kinds.COMPUTE_DOMAIN.kind, _cd("after"))
+        time.sleep(1.0)
+        assert not _ready(cluster, "after"), "a replica that lost the lease still reconciles"
+    finally:
+        stop.set()
+        thread.join(timeout=10)
+        cluster.close()
+
+
+@pytest.mark.parametrize("elect", [False, True], ids=["single", "leader-elected"])
+def test_stop_ends_the_controller_promptly_despite_a_long_resync(elect: bool) -> None:
+    cluster = memory_cluster.InMemoryCluster()
+    stop = threading.Event()
+    thread, result = _start(cluster, stop, elect=elect)
+    try:
+        cluster.create(kinds.COMPUTE_DOMAIN.kind, _cd("a"))
+        _eventually(lambda: _ready(cluster, "a"), what="CD a Ready")
+        started = time.monotonic()
+        stop.set()
+        thread.join(timeout=20)
+        assert time.monotonic() - started < 3.0, "stop waited for the 60 s resync"
+        assert result == [0]
+    finally:
+        stop.set()
+        cluster.close()
