@@ -172,9 +172,16 @@ class _ResourceHealthServicer(dra_health_v1alpha1_pb2_grpc.DRAResourceHealthServ
 class _RegistrationServicer(pluginregistration_v1_pb2_grpc.RegistrationServicer):
     """`pluginregistration.Registration`: who we are, and the kubelet's verdict."""
 
-    def __init__(self, *, info: pluginregistration_v1_pb2.PluginInfo, registered: threading.Event):
+    def __init__(
+        self,
+        *,
+        info: pluginregistration_v1_pb2.PluginInfo,
+        registered: threading.Event,
+        on_registered: Callable[[], None] | None,
+    ):
         self._info = info
         self._registered = registered
+        self._on_registered = on_registered
 
     def GetInfo(
         self, request: pluginregistration_v1_pb2.InfoRequest, context: grpc.ServicerContext
@@ -189,6 +196,8 @@ class _RegistrationServicer(pluginregistration_v1_pb2_grpc.RegistrationServicer)
         if request.plugin_registered:
             log.info("registered with the kubelet driver=%s", self._info.name)
             self._registered.set()
+            if self._on_registered is not None:
+                self._on_registered()
         else:
             log.error(
                 "the kubelet refused the registration driver=%s error=%r",
@@ -215,6 +224,7 @@ class PluginServer:
         health_port: int | None,
         health_host: str = "0.0.0.0",
         max_workers: int = 16,
+        on_registered: Callable[[], None] | None = None,
     ) -> None:
         self._service = service
         self._driver_name = driver_name
@@ -230,6 +240,8 @@ class PluginServer:
         self._health_server: Any = None
         self._health_servicer: health.HealthServicer | None = None
         self.registered = threading.Event()
+        # Called on every NotifyRegistrationStatus(registered=true), re-registrations included.
+        self._on_registered = on_registered
 
     @property
     def dra_socket_path(self) -> str:
@@ -265,7 +277,10 @@ class PluginServer:
             driver_name=self._driver_name, endpoint=self.dra_socket_path
         )
         pluginregistration_v1_pb2_grpc.add_RegistrationServicer_to_server(  # type: ignore[no-untyped-call]
-            _RegistrationServicer(info=info, registered=self.registered), registration
+            _RegistrationServicer(
+                info=info, registered=self.registered, on_registered=self._on_registered
+            ),
+            registration
         )
         self._listen_unix(registration, self.registration_socket_path)
 

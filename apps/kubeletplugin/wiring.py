@@ -92,18 +92,6 @@ class SliceResync:
         return True
 
 
-class _RegistrationSignal(threading.Event):
-    """`PluginServer.registered` that also reports every (re-)registration to a callback."""
-
-    def __init__(self, on_registered: Callable[[], None]) -> None:
-        super().__init__()
-        self._on_registered = on_registered
-
-    def set(self) -> None:
-        super().set()
-        self._on_registered()
-
-
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class Plugin:
     driver: plugin_driver.PluginDriver
@@ -236,10 +224,9 @@ def start_plugin(
         plugin_dir=settings.plugin_dir,
         registry_dir=settings.registry_dir,
         health_port=settings.health_port,
+        # Every (re-)registration may follow a kubelet restart that wiped our slices.
+        on_registered=resync.registered,
     )
-    # NB: the server sets `registered` on every NotifyRegistrationStatus(registered=true);
-    # this Event also wakes the slice resync each time (the kubelet may have wiped them).
-    server.registered = _RegistrationSignal(resync.registered)
     resync.start(stopping)
     server.start()
     log.info(
