@@ -6,9 +6,12 @@ Kinds are routed through `core.kinds`; requests are built by `_codec` and sent b
 
 from __future__ import annotations
 
+import collections
+import dataclasses
 import datetime
 import logging
 import os
+import threading
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
@@ -41,6 +44,10 @@ class KubeCluster:
         self._component = component
         self._event_namespace = event_namespace
         self._wall_clock = wall_clock
+        self._events_lock = threading.Lock()
+        self._events: collections.OrderedDict[_EventKey, _RecordedEvent] = (
+            collections.OrderedDict()
+        )
 
     @classmethod
     def from_config(
@@ -142,7 +149,14 @@ class KubeCluster:
     def emit_event(
         self, *, involved: models.ObjectRef, reason: str, message: str, warning: bool = True
     ) -> None:
-        """Create a core/v1 Event; failures are logged, never raised (events are best effort)."""
+        """Record a core/v1 Event; failures are logged, never raised (events are best effort).
+
+        A repeat of an event this process recorded (same object, reason and message) bumps
+        the existing Event's count instead of creating another, as client-go's recorder does.
+        """
+        key = (involved.kind, involved.namespace, involved.name, involved.uid, reason, message)
+        if self._bump_repeated_event(key):
+            return
         event = _codec.event_object(
             involved=involved,
             reason=reason,
@@ -153,7 +167,11 @@ class KubeCluster:
             default_namespace=self._event_namespace,
         )
         try:
-            self.create(kinds.EVENT.kind, event)
+            created = self.create(kinds.EVENT.kind, event)
+            meta = created.get("metadata") or {}
+            self._remember_event(key, _RecordedEvent(
+                namespace=str(meta.get("namespace", "")), name=str(meta.get("name", "")), count=1,
+            ))
         except errors.ClusterError as exc:
             log.warning(
                 "event not recorded kind=%s name=%s namespace=%s reason=%s error=%s",
@@ -163,3 +181,44 @@ class KubeCluster:
                 reason,
                 exc,
             )
+
+
+    def _remember_event(self, key: _EventKey, recorded: _RecordedEvent) -> None:
+        with self._events_lock:
+            self._events[key] = recorded
+            self._events.move_to_end(key)
+            while len(self._events) > RECORDED_EVENTS_MAX:
+                self._events.popitem(last=False)
+
+    def _bump_repeated_event(self, key: _EventKey) -> bool:
+        """PATCH count+1 of an Event this process recorded; False when there is none (any more)."""
+        with self._events_lock:
+            recorded = self._events.get(key)
+        if recorded is None:
+            return False
+        count = recorded.count + 1
+        try:
+            self.patch(
+                kinds.EVENT.kind,
+                namespace=recorded.namespace,
+                name=recorded.name,
+                patch={"count": count, "lastTimestamp": _codec.rfc3339(self._wall_clock())},
+            )
+        except errors.ClusterError:
+            # Expired (events have a TTL) or unreachable: record a fresh Event instead.
+            with self._events_lock:
+                self._events.pop(key, None)
+            return False
+        self._remember_event(key, dataclasses.replace(recorded, count=count))
+        return True
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class _RecordedEvent:
+    namespace: str
+    name: str
+    count: int
+
+
+_EventKey = tuple[str, str, str, str, str, str]
+# Enough for every distinct (object, reason, message) a controller reports in a burst.
+RECORDED_EVENTS_MAX = 4096
