@@ -75,7 +75,7 @@ def review(request: Mapping[str, Any], *, config: models.DriverConfig) -> dict[s
     if not isinstance(obj, Mapping):
         return _bad_request(
             uid, f"AdmissionReview.request.object must be the {kind_name} to admit, "
-            f"got {_json_type(obj)}"
+            f"got {decoding.json_type_name(obj)}"
         )
     entries = _config_entries(obj, config_path)
     if isinstance(entries, str):
@@ -134,12 +134,12 @@ def check_config_entry(entry: object, *, path: str, config: models.DriverConfig)
     decoded strictly (the same decoder prepare uses) and then held to the IMEX mode.
     """
     if not isinstance(entry, Mapping):
-        return f"{path}: must be an object, got {_json_type(entry)}"
+        return f"{path}: must be an object, got {decoding.json_type_name(entry)}"
     opaque = entry.get("opaque")
     if opaque is None:
         return ""
     if not isinstance(opaque, Mapping):
-        return f"{path}.opaque: must be an object, got {_json_type(opaque)}"
+        return f"{path}.opaque: must be an object, got {decoding.json_type_name(opaque)}"
     if opaque.get("driver") != names.DRIVER_NAME:
         return ""
     params_path = f"{path}.opaque.parameters"
@@ -180,12 +180,12 @@ def _config_entries(obj: Mapping[Any, Any], path: Sequence[str]) -> list[Any] | 
     for depth, key in enumerate(path):
         if not isinstance(node, Mapping):
             where = ".".join(path[:depth]) or "object"
-            return f"{where}: must be an object, got {_json_type(node)}"
+            return f"{where}: must be an object, got {decoding.json_type_name(node)}"
         node = node.get(key)
         if node is None:
             return []
     if not isinstance(node, list):
-        return f"{'.'.join(path)}: must be an array, got {_json_type(node)}"
+        return f"{'.'.join(path)}: must be an array, got {decoding.json_type_name(node)}"
     return node
 
 
@@ -234,19 +234,3 @@ def _invalid(uid: str, what: str, problems: Sequence[str]) -> dict[str, Any]:
         "allowed": False,
         "status": {"code": CODE_INVALID, "reason": REASON_INVALID, "message": message},
     }
-
-
-def _json_type(value: object) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "boolean"
-    if isinstance(value, int | float):
-        return "number"
-    if isinstance(value, str):
-        return "string"
-    if isinstance(value, Mapping):
-        return "object"
-    if isinstance(value, list | tuple):
-        return "array"
-    return type(value).__name__

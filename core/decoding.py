@@ -43,7 +43,7 @@ def decode_opaque_config(parameters: Mapping[str, Any], *, strict: bool) -> mode
     if not isinstance(parameters, Mapping):
         _fail(
             "parameters",
-            f"opaque config parameters must be a JSON object, got {_json_type(parameters)}",
+            f"opaque config parameters must be a JSON object, got {json_type_name(parameters)}",
         )
     obj: Mapping[Any, Any] = parameters
 
@@ -150,7 +150,7 @@ def object_meta_from_k8s(obj: Mapping[str, Any]) -> models.ObjectMeta:
         _fail(
             "metadata.deletionTimestamp",
             "metadata.deletionTimestamp must be a string (RFC 3339 time) or null, "
-            f"got {_json_type(deletion)}",
+            f"got {json_type_name(deletion)}",
         )
     return models.ObjectMeta(
         name=_required_str(meta, "name", "metadata"),
@@ -346,7 +346,8 @@ def _join(path: str, key: str) -> str:
     return f"{path}.{key}" if path else key
 
 
-def _json_type(value: object) -> str:
+def json_type_name(value: object) -> str:
+    """The JSON name of a value's type, for error messages ("object", "array", ...)."""
     if value is None:
         return "null"
     if isinstance(value, bool):
@@ -369,12 +370,12 @@ def _show(value: object) -> str:
     if isinstance(value, str):
         text = value if len(value) <= _MAX_SHOWN else value[:_MAX_SHOWN] + "..."
         return f"'{text}'"
-    return f"(a {_json_type(value)})"
+    return f"(a {json_type_name(value)})"
 
 
 def _root(obj: object) -> Mapping[Any, Any]:
     if not isinstance(obj, Mapping):
-        _fail("", f"a Kubernetes object must be a JSON object, got {_json_type(obj)}")
+        _fail("", f"a Kubernetes object must be a JSON object, got {json_type_name(obj)}")
     return obj
 
 
@@ -386,7 +387,7 @@ def _check_kind(root: Mapping[Any, Any], expected: str) -> None:
 
 def _mapping(value: object, path: str) -> Mapping[Any, Any]:
     if not isinstance(value, Mapping):
-        _fail(path, f"{path} must be an object, got {_json_type(value)}")
+        _fail(path, f"{path} must be an object, got {json_type_name(value)}")
     return value
 
 
@@ -406,7 +407,7 @@ def _required_str(
     if value is None or (value == "" and not allow_empty):
         _fail(field, f"{field} is required")
     if not isinstance(value, str):
-        _fail(field, f"{field} must be a string, got {_json_type(value)}")
+        _fail(field, f"{field} must be a string, got {json_type_name(value)}")
     return value
 
 
@@ -416,7 +417,7 @@ def _optional_str(obj: Mapping[Any, Any], key: str, path: str) -> str:
         return ""
     if not isinstance(value, str):
         field = _join(path, key)
-        _fail(field, f"{field} must be a string, got {_json_type(value)}")
+        _fail(field, f"{field} must be a string, got {json_type_name(value)}")
     return value
 
 
@@ -429,7 +430,7 @@ def _int(
         return default
     # NB: bool is an int subclass in Python, but not a JSON integer.
     if isinstance(value, bool) or not isinstance(value, int):
-        _fail(field, f"{field} must be an integer, got {_json_type(value)}")
+        _fail(field, f"{field} must be an integer, got {json_type_name(value)}")
     if minimum is not None and value < minimum:
         _fail(field, f"{field} must be {minimum} or greater, got {value}")
     return value
@@ -459,7 +460,7 @@ def _indexed(obj: Mapping[Any, Any], key: str, path: str) -> list[tuple[str, Any
     if value is None:
         return []
     if not isinstance(value, list | tuple):
-        _fail(field, f"{field} must be an array, got {_json_type(value)}")
+        _fail(field, f"{field} must be an array, got {json_type_name(value)}")
     return [(f"{field}[{i}]", item) for i, item in enumerate(value)]
 
 
@@ -467,7 +468,7 @@ def _str_list(obj: Mapping[Any, Any], key: str, path: str) -> list[str]:
     out: list[str] = []
     for item_path, item in _indexed(obj, key, path):
         if not isinstance(item, str):
-            _fail(item_path, f"{item_path} must be a string, got {_json_type(item)}")
+            _fail(item_path, f"{item_path} must be a string, got {json_type_name(item)}")
         out.append(item)
     return out
 
@@ -481,8 +482,8 @@ def _str_map(obj: Mapping[Any, Any], key: str, path: str) -> dict[str, str]:
     out: dict[str, str] = {}
     for k, v in mapping.items():
         if not isinstance(k, str):
-            _fail(field, f"{field} keys must be strings, got {_json_type(k)}")
+            _fail(field, f"{field} keys must be strings, got {json_type_name(k)}")
         if not isinstance(v, str):
-            _fail(_join(field, k), f"{_join(field, k)} must be a string, got {_json_type(v)}")
+            _fail(_join(field, k), f"{_join(field, k)} must be a string, got {json_type_name(v)}")
         out[k] = v
     return dict(sorted(out.items()))

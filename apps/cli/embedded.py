@@ -131,11 +131,11 @@ def _node_object(name: str) -> dict[str, Any]:
         "apiVersion": "v1",
         "kind": "Node",
         "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}},
-        "status": {"addresses": [{"type": "InternalIP", "address": _fake_ip(name)}]},
+        "status": {"addresses": [{"type": "InternalIP", "address": fake_ip(name)}]},
     }
 
 
-def _fake_ip(name: str) -> str:
+def fake_ip(name: str) -> str:
     digest = sum(ord(c) * (i + 1) for i, c in enumerate(name))
     return f"10.{digest % 200}.{(digest // 200) % 250}.{len(name) % 250 + 1}"
 

@@ -284,7 +284,7 @@ def _report_daemon(env: embedded_mod.Embedded, *, cd_uid: str, node: str, index:
     clique_id = env.nodes[node].plugin.node.clique_id
     name = f"{cd_uid}.{clique_id}"
     namespace = env.config.namespace
-    daemon = {"nodeName": node, "ipAddress": embedded_mod._fake_ip(node), "cliqueID": clique_id,
+    daemon = {"nodeName": node, "ipAddress": embedded_mod.fake_ip(node), "cliqueID": clique_id,
               "index": index, "status": models.DomainStatus.READY.value}
     try:
         clique = env.cluster.get(kinds.COMPUTE_DOMAIN_CLIQUE.kind, namespace=namespace, name=name)

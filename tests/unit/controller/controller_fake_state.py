@@ -12,6 +12,7 @@ import copy
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from adapters.memory import _codec as mp  # RFC 7386 merge patch, as the embedded cluster applies it
 from core import controlling, decoding, errors, models, names
 
 Key = tuple[str, str, str]
@@ -71,19 +72,6 @@ def compute_domain_json(
             },
         },
     }
-
-
-def merge_patch(target: Any, patch: Any) -> Any:
-    """RFC 7386 JSON merge patch."""
-    if not isinstance(patch, Mapping):
-        return copy.deepcopy(patch)
-    out = dict(target) if isinstance(target, Mapping) else {}
-    for key, value in patch.items():
-        if value is None:
-            out.pop(key, None)
-        else:
-            out[key] = merge_patch(out.get(key), value)
-    return out
 
 
 class FakeState:
@@ -156,9 +144,9 @@ class FakeState:
         if subresource == "status":
             updated = dict(obj)
             if "status" in patch:
-                updated["status"] = merge_patch(obj.get("status"), patch["status"])
+                updated["status"] = mp.merge_patch(obj.get("status"), patch["status"])
         else:
-            updated = merge_patch(obj, {k: v for k, v in patch.items() if k != "status"})
+            updated = mp.merge_patch(obj, {k: v for k, v in patch.items() if k != "status"})
             # identity fields cannot change through a patch
             for field in ("name", "namespace", "uid", "deletionTimestamp"):
                 if field in obj["metadata"]:
