@@ -27,8 +27,9 @@ from core import cdi, checkpoint, models, names
 _SHARED = Path(os.environ.get("SHARED_DIR", Path(__file__).parents[3] / ".." / "shared"))
 _CDI_DIR = _SHARED / "reference" / "cdi"
 
+# NB: CI always has shared/ beside the clone; there a missing reference must fail, not skip.
 pytestmark = pytest.mark.skipif(
-    not (_CDI_DIR / "schema.json").is_file(),
+    not (_CDI_DIR / "schema.json").is_file() and os.environ.get("CI") != "true",
     reason=f"reference CDI schema not found in {_CDI_DIR} (set SHARED_DIR)",
 )
 

@@ -11,6 +11,7 @@ defaults (checked below), so these do not make the two differ.
 from __future__ import annotations
 
 import copy
+import os
 import pathlib
 from typing import Any
 
@@ -23,8 +24,10 @@ REFERENCE_DIR = cr.REPO_ROOT.parent / "shared" / "reference" / "crds"
 if not REFERENCE_DIR.is_dir():  # a checkout next to /work/shared
     REFERENCE_DIR = pathlib.Path("/work/shared/reference/crds")
 
+# NB: CI always has shared/ beside the clone; there a missing reference must fail, not skip.
 pytestmark = pytest.mark.skipif(
-    not REFERENCE_DIR.is_dir(), reason=f"reference CRDs not found at {REFERENCE_DIR}"
+    not REFERENCE_DIR.is_dir() and os.environ.get("CI") != "true",
+    reason=f"reference CRDs not found at {REFERENCE_DIR}",
 )
 
 
