@@ -7,19 +7,96 @@ the file fsynced before the rename and the directory fsynced after it.
 
 NB: temp files are named `.<target>.<random>.tmp`: hidden, and never ending in `.json`
 or `.yaml`, so neither our own scans nor a CDI runtime mistake one for a real file.
+
+Fault injection (`make faults`): `CD_DRA_FAULT=<point>:<n>` SIGKILLs this process at the
+n-th hit of one durable step, and `CD_DRA_FAULT_TRACE=<file>` appends every hit's point
+name to that file, so a harness can learn the order of steps and then kill at each one.
+Both are read once at import; unset, each step costs one test of a module-level bool.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import signal
 import tempfile
+from typing import Final
+
+from core import names
 
 TEMP_SUFFIX = ".tmp"
+
+FAULT_ENV: Final = "CD_DRA_FAULT"
+FAULT_TRACE_ENV: Final = "CD_DRA_FAULT_TRACE"
+
+# The durable steps of `write_atomically`, each killed *before* it runs, per file kind.
+WRITE_STEPS: Final = ("tmp-write", "fsync", "rename", "dir-fsync")
+FILE_KINDS: Final = ("checkpoint", "cdi")
+# Points outside `write_atomically`: `fsync_directory` called on its own (after a CDI spec
+# was unlinked, or a checkpoint renamed into quarantine), and the CDI delete itself, which
+# `adapters/fs/cdi.py` announces with `fault_point(CDI_UNLINK)` before unlinking.
+UNLINKED_DIR_FSYNC: Final = "unlinked.dir-fsync"
+CDI_UNLINK: Final = "cdi.unlink"
+FAULT_POINTS: Final = (
+    *(f"{kind}.{step}" for kind in FILE_KINDS for step in WRITE_STEPS),
+    CDI_UNLINK,
+    UNLINKED_DIR_FSYNC,
+)
+
+_CDI_PREFIX: Final = names.cdi_spec_file_name("").rsplit(".", 1)[0]
+
+
+def parse_fault(text: str) -> tuple[str, int]:
+    """`<point>:<n>` -> (point, n); ValueError saying what is wrong for anything else."""
+    point, sep, count = text.strip().rpartition(":")
+    if not sep or point not in FAULT_POINTS or not count.isdigit() or int(count) < 1:
+        raise ValueError(
+            f"{FAULT_ENV}={text!r} is not <point>:<n> with n >= 1 and point one of "
+            f"{', '.join(FAULT_POINTS)}"
+        )
+    return point, int(count)
+
+
+_FAULT: Final = parse_fault(os.environ[FAULT_ENV]) if os.environ.get(FAULT_ENV) else None
+_TRACE_PATH: Final = os.environ.get(FAULT_TRACE_ENV, "")
+_ARMED: Final = _FAULT is not None or bool(_TRACE_PATH)
+_hits: dict[str, int] = {}
+
+
+def fault_point(point: str) -> None:
+    """Mark one durable step: trace it, and SIGKILL this process if it is the armed hit.
+
+    A no-op unless `CD_DRA_FAULT` or `CD_DRA_FAULT_TRACE` was set when this module loaded.
+    """
+    if _ARMED:
+        _hit(point)
+
+
+def _hit(point: str) -> None:
+    count = _hits.get(point, 0) + 1
+    _hits[point] = count
+    if _TRACE_PATH:
+        fd = os.open(_TRACE_PATH, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            os.write(fd, f"{point}\n".encode())
+        finally:
+            os.close(fd)
+    if (point, count) == _FAULT:
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _file_kind(base: str) -> str:
+    return "cdi" if base.startswith(_CDI_PREFIX) else "checkpoint"
 
 
 def fsync_directory(directory: str) -> None:
     """Make a rename or unlink in `directory` durable."""
+    if _ARMED:
+        _hit(UNLINKED_DIR_FSYNC)
+    _fsync_directory(directory)
+
+
+def _fsync_directory(directory: str) -> None:
     fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
     try:
         os.fsync(fd)
@@ -34,16 +111,25 @@ def write_atomically(path: str, data: bytes, *, mode: int) -> None:
     directory must exist. On any failure the temp file is removed and `path` is untouched.
     """
     directory, base = os.path.split(os.path.abspath(path))
+    kind = _file_kind(base) if _ARMED else ""
     fd, temp_path = tempfile.mkstemp(dir=directory, prefix=f".{base}.", suffix=TEMP_SUFFIX)
     try:
         with os.fdopen(fd, "wb") as temp_file:
             os.fchmod(temp_file.fileno(), mode)
+            if _ARMED:
+                _hit(f"{kind}.tmp-write")
             temp_file.write(data)
             temp_file.flush()
+            if _ARMED:
+                _hit(f"{kind}.fsync")
             os.fsync(temp_file.fileno())
+        if _ARMED:
+            _hit(f"{kind}.rename")
         os.replace(temp_path, path)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(temp_path)
         raise
-    fsync_directory(directory)
+    if _ARMED:
+        _hit(f"{kind}.dir-fsync")
+    _fsync_directory(directory)
