@@ -14,6 +14,7 @@ from typing import Any
 
 import urllib3
 from kubernetes import client
+from kubernetes.client import rest
 
 from adapters.kube import _codec
 from core import errors
@@ -40,20 +41,32 @@ class KubeAPI:
 
     def _send(self, request: _codec.Request, *, read_timeout_s: float) -> Any:
         headers = {"Accept": _codec.JSON, "Content-Type": request.content_type}
+        data = request.encoded_body()
         try:
-            method, url, header_params, body, post_params = self._client.param_serialize(
+            method, url, header_params, _, post_params = self._client.param_serialize(
                 method=request.method,
                 resource_path=request.path,
                 query_params=list(request.query),
                 header_params=headers,
-                body=dict(request.body) if request.body is not None else None,
                 auth_settings=["BearerToken"],
             )
+            if data is not None:
+                # NB: the client's REST layer would json.dumps any body it is given (its own
+                # separators); the exact bytes matter (see `_codec.BodyEncoding`), so a body
+                # goes through the client's connection pool as bytes.
+                sent = self._client.rest_client.pool_manager.request(
+                    method,
+                    url,
+                    body=data,
+                    headers=header_params,
+                    timeout=urllib3.Timeout(connect=CONNECT_TIMEOUT_S, read=read_timeout_s),
+                    preload_content=False,
+                )
+                return rest.RESTResponse(sent)
             return self._client.call_api(
                 method,
                 url,
                 header_params=header_params,
-                body=body,
                 post_params=post_params,
                 _request_timeout=(CONNECT_TIMEOUT_S, read_timeout_s),
             )

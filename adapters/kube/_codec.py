@@ -10,6 +10,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import datetime
+import enum
 import json
 from collections.abc import Mapping
 from typing import Any, Final
@@ -32,6 +33,21 @@ class APIStatusError(errors.ClusterError):
         self.reason = reason
 
 
+class BodyEncoding(enum.Enum):
+    """How a request body becomes bytes.
+
+    NB: the API server keeps an opaque DRA config (`parameters`, a RawExtension) as the exact
+    bytes the creator sent, but re-encodes it compactly before comparing on a later update; an
+    object created with spaced JSON can then never be patched (422 "field is immutable").
+    CANONICAL bytes (compact, sorted keys) are what such a re-encode gives back. CLIENT_DEFAULT
+    reproduces the `kubernetes` client's own `json.dumps` (", " / ": ", key order kept): the
+    bytes older versions of this driver created their objects with.
+    """
+
+    CANONICAL = "canonical"
+    CLIENT_DEFAULT = "client-default"
+
+
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class Request:
     """One HTTP request to the API server, before authentication and host are added."""
@@ -41,10 +57,21 @@ class Request:
     query: tuple[tuple[str, str], ...] = ()
     body: Mapping[str, Any] | None = None
     content_type: str = JSON
+    body_encoding: BodyEncoding = BodyEncoding.CANONICAL
 
     @property
     def creating(self) -> bool:
         return self.method == "POST"
+
+    def encoded_body(self) -> bytes | None:
+        """The body's bytes on the wire (None without a body); see `BodyEncoding`."""
+        if self.body is None:
+            return None
+        if self.body_encoding is BodyEncoding.CLIENT_DEFAULT:
+            return json.dumps(self.body).encode("utf-8")
+        return json.dumps(
+            self.body, separators=(",", ":"), sort_keys=True, ensure_ascii=False
+        ).encode("utf-8")
 
     def describe(self) -> str:
         """`METHOD /path?query` for error messages and logs."""
@@ -148,6 +175,45 @@ def patch_request(
         body=body,
         content_type=MERGE_PATCH,
     )
+
+
+def replace_request(kind: kinds.ResourceKind, obj: Mapping[str, Any]) -> Request:
+    """A PUT of the whole object as read (its resourceVersion is the precondition), encoded
+    the way the `kubernetes` client does so an opaque config keeps the bytes it was created
+    with (see `BodyEncoding`)."""
+    metadata = obj.get("metadata") or {}
+    namespace = str(metadata.get("namespace") or "")
+    name = str(metadata.get("name") or "")
+    _require_namespace(kind, namespace, name)
+    return Request(
+        method="PUT",
+        path=resource_path(kind, namespace=namespace, name=name),
+        body=obj,
+        body_encoding=BodyEncoding.CLIENT_DEFAULT,
+    )
+
+
+def is_immutable_field_error(exc: errors.ClusterError) -> bool:
+    """True for the 422 an update gets when it would change an immutable field."""
+    return (
+        isinstance(exc, APIStatusError)
+        and exc.status == 422
+        and "field is immutable" in exc.message
+    )
+
+
+def merge_patch(target: Any, patch: Any) -> Any:
+    """RFC 7386 JSON merge patch of `patch` onto `target`, without changing either; key order
+    of `target` is kept (new keys go last), as the API server's own merge keeps it."""
+    if not isinstance(patch, Mapping):
+        return copy.deepcopy(patch)
+    merged: dict[str, Any] = dict(target) if isinstance(target, Mapping) else {}
+    for key, value in patch.items():
+        if value is None:
+            merged.pop(key, None)
+        else:
+            merged[key] = merge_patch(merged.get(key), value)
+    return merged
 
 
 def delete_request(kind: kinds.ResourceKind, *, namespace: str, name: str) -> Request:

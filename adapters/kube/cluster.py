@@ -139,7 +139,46 @@ class KubeCluster:
             subresource=subresource,
             resource_version=resource_version,
         )
-        return self._api.request_json(request)
+        try:
+            return self._api.request_json(request)
+        except errors.ClusterError as exc:
+            if subresource or not _codec.is_immutable_field_error(exc):
+                raise
+            log.info(
+                "event=patch_replaced_by_update kind=%s namespace=%s name=%s reason=%r",
+                kind, namespace, name, "opaque config bytes of an older driver",
+            )
+            return self._replace_with_patch(
+                kind, namespace=namespace, name=name, patch=patch,
+                resource_version=resource_version,
+            )
+
+    def _replace_with_patch(
+        self,
+        kind: str,
+        *,
+        namespace: str,
+        name: str,
+        patch: Mapping[str, Any],
+        resource_version: str,
+    ) -> Mapping[str, Any]:
+        """GET, merge `patch` locally, PUT the object back in the bytes the client sent it in.
+
+        For objects an older driver created with the client's spaced JSON: the API server
+        compares their opaque config bytes on every update, and a merge patch re-encodes them
+        (422 "field is immutable"); a PUT of the object as read reproduces them exactly.
+        `resource_version`, when given, is checked as the patch would have (ConflictError).
+        """
+        current = self.get(kind, namespace=namespace, name=name)
+        current_version = str((current.get("metadata") or {}).get("resourceVersion") or "")
+        if resource_version and resource_version != current_version:
+            raise errors.ConflictError(
+                f"{kind} {namespace}/{name}: the object changed since it was read "
+                f"(resourceVersion {resource_version} is now {current_version}); re-read and retry"
+            )
+        updated = _codec.merge_patch(current, {k: v for k, v in patch.items() if k != "status"})
+        updated["metadata"]["resourceVersion"] = current_version
+        return self._api.request_json(_codec.replace_request(kinds.by_kind(kind), updated))
 
     def delete(self, kind: str, *, namespace: str, name: str) -> None:
         self._api.request_json(

@@ -7,6 +7,11 @@ cluster-scoped kinds, the status subresource, create with generateName, JSON mer
 with a metadata.resourceVersion precondition (409), 404/409 Status bodies, label selectors,
 bearer-token auth (401), and chunked streaming watches with bookmarks and an ERROR 410 event
 for a compacted resourceVersion. `fail_next` injects one-off HTTP errors.
+
+ResourceClaimTemplates behave as kube-apiserver treats their opaque DRA configs: the
+`parameters` bytes of the create request are kept exactly (a RawExtension); a merge patch
+re-encodes them compactly and a PUT keeps the bytes it sends, and either is refused with
+422 "field is immutable" when the bytes differ from the stored ones.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ import dataclasses
 import datetime
 import http.server
 import json
+import re
 import threading
 import uuid
 from collections.abc import Mapping
@@ -50,6 +56,30 @@ def _status(code: int, reason: str, message: str) -> dict[str, Any]:
     }
 
 
+_PARAMETERS_KEY = re.compile(r'"parameters"\s*:\s*')
+
+
+def raw_parameters(raw: bytes) -> tuple[bytes, ...]:
+    """The exact bytes of every `"parameters"` value in a request body, in order."""
+    text = raw.decode("utf-8")
+    decoder = json.JSONDecoder()
+    found = []
+    for match in _PARAMETERS_KEY.finditer(text):
+        _, end = decoder.raw_decode(text, match.end())
+        found.append(text[match.end() : end].encode("utf-8"))
+    return tuple(found)
+
+
+def reencoded_parameters(obj: Mapping[str, Any]) -> tuple[bytes, ...]:
+    """What the API server's re-encode of an RCT gives: compact JSON, key order kept."""
+    configs = ((obj.get("spec") or {}).get("spec") or {}).get("devices", {}).get("config") or ()
+    return tuple(
+        json.dumps(c["opaque"]["parameters"], separators=(",", ":"), ensure_ascii=False).encode()
+        for c in configs
+        if "opaque" in c
+    )
+
+
 @dataclasses.dataclass(frozen=True)
 class _Route:
     kind: kinds.ResourceKind
@@ -77,6 +107,8 @@ class StandInAPIServer:
         self.compacted_before = 0
         self.fail_next: list[tuple[str, int]] = []
         self.requests: list[tuple[str, str, str]] = []  # method, path?query, content type
+        # Stored opaque-config bytes of each ResourceClaimTemplate, as created.
+        self.raw_parameters: dict[tuple[str, str, str], tuple[bytes, ...]] = {}
         self.user_agents: list[str] = []
         outer = self
 
@@ -97,6 +129,9 @@ class StandInAPIServer:
 
             def do_DELETE(self) -> None:
                 outer._handle(self, "DELETE")
+
+            def do_PUT(self) -> None:
+                outer._handle(self, "PUT")
 
         self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.httpd.daemon_threads = True
@@ -203,7 +238,7 @@ class StandInAPIServer:
         if method == "GET" and query.get("watch") == "true":
             self._watch(handler, route, query)
             return
-        code, doc = self._serve(method, route, query, body, content_type)
+        code, doc = self._serve(method, route, query, body, content_type, raw)
         self._send_json(handler, code, doc)
 
     # ------------------------------------------------------------------ semantics
@@ -231,6 +266,7 @@ class StandInAPIServer:
         query: Mapping[str, str],
         body: dict[str, Any],
         content_type: str,
+        raw: bytes = b"",
     ) -> tuple[int, dict[str, Any]]:
         with self.lock:
             key = self._key(route, route.name)
@@ -242,7 +278,14 @@ class StandInAPIServer:
             if method == "GET":
                 return 200, self._list(route, query)
             if method == "POST":
-                return self._create(route, body)
+                code, created = self._create(route, body)
+                if code == 201 and route.kind.kind == "ResourceClaimTemplate":
+                    self.raw_parameters[self._key(route, created["metadata"]["name"])] = (
+                        raw_parameters(raw)
+                    )
+                return code, created
+            if method == "PUT":
+                return self._replace(route, body, raw)
             if method == "PATCH":
                 if content_type != "application/merge-patch+json":
                     return 415, _status(415, "UnsupportedMediaType", content_type)
@@ -264,6 +307,9 @@ class StandInAPIServer:
                     else {k: v for k, v in body.items() if k != "status"}
                 )
                 updated = _merge(copy.deepcopy(current), patch)
+                stored_raw = self.raw_parameters.get(key)
+                if stored_raw is not None and reencoded_parameters(updated) != stored_raw:
+                    return 422, self._immutable(route)
                 self.rv += 1
                 updated["metadata"]["resourceVersion"] = str(self.rv)
                 self.objects[key] = updated
@@ -278,6 +324,38 @@ class StandInAPIServer:
                 self._record("DELETED", gone)
                 return 200, _status(200, "", "") | {"status": "Success"}
             return 405, _status(405, "MethodNotAllowed", method)
+
+    def _immutable(self, route: _Route) -> dict[str, Any]:
+        return _status(
+            422,
+            "Invalid",
+            f'{route.kind.kind}.{route.kind.group} "{route.name}" is invalid: spec: Invalid '
+            "value: ...: field is immutable",
+        )
+
+    def _replace(
+        self, route: _Route, body: dict[str, Any], raw: bytes
+    ) -> tuple[int, dict[str, Any]]:
+        key = self._key(route, route.name)
+        what = f'{route.kind.plural}.{route.kind.group or "core"} "{route.name}"'
+        current = self.objects.get(key)
+        if current is None:
+            return 404, _status(404, "NotFound", f"{what} not found")
+        precondition = (body.get("metadata") or {}).get("resourceVersion")
+        if precondition != current["metadata"]["resourceVersion"]:
+            return 409, _status(409, "Conflict", f"Operation cannot be fulfilled on {what}")
+        stored_raw = self.raw_parameters.get(key)
+        if stored_raw is not None and raw_parameters(raw) != stored_raw:
+            return 422, self._immutable(route)
+        updated = copy.deepcopy(body)
+        for field in ("uid", "creationTimestamp", "namespace", "name"):
+            if field in current["metadata"]:
+                updated["metadata"][field] = current["metadata"][field]
+        self.rv += 1
+        updated["metadata"]["resourceVersion"] = str(self.rv)
+        self.objects[key] = updated
+        self._record("MODIFIED", updated)
+        return 200, copy.deepcopy(updated)
 
     def _list(self, route: _Route, query: Mapping[str, str]) -> dict[str, Any]:
         selector = dict(

@@ -258,3 +258,53 @@ def test_event_about_cluster_scoped_object_goes_to_default_namespace() -> None:
 def test_rfc3339_micro() -> None:
     moment = datetime.datetime(2025, 1, 2, 3, 4, 5, 6, tzinfo=datetime.UTC)
     assert _codec.rfc3339(moment, micro=True) == "2025-01-02T03:04:05.000006Z"
+
+
+def test_bodies_are_sent_as_compact_sorted_json_the_server_would_re_encode_to() -> None:
+    body = {"metadata": {"name": "r"}, "spec": {"parameters": {"kind": "K", "apiVersion": "v"}}}
+    request = _codec.create_request(kinds.RESOURCE_CLAIM_TEMPLATE, {**body, "metadata": {
+        "name": "r", "namespace": "ns"}})
+    data = request.encoded_body()
+    assert data is not None
+    assert b'"parameters":{"apiVersion":"v","kind":"K"}' in data
+    assert b", " not in data and b": " not in data
+
+
+def test_non_ascii_text_is_sent_as_utf8_not_escaped() -> None:
+    request = _codec.patch_request(
+        kinds.COMPUTE_DOMAIN, namespace="ns", name="cd", patch={"metadata": {"labels": {"a": "é"}}}
+    )
+    assert "é".encode() in (request.encoded_body() or b"")
+
+
+def test_a_replace_reproduces_the_kubernetes_clients_own_bytes_in_read_order() -> None:
+    obj = {"metadata": {"name": "r", "namespace": "ns", "resourceVersion": "7"},
+           "spec": {"z": 1, "a": {"kind": "K", "apiVersion": "v"}}}
+    request = _codec.replace_request(kinds.RESOURCE_CLAIM_TEMPLATE, obj)
+    assert request.method == "PUT"
+    assert request.path.endswith("/namespaces/ns/resourceclaimtemplates/r")
+    assert request.encoded_body() == json.dumps(obj).encode()
+
+
+def test_requests_without_a_body_encode_to_nothing() -> None:
+    assert _codec.get_request(kinds.POD, namespace="ns", name="p").encoded_body() is None
+
+
+def test_merge_patch_keeps_key_order_removes_nulls_and_replaces_lists() -> None:
+    target = {"b": 1, "a": {"x": 1, "y": [1, 2]}, "c": 3}
+    merged = _codec.merge_patch(target, {"a": {"y": [3], "x": None, "w": 0}, "c": None})
+    assert merged == {"b": 1, "a": {"y": [3], "w": 0}}
+    assert list(merged) == ["b", "a"] and list(merged["a"]) == ["y", "w"]
+    assert target == {"b": 1, "a": {"x": 1, "y": [1, 2]}, "c": 3}
+
+
+def test_only_a_422_field_is_immutable_counts_as_an_immutable_field_error() -> None:
+    request = _codec.patch_request(kinds.RESOURCE_CLAIM_TEMPLATE, namespace="ns", name="r",
+                                   patch={})
+    message = "spec: Invalid value: x: field is immutable"
+    body = json.dumps({"reason": "Invalid", "message": message})
+    immutable = _codec.error_from_response(request, status=422, reason="", body=body.encode())
+    other = _codec.error_from_response(request, status=422, reason="", body=b'{"message":"bad"}')
+    assert _codec.is_immutable_field_error(immutable)
+    assert not _codec.is_immutable_field_error(other)
+    assert not _codec.is_immutable_field_error(errors.ConflictError("x"))
