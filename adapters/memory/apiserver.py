@@ -47,6 +47,9 @@ class _Server(http.server.ThreadingHTTPServer):
 
     def get_request(self) -> tuple[socket.socket, Any]:
         conn, address = super().get_request()
+        # NB: without it every small answer on a keep-alive connection waits for the
+        # client's delayed ACK (Nagle), ~40 ms per request.
+        conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         with self._connections_lock:
             self._connections.add(conn)
         return conn, address

@@ -170,3 +170,10 @@ def test_plugin_token_without_node_is_denied() -> None:
 def test_policy_ignores_other_users() -> None:
     other = _request("CREATE", user="system:serviceaccount:kube-system:other", node=None)
     assert _admit(other, _slice("node-b"), None) is None
+
+
+def test_a_static_token_without_user_extra_gets_the_policys_own_message() -> None:
+    # Static tokens and client certificates carry no `extra` at all, not even an empty map.
+    request = {"operation": "CREATE", "userInfo": {"username": PLUGIN_SA}}
+    denial = _admit(request, _slice("node-a"), None)
+    assert denial is not None and "names no node" in denial
