@@ -3,8 +3,13 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+# A real kube-apiserver + etcd for tests/integration/realkube, built once into a cache outside
+# the repo by hack/kube-apiserver.sh (about 15 minutes on 2 cores the first time).
+KUBE_VERSION ?= v1.34.4
+KUBE_BIN_DIR ?= $(HOME)/.cache/cd-dra-driver/kube-$(KUBE_VERSION)
+export KUBE_VERSION KUBE_BIN_DIR
 
-.PHONY: test lint typecheck imports unit demo bench protos check-protos clean
+.PHONY: test lint typecheck imports unit kube-apiserver demo bench faults protos check-protos clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -21,8 +26,11 @@ typecheck: $(STAMP)
 imports: $(STAMP)
 	$(BIN)/lint-imports
 
-unit: $(STAMP)
+unit: $(STAMP) kube-apiserver
 	$(BIN)/pytest tests
+
+kube-apiserver:
+	KUBE_CACHE=$(KUBE_BIN_DIR) hack/kube-apiserver.sh >/dev/null
 
 test: lint typecheck imports unit
 
@@ -31,6 +39,9 @@ demo: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python -m bench
+
+faults: $(STAMP)
+	$(BIN)/python -m bench.faults
 
 protos: $(STAMP)
 	$(BIN)/python -m adapters.grpc.generate

@@ -1,0 +1,274 @@
+"""The driver installed on a real kube-apiserver: the chart applied, its apps run as processes.
+
+Each app runs with the environment the chart's Deployment/DaemonSet gives its container (so the
+chart and the app must agree), a kubeconfig carrying a token of the chart's ServiceAccount for
+that app (so the chart's RBAC is all it has), and, for the kubelet plugin, node-local paths in
+a temporary directory plus a simulated GB200 node.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import pathlib
+import signal
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import realkube_server
+from realkube_server import Credentials, RealKube, wait_for
+
+from adapters.grpc import client as grpc_client
+from adapters.nvml import simulated
+from core import names
+
+REPO_ROOT = realkube_server.REPO_ROOT
+RELEASE = "cdd"
+NAMESPACE = "nvidia-dra-driver"
+WORKLOAD_NAMESPACE = "team-a"
+PROFILE = "gb200-nvl72"
+START_TIMEOUT_S = 90.0
+
+Obj = dict[str, Any]
+
+MODES: dict[str, Obj] = {
+    "driverManaged": {},
+    "hostManaged": {
+        "featureGates": {"HostManagedIMEX": True},
+        "resources": {"computeDomains": {"imex": {"mode": "hostManaged", "isolation": "none"}}},
+    },
+}
+
+
+def nodes() -> tuple[str, ...]:
+    return tuple(str(n) for n in simulated.profile_nodes(PROFILE))
+
+
+class AppProcess:
+    """`python -m <module>` with an explicit environment; output kept in a file."""
+
+    def __init__(
+        self, module: str, args: Sequence[str], *, env: Mapping[str, str], log_path: pathlib.Path
+    ) -> None:
+        self.module = module
+        self.log_path = log_path
+        self._log = open(log_path, "ab")  # noqa: SIM115 - closed in stop()
+        self.popen = subprocess.Popen(
+            [sys.executable, "-m", module, *args],
+            cwd=REPO_ROOT,
+            env=dict(env),
+            stdin=subprocess.DEVNULL,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+        )
+
+    @property
+    def running(self) -> bool:
+        return self.popen.poll() is None
+
+    def output(self) -> str:
+        return self.log_path.read_text(encoding="utf-8", errors="replace")
+
+    def signal(self, signum: signal.Signals) -> None:
+        if self.running:
+            self.popen.send_signal(signum)
+
+    def wait(self, timeout_s: float = 60.0) -> int:
+        code = self.popen.wait(timeout=timeout_s)
+        self._log.close()
+        return code
+
+    def stop(self) -> None:
+        if self.running:
+            self.popen.terminate()
+            try:
+                self.popen.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.popen.kill()
+                self.popen.wait(timeout=20)
+        self._log.close()
+
+
+def container_env(
+    rendered: Sequence[Mapping[str, Any]], *, kind: str, container: str,
+    field_refs: Mapping[str, str],
+) -> dict[str, str]:
+    """The env the chart gives `container` of the `kind` workload (fieldRefs: `field_refs`)."""
+    workload = next(o for o in rendered if o["kind"] == kind)
+    spec = workload["spec"]["template"]["spec"]
+    chosen = next(c for c in spec["containers"] if c["name"] == container)
+    env: dict[str, str] = {}
+    for item in chosen.get("env", []):
+        if "value" in item:
+            env[item["name"]] = str(item["value"])
+        elif "fieldRef" in item.get("valueFrom", {}):
+            path = item["valueFrom"]["fieldRef"]["fieldPath"]
+            if path in field_refs:
+                env[item["name"]] = field_refs[path]
+    return env
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class PluginNode:
+    """One node's plugin directories (short paths: unix sockets are limited to 107 bytes)."""
+
+    name: str
+    root: pathlib.Path
+
+    @property
+    def registration_socket(self) -> pathlib.Path:
+        return self.root / "registry" / names.REGISTRATION_SOCKET_NAME
+
+    @property
+    def dra_socket(self) -> pathlib.Path:
+        return self.root / "plugin" / names.DRA_SOCKET_NAME
+
+    @property
+    def cdi_root(self) -> pathlib.Path:
+        return self.root / "cdi"
+
+    def cdi_file(self, claim_uid: str) -> pathlib.Path:
+        return self.cdi_root / names.cdi_spec_file_name(claim_uid)
+
+
+class Driver:
+    """The chart installed on `kube` in `mode`; starts the apps with the chart's identities."""
+
+    def __init__(self, kube: RealKube, *, mode: str, workdir: pathlib.Path) -> None:
+        self.kube = kube
+        self.mode = mode
+        self.workdir = workdir
+        self.rendered = render(MODES[mode])
+        self._started: list[AppProcess] = []
+        self._node_roots: list[pathlib.Path] = []
+
+    def install(self) -> Driver:
+        self.kube.apply(render_crds())
+        self.kube.apply(self.rendered)
+        for node in nodes()[:4]:
+            self.kube.create_node(node)
+        self.kube.ensure_namespace(WORKLOAD_NAMESPACE)
+        return self
+
+    def service_account(self, component: str) -> str:
+        return f"{RELEASE}-compute-domain-dra-driver-{component}"
+
+    def admin(self) -> Any:
+        return self.kube.cluster(self.kube.admin_kubeconfig(), component="realkube-admin")
+
+    # -- identities ---------------------------------------------------------------------
+
+    def controller_credentials(self) -> Credentials:
+        return self.kube.credentials_for(
+            namespace=NAMESPACE, service_account=self.service_account("controller")
+        )
+
+    def plugin_credentials(self, node: str) -> Credentials:
+        sa = self.service_account("kubelet-plugin")
+        pod = self.kube.create_pod_on_node(
+            namespace=NAMESPACE, name=f"plugin-{node}", node=node, service_account=sa
+        )
+        return self.kube.credentials_for(namespace=NAMESPACE, service_account=sa, bound_pod=pod)
+
+    # -- apps ---------------------------------------------------------------------------
+
+    def _launch(self, module: str, args: Sequence[str], env: Mapping[str, str]) -> AppProcess:
+        base = {k: v for k, v in os.environ.items() if k in ("PATH", "HOME", "LANG", "TMPDIR")}
+        base["PYTHONUNBUFFERED"] = "1"
+        base.update(env)
+        name = module.rsplit(".", 1)[-1]
+        process = AppProcess(
+            module, args, env=base, log_path=self.workdir / f"{name}-{len(self._started)}.log"
+        )
+        self._started.append(process)
+        return process
+
+    def start_controller(
+        self, *, identity: str = "controller-0", extra_env: Mapping[str, str] | None = None
+    ) -> AppProcess:
+        env = container_env(
+            self.rendered, kind="Deployment", container="controller",
+            field_refs={"metadata.namespace": NAMESPACE, "metadata.name": identity},
+        )
+        env.update({"KUBECONFIG": str(self.controller_credentials().kubeconfig),
+                    "HEALTH_PORT": "0", "METRICS_PORT": "0"})
+        env.update(extra_env or {})
+        return self._launch("apps.controller", [], env)
+
+    def plugin_node(self, node: str) -> PluginNode:
+        root = pathlib.Path(tempfile.mkdtemp(prefix="rk-", dir="/tmp"))
+        self._node_roots.append(root)
+        return PluginNode(name=node, root=root)
+
+    def start_plugin(self, node: PluginNode) -> AppProcess:
+        env = container_env(
+            self.rendered, kind="DaemonSet", container="compute-domain-kubelet-plugin",
+            field_refs={"metadata.namespace": NAMESPACE, "spec.nodeName": node.name,
+                        "metadata.uid": f"uid-plugin-{node.name}"},
+        )
+        node.root.mkdir(parents=True, exist_ok=True)
+        devices = node.root / "devices"
+        devices.write_text(simulated.simulated_proc_devices(), encoding="utf-8")
+        boot_id = node.root / "boot_id"
+        boot_id.write_text(simulated.simulated_boot_id(node.name) + "\n", encoding="utf-8")
+        env.update({
+            "KUBECONFIG": str(self.plugin_credentials(node.name).kubeconfig),
+            "HEALTH_PORT": "0", "METRICS_PORT": "0",
+            "NVML": f"simulated:{PROFILE}",
+            "CDI_ROOT": str(node.cdi_root),
+            "PLUGIN_DIR": str(node.root / "plugin"),
+            "REGISTRY_DIR": str(node.root / "registry"),
+        })
+        args = ["--proc-devices", str(devices), "--boot-id-path", str(boot_id),
+                "--retry-budget-seconds", "5"]
+        return self._launch("apps.kubeletplugin", args, env)
+
+    def stop(self) -> None:
+        for process in self._started:
+            process.stop()
+        for root in self._node_roots:
+            subprocess.run(["rm", "-rf", str(root)], check=False)
+
+
+def render(values: Mapping[str, Any]) -> list[Obj]:
+    sys.path.insert(0, str(REPO_ROOT / "tests" / "integration" / "helm"))
+    import chart_rendering
+
+    return chart_rendering.render(values)
+
+
+def render_crds() -> list[Obj]:
+    sys.path.insert(0, str(REPO_ROOT / "tests" / "integration" / "helm"))
+    import chart_rendering
+
+    return chart_rendering.crds()
+
+
+def wait_registered(process: AppProcess, node: PluginNode) -> grpc_client.PluginInfo:
+    """GetInfo on the registration socket, as the kubelet's plugin watcher does."""
+
+    def probe() -> grpc_client.PluginInfo | None:
+        if not process.running:
+            raise AssertionError(f"plugin exited before registering:\n{process.output()}")
+        if not node.registration_socket.exists():
+            return None
+        with grpc_client.RegistrationClient(str(node.registration_socket), timeout_s=2) as reg:
+            try:
+                info = reg.get_info()
+            except grpc_client.PluginCallError:
+                return None
+            reg.notify(True)
+            return info
+
+    return wait_for(probe, what="the plugin to register", timeout_s=START_TIMEOUT_S)
+
+
+def running_or_fail(process: AppProcess) -> Callable[[], None]:
+    def check() -> None:
+        if not process.running:
+            raise AssertionError(f"{process.module} exited:\n{process.output()}")
+
+    return check
