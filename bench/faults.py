@@ -1,0 +1,612 @@
+"""`make faults`: SIGKILL the real kubelet plugin at every durable step, restart it, check.
+
+For each IMEX mode and each operation (prepare, unprepare, recovery at start-up) the
+harness first runs the operation once with `CD_DRA_FAULT_TRACE` set, which lists every
+durable step the plugin takes (`adapters.fs._atomic.FAULT_POINTS`) in order. Then, for
+every step the operation took, it runs the operation again in a fresh node with
+`CD_DRA_FAULT=<point>:<n>`, so the plugin SIGKILLs itself right before that step,
+restarts the plugin without the fault, and checks what a kubelet relies on:
+
+- an acked prepare is kept: a new prepare answers the same CDI ids and the file exists;
+- an acked unprepare never comes back (no CDI file, no checkpoint entry);
+- every answer's CDI ids resolve to a device in a CDI file;
+- no `.*.tmp` file is left once the plugin has started;
+- the checkpoint and the CDI directory agree;
+- the operation cut short can be retried, and the node can prepare a new claim.
+
+The plugin runs as `python -m apps.kubeletplugin` against an embedded API server, driven
+over its real gRPC sockets. The last line of the output is the summary
+`faults: <points> injection points x <modes> modes, <n> consistent, <m> inconsistent`
+and the exit status is 1 when any case is inconsistent.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import enum
+import logging
+import os
+import pathlib
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator, Sequence
+
+from adapters.fs import _atomic
+from adapters.fs import cdi as fs_cdi
+from adapters.grpc import client as grpc_client
+from adapters.memory import apiserver
+from adapters.memory import cluster as memory_cluster
+from adapters.nvml import simulated
+from core import checkpoint as checkpoint_codec
+from core import errors, kinds, models, names
+
+PROFILE = "gb200-nvl72"
+NAMESPACE = "faults"
+MODES: tuple[str, ...] = ("hostManaged", "driverManaged")
+START_TIMEOUT_S = 90.0
+CALL_TIMEOUT_S = 30.0
+EXIT_TIMEOUT_S = 30.0
+
+_MODE_FLAGS: dict[str, tuple[str, ...]] = {
+    "hostManaged": ("--imex-mode", "hostManaged", "--imex-isolation", "none",
+                    "--feature-gates", "HostManagedIMEX=true"),
+    "driverManaged": ("--imex-mode", "driverManaged"),
+}
+
+
+class Operation(enum.StrEnum):
+    """What the plugin is doing when it is killed."""
+
+    PREPARE = "prepare"
+    UNPREPARE = "unprepare"
+    RECOVERY = "recovery"
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Case:
+    """One kill: the n-th hit of `point` while the plugin runs `operation` in `mode`."""
+
+    mode: str
+    operation: Operation
+    point: str
+    hit: int
+
+    @property
+    def fault(self) -> str:
+        return f"{self.point}:{self.hit}"
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Verdict:
+    """What the checks found after the kill and restart; consistent when `problems` is empty."""
+
+    case: Case
+    killed: bool
+    problems: tuple[str, ...]
+
+    @property
+    def consistent(self) -> bool:
+        return not self.problems
+
+    def line(self) -> str:
+        c = self.case
+        head = f"mode={c.mode} op={c.operation.value} point={c.point} hit={c.hit}"
+        if not self.killed:
+            head += " (fault not reached)"
+        if self.consistent:
+            return f"{head}: consistent"
+        return f"{head}: INCONSISTENT: " + "; ".join(self.problems)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Summary:
+    """All verdicts of a run, and the points the plugin reached at least once."""
+
+    verdicts: tuple[Verdict, ...]
+    points: tuple[str, ...]
+    modes: tuple[str, ...]
+
+    @property
+    def inconsistent(self) -> int:
+        return sum(1 for v in self.verdicts if not v.consistent)
+
+    def line(self) -> str:
+        consistent = len(self.verdicts) - self.inconsistent
+        return (
+            f"faults: {len(self.points)} injection points x {len(self.modes)} modes, "
+            f"{consistent} consistent, {self.inconsistent} inconsistent"
+        )
+
+
+class PluginProcess:
+    """`python -m apps.kubeletplugin` with its output in a file (a full pipe would stall it)."""
+
+    def __init__(self, args: Sequence[str], *, env: dict[str, str], log_path: pathlib.Path):
+        self.log_path = log_path
+        self._log = open(log_path, "ab")  # noqa: SIM115 - closed in reap()
+        self.popen = subprocess.Popen(
+            [sys.executable, "-m", "apps.kubeletplugin", *args],
+            env=env, stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT,
+        )
+
+    @property
+    def running(self) -> bool:
+        return self.popen.poll() is None
+
+    def was_killed(self, timeout_s: float = EXIT_TIMEOUT_S) -> bool:
+        """True when the process died of SIGKILL (waiting up to `timeout_s` for it to die)."""
+        try:
+            code = self.popen.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            return False
+        return code == -signal.SIGKILL
+
+    def output_tail(self, lines: int = 15) -> str:
+        text = self.log_path.read_text(encoding="utf-8", errors="replace")
+        return "\n".join(text.splitlines()[-lines:])
+
+    def reap(self) -> None:
+        if self.running:
+            self.popen.kill()
+        self.popen.wait(timeout=EXIT_TIMEOUT_S)
+        self._log.close()
+
+
+class PluginDied(Exception):
+    """The plugin process exited (the injected SIGKILL, or a crash) while we waited on it."""
+
+
+class Node:
+    """One simulated node: its directories, the embedded API server, and claims it knows."""
+
+    def __init__(self, root: pathlib.Path, *, mode: str) -> None:
+        self.root = root
+        self.mode = mode
+        self.node = str(simulated.profile_nodes(PROFILE)[0])
+        self.cluster = memory_cluster.InMemoryCluster()
+        self.server = apiserver.EmbeddedAPIServer(self.cluster).start()
+        self.kubeconfig = root / "kubeconfig"
+        self.server.write_kubeconfig(str(self.kubeconfig))
+        (root / "devices").write_text(simulated.simulated_proc_devices(), encoding="utf-8")
+        (root / "boot_id").write_text(simulated.simulated_boot_id(self.node) + "\n",
+                                      encoding="utf-8")
+        self.cdi = fs_cdi.CDIDirectory(str(root / "cdi"))
+        self.cd_uid = self._create_domain()
+        self._processes: list[PluginProcess] = []
+
+    @property
+    def plugin_dir(self) -> pathlib.Path:
+        return self.root / "plugin"
+
+    @property
+    def checkpoint_path(self) -> pathlib.Path:
+        return self.plugin_dir / "checkpoint.json"
+
+    @property
+    def last_process(self) -> PluginProcess:
+        return self._processes[-1]
+
+    def close(self) -> None:
+        for process in self._processes:
+            process.reap()
+        self.server.stop()
+        self.cluster.close()
+
+    # ------------------------------------------------------------ cluster objects
+
+    def _create_domain(self) -> str:
+        self.cluster.create(kinds.NODE.kind, {
+            "apiVersion": "v1", "kind": "Node", "metadata": {"name": self.node}})
+        created = self.cluster.create(kinds.COMPUTE_DOMAIN.kind, {
+            "apiVersion": names.GROUP_VERSION, "kind": names.KIND_COMPUTE_DOMAIN,
+            "metadata": {"name": "cd", "namespace": NAMESPACE},
+            "spec": {"numNodes": 1, "channel": {"resourceClaimTemplate": {"name": "cd-ch"}}},
+        })
+        if self.mode == "driverManaged":
+            # Stands in for the IMEX daemon the controller would run: ready on this node.
+            self.cluster.patch(
+                kinds.COMPUTE_DOMAIN.kind, namespace=NAMESPACE, name="cd", subresource="status",
+                patch={"status": {"status": "Ready", "nodes": [{
+                    "name": self.node, "ipAddress": "10.0.0.1", "cliqueID": "",
+                    "index": 0, "status": "Ready"}]}},
+            )
+        return str(created["metadata"]["uid"])
+
+    def claim(self, name: str) -> models.ClaimRef:
+        """A channel claim of the node's ComputeDomain, allocated to a pod on this node."""
+        pod = self.cluster.create(kinds.POD.kind, {
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": f"{name}-pod", "namespace": NAMESPACE},
+            "spec": {"nodeName": self.node, "containers": [{"name": "main", "image": "x"}]},
+        })
+        created = self.cluster.create(kinds.RESOURCE_CLAIM.kind, {
+            "apiVersion": names.DRA_GROUP_VERSION, "kind": "ResourceClaim",
+            "metadata": {"name": name, "namespace": NAMESPACE},
+            "spec": {"devices": {"requests": [{"name": names.CHANNEL_REQUEST_NAME, "exactly": {
+                "deviceClassName": names.CHANNEL_DEVICE_CLASS}}]}},
+        })
+        params = {"apiVersion": names.GROUP_VERSION, "kind": names.KIND_CHANNEL_CONFIG,
+                  "domainID": self.cd_uid}
+        self.cluster.patch(
+            kinds.RESOURCE_CLAIM.kind, namespace=NAMESPACE, name=name, subresource="status",
+            patch={"status": {
+                "allocation": {"devices": {
+                    "results": [{"request": names.CHANNEL_REQUEST_NAME,
+                                 "driver": names.DRIVER_NAME, "pool": self.node,
+                                 "device": names.channel_device_name(0)}],
+                    "config": [{"source": "FromClaim",
+                                "requests": [names.CHANNEL_REQUEST_NAME],
+                                "opaque": {"driver": names.DRIVER_NAME,
+                                           "parameters": params}}],
+                }},
+                "reservedFor": [{"resource": "pods", "name": f"{name}-pod",
+                                 "uid": pod["metadata"]["uid"]}],
+            }},
+        )
+        return models.ClaimRef(uid=names.ClaimUID(created["metadata"]["uid"]),
+                               namespace=NAMESPACE, name=name)
+
+    # ------------------------------------------------------------ the plugin
+
+    def start(self, *, fault: str = "", trace: pathlib.Path | None = None) -> PluginProcess:
+        """Start the plugin and wait until it answers GetInfo; PluginDied if it exits first."""
+        env = {k: v for k, v in os.environ.items()
+               if k not in ("KUBECONFIG", "NODE_NAME", _atomic.FAULT_ENV,
+                            _atomic.FAULT_TRACE_ENV)}
+        env["PYTHONUNBUFFERED"] = "1"
+        if fault:
+            env[_atomic.FAULT_ENV] = fault
+        if trace is not None:
+            env[_atomic.FAULT_TRACE_ENV] = str(trace)
+        args = [
+            "--node-name", self.node, "--namespace", "nvidia-dra-driver",
+            "--nvml", f"simulated:{PROFILE}",
+            "--proc-devices", str(self.root / "devices"),
+            "--boot-id-path", str(self.root / "boot_id"),
+            "--plugin-dir", str(self.plugin_dir),
+            "--registry-dir", str(self.root / "registry"),
+            "--cdi-root", self.cdi.root, "--kubeconfig", str(self.kubeconfig),
+            "--health-port", "0", "--metrics-port", "0", "--retry-budget-seconds", "1",
+            *_MODE_FLAGS[self.mode],
+        ]
+        log_path = self.root / f"plugin-{len(self._processes)}.log"
+        process = PluginProcess(args, env=env, log_path=log_path)
+        self._processes.append(process)
+        self._wait_registered(process)
+        return process
+
+    def _wait_registered(self, process: PluginProcess) -> None:
+        socket = self.root / "registry" / names.REGISTRATION_SOCKET_NAME
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while True:
+            if not process.running:
+                raise PluginDied(f"plugin exited with {process.popen.returncode} while starting")
+            if socket.exists():
+                try:
+                    with grpc_client.RegistrationClient(str(socket), timeout_s=2) as reg:
+                        reg.get_info()
+                        reg.notify(True)
+                    return
+                except grpc_client.PluginCallError:
+                    pass
+            if time.monotonic() > deadline:
+                raise AssertionError(
+                    f"plugin did not register within {START_TIMEOUT_S:.0f}s; output:\n"
+                    f"{process.output_tail()}")
+            time.sleep(0.05)
+
+    def _dra(self) -> grpc_client.DRAClient:
+        return grpc_client.DRAClient(str(self.plugin_dir / names.DRA_SOCKET_NAME),
+                                     timeout_s=CALL_TIMEOUT_S)
+
+    def prepare(self, ref: models.ClaimRef) -> models.ClaimResult:
+        """One NodePrepareResources call; PluginDied when the call as a whole fails."""
+        try:
+            with self._dra() as dra:
+                return dra.prepare([ref]).get(ref.uid, models.ClaimResult(error="(no answer)"))
+        except grpc_client.PluginCallError as exc:
+            raise PluginDied(exc.message) from exc
+
+    def unprepare(self, ref: models.ClaimRef) -> models.ClaimResult:
+        try:
+            with self._dra() as dra:
+                return dra.unprepare([ref]).get(ref.uid, models.ClaimResult(error="(no answer)"))
+        except grpc_client.PluginCallError as exc:
+            raise PluginDied(exc.message) from exc
+
+    # ------------------------------------------------------------ what is on disk
+
+    def temp_files(self) -> list[str]:
+        found = []
+        for directory in (self.plugin_dir, pathlib.Path(self.cdi.root)):
+            if directory.is_dir():
+                found += [str(directory / n) for n in os.listdir(directory)
+                          if n.startswith(".") and n.endswith(_atomic.TEMP_SUFFIX)]
+        return sorted(found)
+
+    def entries(self) -> dict[str, models.ClaimState]:
+        """Live checkpoint entries (tombstones left out); DecodeError if unreadable."""
+        try:
+            raw = self.checkpoint_path.read_bytes()
+        except FileNotFoundError:
+            return {}
+        decoded = checkpoint_codec.decode(raw)
+        return {str(uid): e.state for uid, e in decoded.entries.items()
+                if e.state is not models.ClaimState.PREPARE_ABORTED}
+
+    def unresolved_ids(self, ref: models.ClaimRef, result: models.ClaimResult) -> list[str]:
+        """The answer's CDI ids that name no device in the claim's CDI spec file."""
+        ids = [i for d in result.devices for i in d.cdi_device_ids]
+        try:
+            spec = self.cdi.read(ref.uid)
+        except errors.DecodeError:
+            spec = None
+        if spec is None:
+            return ids
+        known = {f"{spec.get('kind', '')}={d.get('name', '')}" for d in spec.get("devices", ())}
+        return [i for i in ids if i not in known]
+
+
+# ---------------------------------------------------------------- one operation
+
+
+@dataclasses.dataclass
+class Ledger:
+    """What the kubelet was told: acked prepares (with their ids) and acked unprepares."""
+
+    prepared: dict[str, tuple[models.ClaimRef, tuple[str, ...]]] = dataclasses.field(
+        default_factory=dict)
+    unprepared: dict[str, models.ClaimRef] = dataclasses.field(default_factory=dict)
+    in_flight: tuple[Operation, models.ClaimRef] | None = None
+
+
+def _ids(result: models.ClaimResult) -> tuple[str, ...]:
+    return tuple(i for d in result.devices for i in d.cdi_device_ids)
+
+
+def _acked_prepare(node: Node, ref: models.ClaimRef, ledger: Ledger) -> None:
+    result = node.prepare(ref)
+    if result.error:
+        raise AssertionError(f"setup prepare of {ref.name} failed: {result.error}")
+    ledger.prepared[str(ref.uid)] = (ref, _ids(result))
+
+
+def _setup(node: Node, operation: Operation, ledger: Ledger, *, traced: Callable[[], None],
+           fault: str, trace: pathlib.Path | None) -> None:
+    """Bring the node to the state before `operation`, then run it (killed, maybe)."""
+    if operation is Operation.RECOVERY:
+        # A claim acked, the plugin killed, and the checkpoint found corrupt at the next start:
+        # start-up then quarantines the file and rebuilds state from the CDI specs.
+        clean = node.start()
+        _acked_prepare(node, node.claim("kept"), ledger)
+        clean.popen.kill()
+        clean.popen.wait(timeout=EXIT_TIMEOUT_S)
+        with open(node.checkpoint_path, "r+b") as checkpoint_file:
+            checkpoint_file.seek(20)
+            checkpoint_file.write(b"#")
+        traced()
+        node.start(fault=fault, trace=trace)
+        return
+    node.start(fault=fault, trace=trace)
+    if operation is Operation.PREPARE:
+        ref = node.claim("victim")
+        traced()
+        ledger.in_flight = (operation, ref)
+        result = node.prepare(ref)
+        ledger.in_flight = None
+        if not result.error:
+            ledger.prepared[str(ref.uid)] = (ref, _ids(result))
+        return
+    ref = node.claim("victim")
+    _acked_prepare(node, ref, ledger)
+    traced()
+    ledger.in_flight = (operation, ref)
+    result = node.unprepare(ref)
+    ledger.in_flight = None
+    if not result.error:
+        ledger.prepared.pop(str(ref.uid), None)
+        ledger.unprepared[str(ref.uid)] = ref
+
+
+def _check(node: Node, ledger: Ledger) -> list[str]:
+    """Restart without the fault and check every invariant; returns the problems found."""
+    problems: list[str] = []
+    try:
+        node.start()
+    except PluginDied as exc:
+        return [f"restarted plugin did not come up: {exc}: {node.root}"]
+    leftovers = node.temp_files()
+    if leftovers:
+        problems.append(f"temp files left after start-up: {', '.join(leftovers)}")
+    problems += _disk_agreement(node)
+    for uid, ref in ledger.unprepared.items():
+        if node.cdi.spec_path(ref.uid) and os.path.exists(node.cdi.spec_path(ref.uid)):
+            problems.append(f"acked unprepare of {ref.name} came back: its CDI file exists")
+        if uid in _safe_entries(node):
+            problems.append(f"acked unprepare of {ref.name} came back in the checkpoint")
+    for ref, ids in ledger.prepared.values():
+        problems += _reprepare(node, ref, expect_ids=ids, what=f"acked prepare of {ref.name}")
+    if ledger.in_flight is not None:
+        operation, ref = ledger.in_flight
+        if operation is Operation.PREPARE:
+            problems += _reprepare(node, ref, expect_ids=None,
+                                   what=f"retried prepare of {ref.name}")
+        retried = node.unprepare(ref)
+        if retried.error:
+            problems.append(f"retried unprepare of {ref.name} failed: {retried.error}")
+        elif os.path.exists(node.cdi.spec_path(ref.uid)) or str(ref.uid) in _safe_entries(node):
+            problems.append(f"acked unprepare of {ref.name} left its CDI file or entry")
+    problems += _reprepare(node, node.claim("fresh"), expect_ids=None,
+                           what="prepare of a new claim")
+    return problems
+
+
+def _safe_entries(node: Node) -> dict[str, models.ClaimState]:
+    try:
+        return node.entries()
+    except errors.DecodeError:
+        return {}
+
+
+def _disk_agreement(node: Node) -> list[str]:
+    try:
+        entries = node.entries()
+    except errors.DecodeError as exc:
+        return [f"checkpoint unreadable after restart: {exc.message}"]
+    files = {str(uid) for uid in node.cdi.claim_uids()}
+    problems = [f"claim {uid} is PrepareCompleted in the checkpoint but has no CDI file"
+                for uid, state in sorted(entries.items())
+                if state is models.ClaimState.PREPARE_COMPLETED and uid not in files]
+    problems += [f"CDI file of claim {uid} has no checkpoint entry"
+                 for uid in sorted(files - set(entries))]
+    return problems
+
+
+def _reprepare(node: Node, ref: models.ClaimRef, *, expect_ids: tuple[str, ...] | None,
+               what: str) -> list[str]:
+    try:
+        result = node.prepare(ref)
+    except PluginDied as exc:
+        return [f"{what}: the plugin failed the call: {exc}"]
+    if result.error:
+        return [f"{what} answered an error: {result.error}"]
+    problems = []
+    if expect_ids is not None and _ids(result) != expect_ids:
+        problems.append(f"{what} answered other CDI ids {_ids(result)} (acked {expect_ids})")
+    unresolved = node.unresolved_ids(ref, result)
+    if unresolved:
+        problems.append(f"{what} answered CDI ids with no CDI file behind them: {unresolved}")
+    return problems
+
+
+# ---------------------------------------------------------------- the matrix
+
+
+def _new_root() -> pathlib.Path:
+    # NB: short, under /tmp: unix socket paths must stay under 107 bytes.
+    return pathlib.Path(tempfile.mkdtemp(prefix="cdf-", dir="/tmp"))
+
+
+def trace_operation(mode: str, operation: Operation) -> list[str]:
+    """Every durable step of the process `operation` runs in, in order of its hits.
+
+    Steps taken before the operation starts (plugin start-up, setup prepares) carry a
+    leading "-": `cases_of` counts them, since the n of `<point>:<n>` counts from the start
+    of the process, but makes no case of them.
+    """
+    root = _new_root()
+    trace = root / "trace"
+    node = Node(root, mode=mode)
+    mark = [0]
+
+    def traced() -> None:
+        mark[0] = len(_read_trace(trace))
+
+    try:
+        _setup(node, operation, Ledger(), traced=traced, fault="", trace=trace)
+        hits = _read_trace(trace)
+    finally:
+        node.close()
+        shutil.rmtree(root, ignore_errors=True)
+    return [f"-{point}" if i < mark[0] else point for i, point in enumerate(hits)]
+
+
+def _read_trace(trace: pathlib.Path) -> list[str]:
+    try:
+        return trace.read_text(encoding="utf-8").split()
+    except FileNotFoundError:
+        return []
+
+
+def cases_of(mode: str, operation: Operation, hits: Sequence[str],
+             points: frozenset[str] | None = None) -> Iterator[Case]:
+    """One case per hit inside the operation, numbered per point since the process began."""
+    counts: dict[str, int] = {}
+    for hit in hits:
+        point = hit.removeprefix("-")
+        counts[point] = counts.get(point, 0) + 1
+        if hit.startswith("-") or (points is not None and point not in points):
+            continue
+        yield Case(mode=mode, operation=operation, point=point, hit=counts[point])
+
+
+def run_case(case: Case, *, keep: bool = False) -> Verdict:
+    """Run `case` in a fresh node: kill at its hit, restart, check."""
+    root = _new_root()
+    node = Node(root, mode=case.mode)
+    ledger = Ledger()
+    killed = False
+    try:
+        died = False
+        try:
+            _setup(node, case.operation, ledger, traced=lambda: None, fault=case.fault,
+                   trace=None)
+        except PluginDied:
+            died = True
+        faulted = node.last_process
+        # NB: the caller may see the socket close a moment before the child can be reaped.
+        killed = faulted.was_killed(timeout_s=EXIT_TIMEOUT_S if died else 0)
+        if not killed and not faulted.running:
+            return Verdict(case=case, killed=False, problems=(
+                f"plugin exited with {faulted.popen.returncode}, not by the injected SIGKILL:\n"
+                + faulted.output_tail(),))
+        faulted.reap()
+        problems = _check(node, ledger)
+    except PluginDied as exc:
+        problems = [f"plugin died during the checks: {exc}"]
+    finally:
+        node.close()
+        if not keep:
+            shutil.rmtree(root, ignore_errors=True)
+    return Verdict(case=case, killed=killed, problems=tuple(problems))
+
+
+def run_matrix(
+    *,
+    modes: Sequence[str] = MODES,
+    operations: Sequence[Operation] = tuple(Operation),
+    points: frozenset[str] | None = None,
+    report: Callable[[str], None] = print,
+) -> Summary:
+    """Trace, then kill at every traced hit (of `points`, if given) in every mode x operation."""
+    verdicts: list[Verdict] = []
+    reached: set[str] = set()
+    for mode in modes:
+        for operation in operations:
+            hits = trace_operation(mode, operation)
+            for case in cases_of(mode, operation, hits, points):
+                reached.add(case.point)
+                verdict = run_case(case)
+                verdicts.append(verdict)
+                report(verdict.line())
+    return Summary(verdicts=tuple(verdicts), points=tuple(sorted(reached)), modes=tuple(modes))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.faults", description=__doc__.split(
+        "\n\n")[0])
+    parser.add_argument("--modes", default=",".join(MODES))
+    parser.add_argument("--operations", default=",".join(o.value for o in Operation))
+    parser.add_argument("--points", default="", help="only these points (comma-separated)")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.ERROR)
+    points = frozenset(p for p in args.points.split(",") if p) or None
+    summary = run_matrix(
+        modes=[m for m in args.modes.split(",") if m],
+        operations=[Operation(o) for o in args.operations.split(",") if o],
+        points=points,
+    )
+    unreached = sorted(set(_atomic.FAULT_POINTS) - set(summary.points))
+    if unreached:
+        print(f"points never reached by these operations: {', '.join(unreached)}")
+    print(summary.line())
+    return 1 if summary.inconsistent else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

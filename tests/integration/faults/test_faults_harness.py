@@ -1,0 +1,133 @@
+"""The fault-injection hook and the `make faults` harness, on a few injection points.
+
+Covers: the hook SIGKILLs the process exactly at the n-th hit of its point and traces every
+hit; a malformed `CD_DRA_FAULT` stops the process with what to write; the harness kills the
+real plugin process, restarts it and judges the node (one point per mode, so CI runs the
+whole loop); the summary line and the exit status.
+"""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import signal
+import subprocess
+import sys
+
+import pytest
+
+from adapters.fs import _atomic
+from bench import faults
+
+pytestmark = pytest.mark.slow
+
+_WRITE_TWICE = (
+    "import sys; from adapters.fs import _atomic\n"
+    "for i in (1, 2):\n"
+    "    _atomic.write_atomically(sys.argv[1], b'v%d' % i, mode=0o600)\n"
+)
+
+
+def _run_writer(target: pathlib.Path, **env: str) -> subprocess.CompletedProcess[str]:
+    clean = {k: v for k, v in os.environ.items()
+             if k not in (_atomic.FAULT_ENV, _atomic.FAULT_TRACE_ENV)}
+    return subprocess.run(
+        [sys.executable, "-c", _WRITE_TWICE, str(target)], env={**clean, **env},
+        capture_output=True, text=True, timeout=60, check=False,
+    )
+
+
+def test_the_hook_kills_the_process_right_before_the_nth_hit_of_its_point(
+    tmp_path: pathlib.Path,
+) -> None:
+    target = tmp_path / "checkpoint.json"
+    trace = tmp_path / "trace"
+
+    done = _run_writer(target, CD_DRA_FAULT="checkpoint.rename:2", CD_DRA_FAULT_TRACE=str(trace))
+
+    assert done.returncode == -signal.SIGKILL
+    assert target.read_bytes() == b"v1", "the first write completed, the second never renamed"
+    leftovers = [p.name for p in tmp_path.iterdir() if p.name.endswith(_atomic.TEMP_SUFFIX)]
+    assert len(leftovers) == 1 and leftovers[0].startswith(".checkpoint.json.")
+    assert trace.read_text().split() == [
+        "checkpoint.tmp-write", "checkpoint.fsync", "checkpoint.rename", "checkpoint.dir-fsync",
+        "checkpoint.tmp-write", "checkpoint.fsync", "checkpoint.rename",
+    ]
+
+
+def test_writes_are_untouched_when_no_fault_is_set(tmp_path: pathlib.Path) -> None:
+    target = tmp_path / "checkpoint.json"
+
+    done = _run_writer(target)
+
+    assert done.returncode == 0, done.stderr
+    assert target.read_bytes() == b"v2"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoint.json"]
+
+
+@pytest.mark.parametrize("setting", ["bogus", "cdi.rename", "cdi.rename:0", "nowhere:1"])
+def test_a_malformed_fault_setting_stops_the_process_saying_what_to_write(
+    tmp_path: pathlib.Path, setting: str
+) -> None:
+    done = _run_writer(tmp_path / "checkpoint.json", CD_DRA_FAULT=setting)
+
+    assert done.returncode == 1
+    assert f"CD_DRA_FAULT={setting!r} is not <point>:<n> with n >= 1" in done.stderr
+    assert "checkpoint.tmp-write" in done.stderr, "the message lists the valid points"
+
+
+def test_every_fault_point_name_is_accepted() -> None:
+    assert [_atomic.parse_fault(f"{p}:3") for p in _atomic.FAULT_POINTS] == [
+        (p, 3) for p in _atomic.FAULT_POINTS
+    ]
+
+
+@pytest.mark.parametrize("mode", faults.MODES)
+def test_harness_kills_the_plugin_mid_prepare_restarts_it_and_finds_the_node_consistent(
+    mode: str,
+) -> None:
+    lines: list[str] = []
+
+    summary = faults.run_matrix(
+        modes=(mode,), operations=(faults.Operation.PREPARE,),
+        points=frozenset({"cdi.dir-fsync"}), report=lines.append,
+    )
+
+    (verdict,) = summary.verdicts
+    assert verdict.killed, "the plugin died of the injected SIGKILL"
+    assert verdict.consistent, verdict.line()
+    assert lines == [f"mode={mode} op=prepare point=cdi.dir-fsync hit=1: consistent"]
+    assert summary.line() == "faults: 1 injection points x 1 modes, 1 consistent, 0 inconsistent"
+
+
+def test_the_trace_of_a_prepare_counts_start_up_writes_but_makes_no_case_of_them() -> None:
+    hits = ["-checkpoint.rename", "checkpoint.rename", "cdi.rename"]
+
+    cases = list(faults.cases_of("hostManaged", faults.Operation.PREPARE, hits))
+
+    assert [(c.point, c.hit) for c in cases] == [("checkpoint.rename", 2), ("cdi.rename", 1)]
+    assert cases[0].fault == "checkpoint.rename:2"
+
+
+def _verdict(point: str, problems: tuple[str, ...]) -> faults.Verdict:
+    case = faults.Case(mode="hostManaged", operation=faults.Operation.UNPREPARE, point=point,
+                       hit=1)
+    return faults.Verdict(case=case, killed=True, problems=problems)
+
+
+def test_the_summary_counts_inconsistent_cases_and_main_fails_on_any(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    summary = faults.Summary(
+        verdicts=(_verdict("cdi.rename", ()), _verdict("unlinked.dir-fsync", ("lost file",))),
+        points=("cdi.rename", "unlinked.dir-fsync"), modes=("hostManaged",),
+    )
+    monkeypatch.setattr(faults, "run_matrix", lambda **_: summary)
+
+    status = faults.main([])
+
+    assert status == 1
+    last = capsys.readouterr().out.splitlines()[-1]
+    assert last == "faults: 2 injection points x 1 modes, 1 consistent, 1 inconsistent"
+    assert _verdict("x", ("a", "b")).line() == (
+        "mode=hostManaged op=unprepare point=x hit=1: INCONSISTENT: a; b")
