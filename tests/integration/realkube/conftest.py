@@ -61,3 +61,10 @@ def installed(request: pytest.FixtureRequest) -> Iterator[realkube_driver.Driver
     driver.stop()
     kube.stop()
     shutil.rmtree(kube.workdir, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def real_apiserver(real_kube: realkube_server.RealKube) -> realkube_server.RealKube:
+    """Alias of `real_kube`: `.url`, `.admin_token`, `.admin_kubeconfig()`, `.cluster(kubeconfig)`
+    (a `KubeCluster`), `.apply(objects)`, `.stop_apiserver()` / `.start_apiserver()`."""
+    return real_kube
