@@ -191,6 +191,7 @@ def _plugin_needs(mode: str) -> set[Need]:
     dra, cd = "resource.k8s.io", names.API_GROUP
     needs = {
         ("get", dra, "resourceclaims", USER_NS),  # apps/kubeletplugin/driver.py _fetch_claim
+        ("get", "", "pods", USER_NS),  # driver.py _reserved_placements (reservedFor pods)
         ("list", cd, "computedomains", ""),  # apps/kubeletplugin/domains.py informer
         ("watch", cd, "computedomains", ""),
         ("list", dra, "resourceslices", ""),  # adapters/kube/slices.py SlicePublisher
@@ -278,4 +279,8 @@ def test_driver_roles_grant_no_update_because_the_driver_only_patches(mode: str)
     for obj in objects:
         if obj["kind"] in ("Role", "ClusterRole") and obj["metadata"]["name"] != daemon:
             for rule in obj["rules"]:
+                # The one PUT: an older driver's ResourceClaimTemplate, whose opaque config
+                # bytes a patch would re-encode (adapters/kube/cluster.py _replace_with_patch).
+                if rule["resources"] == ["resourceclaimtemplates"]:
+                    continue
                 assert "update" not in rule["verbs"], (obj["metadata"]["name"], rule)
