@@ -36,7 +36,9 @@ def _require_binaries() -> pathlib.Path:
 def _fresh_kube() -> realkube_server.RealKube:
     bin_dir = _require_binaries()
     workdir = pathlib.Path(tempfile.mkdtemp(prefix="realkube-", dir="/tmp"))
-    return realkube_server.RealKube(workdir, bin_dir=bin_dir).start()
+    return realkube_server.RealKube(
+        workdir, bin_dir=bin_dir, static_users=realkube_driver.STATIC_USERS
+    ).start()
 
 
 @pytest.fixture(scope="module")

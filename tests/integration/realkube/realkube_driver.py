@@ -30,6 +30,12 @@ RELEASE = "cdd"
 NAMESPACE = "nvidia-dra-driver"
 WORKLOAD_NAMESPACE = "team-a"
 PROFILE = "gb200-nvl72"
+# A static token named like the plugin's ServiceAccount: RBAC grants it the plugin's rights,
+# but it carries no `user.extra` (no node), as static tokens and client certificates don't.
+PLUGIN_USERNAME = (
+    f"system:serviceaccount:{NAMESPACE}:{RELEASE}-compute-domain-dra-driver-kubelet-plugin"
+)
+STATIC_USERS = (PLUGIN_USERNAME,)
 START_TIMEOUT_S = 90.0
 
 Obj = dict[str, Any]

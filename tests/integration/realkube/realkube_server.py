@@ -110,10 +110,18 @@ class Credentials:
 class RealKube:
     """etcd + kube-apiserver on loopback; `start()`, then `stop()` (or use as a context)."""
 
-    def __init__(self, workdir: pathlib.Path, *, bin_dir: pathlib.Path) -> None:
+    def __init__(
+        self,
+        workdir: pathlib.Path,
+        *,
+        bin_dir: pathlib.Path,
+        static_users: Iterable[str] = (),
+    ) -> None:
         self.workdir = workdir
         self.bin_dir = bin_dir
         self.admin_token = secrets.token_hex(16)
+        # username -> a static token: credentials with no `user.extra` at all.
+        self.static_tokens = {user: secrets.token_hex(16) for user in static_users}
         self.port = free_port()
         self._etcd_port = free_port()
         self._etcd_peer_port = free_port()
@@ -163,9 +171,9 @@ class RealKube:
                  "-out", str(self.workdir / "sa.pub")],
                 check=True, capture_output=True,
             )
-        (self.workdir / "tokens.csv").write_text(
-            f'{self.admin_token},admin,admin-uid,"system:masters"\n', encoding="utf-8"
-        )
+        lines = [f'{self.admin_token},admin,admin-uid,"system:masters"']
+        lines += [f"{token},{user},{user}-uid" for user, token in self.static_tokens.items()]
+        (self.workdir / "tokens.csv").write_text("\n".join(lines) + "\n", encoding="utf-8")
 
     def _start_etcd(self) -> None:
         data = self.workdir / "etcd"
@@ -377,7 +385,14 @@ class RealKube:
     ) -> Obj:
         """A Pod object bound to `node` (nothing runs it): what a plugin's token is bound to."""
         self.ensure_namespace(namespace)
-        pod = client.CoreV1Api(self.admin_client()).create_namespaced_pod(
+        core = client.CoreV1Api(self.admin_client())
+        try:
+            existing = core.read_namespaced_pod(name, namespace)
+            return dict(self.admin_client().sanitize_for_serialization(existing))
+        except client.ApiException as exc:
+            if exc.status != 404:
+                raise
+        pod = core.create_namespaced_pod(
             namespace,
             {
                 "apiVersion": "v1", "kind": "Pod",

@@ -1,0 +1,233 @@
+"""The kubelet plugin against a real kube-apiserver, with a token bound to a Pod on its node.
+
+It publishes its node's ResourceSlice under the chart's admission policy (which refuses a
+slice for any other node), and prepares a claim that the test allocates as the scheduler
+would, through the kubelet's gRPC socket.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import pytest
+import realkube_driver
+from kubernetes import client
+from realkube_driver import WORKLOAD_NAMESPACE, Driver, PluginNode
+from realkube_server import wait_for
+
+from adapters.grpc import client as grpc_client
+from adapters.kube import KubeCluster
+from core import errors, kinds, models, names
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def admin(installed: Driver) -> Iterator[KubeCluster]:
+    cluster = installed.admin()
+    yield cluster
+    cluster.close()
+
+
+@pytest.fixture(scope="module")
+def controller(installed: Driver) -> Iterator[realkube_driver.AppProcess]:
+    process = installed.start_controller()
+    yield process
+    process.stop()
+
+
+@pytest.fixture(scope="module")
+def node(installed: Driver) -> PluginNode:
+    return installed.plugin_node(realkube_driver.nodes()[0])
+
+
+@pytest.fixture(scope="module")
+def plugin(installed: Driver, node: PluginNode) -> Iterator[realkube_driver.AppProcess]:
+    process = installed.start_plugin(node)
+    realkube_driver.wait_registered(process, node)
+    yield process
+    process.stop()
+
+
+def slices_of(admin: KubeCluster, node: str) -> list[Mapping[str, Any]]:
+    items = admin.list(kinds.RESOURCE_SLICE.kind).items
+    return [s for s in items if s["spec"].get("nodeName") == node]
+
+
+def test_the_plugin_publishes_its_node_slice_with_a_pod_bound_token(
+    installed: Driver, node: PluginNode, plugin: realkube_driver.AppProcess, admin: KubeCluster
+) -> None:
+    def published() -> list[Mapping[str, Any]] | None:
+        if not plugin.running:
+            raise AssertionError(f"plugin exited:\n{plugin.output()[-4000:]}")
+        return slices_of(admin, node.name) or None
+
+    slices = wait_for(published, what="the node's ResourceSlice", timeout_s=60)
+    devices = [d["name"] for s in slices for d in s["spec"]["devices"]]
+    assert names.channel_device_name(0) in devices
+    assert (names.daemon_device_name() in devices) == (installed.mode == "driverManaged")
+    assert all(s["spec"]["driver"] == names.DRIVER_NAME for s in slices)
+
+
+def test_the_admission_policy_refuses_a_slice_for_another_node(
+    installed: Driver, node: PluginNode, plugin: realkube_driver.AppProcess
+) -> None:
+    other = realkube_driver.nodes()[1]
+    credentials = installed.plugin_credentials(node.name)
+    as_plugin = installed.kube.cluster(credentials.kubeconfig, component="as-plugin")
+    forged = {
+        "apiVersion": names.DRA_GROUP_VERSION, "kind": "ResourceSlice",
+        "metadata": {"name": f"{other}-forged"},
+        "spec": {"driver": names.DRIVER_NAME, "nodeName": other,
+                 "pool": {"name": other, "generation": 1, "resourceSliceCount": 1},
+                 "devices": []},
+    }
+
+    def refused() -> str | None:
+        # NB: the API server loads a new policy through an informer: until it has, writes pass.
+        try:
+            as_plugin.create(kinds.RESOURCE_SLICE.kind, forged)
+        except errors.ClusterError as exc:
+            return exc.message
+        as_plugin.delete(kinds.RESOURCE_SLICE.kind, namespace="", name=f"{other}-forged")
+        return None
+
+    try:
+        message = wait_for(refused, what="the policy to refuse another node's slice", timeout_s=30)
+    finally:
+        as_plugin.close()
+    assert (
+        f"the kubelet plugin on node {node.name} may only write ResourceSlices with "
+        f"spec.nodeName {node.name}, not {other}"
+    ) in message
+
+
+@pytest.mark.parametrize("credential", ["unbound service-account token", "static token"])
+def test_the_admission_policy_names_the_problem_for_a_token_without_a_node(
+    installed: Driver, node: PluginNode, plugin: realkube_driver.AppProcess, credential: str
+) -> None:
+    if credential == "static token":
+        token = installed.kube.static_tokens[realkube_driver.PLUGIN_USERNAME]
+        kubeconfig = installed.kube.kubeconfig(token, name="static-plugin")
+    else:  # bound to no Pod: it has `user.extra`, but no node name in it
+        kubeconfig = installed.kube.credentials_for(
+            namespace=realkube_driver.NAMESPACE,
+            service_account=installed.service_account("kubelet-plugin"),
+        ).kubeconfig
+    as_plugin = installed.kube.cluster(kubeconfig, component="nodeless")
+    own = {
+        "apiVersion": names.DRA_GROUP_VERSION, "kind": "ResourceSlice",
+        "metadata": {"name": f"{node.name}-unbound"},
+        "spec": {"driver": names.DRIVER_NAME, "nodeName": node.name,
+                 "pool": {"name": node.name, "generation": 1, "resourceSliceCount": 1},
+                 "devices": []},
+    }
+
+    def refused() -> str | None:
+        try:
+            as_plugin.create(kinds.RESOURCE_SLICE.kind, own)
+        except errors.ClusterError as exc:
+            return exc.message
+        as_plugin.delete(kinds.RESOURCE_SLICE.kind, namespace="", name=f"{node.name}-unbound")
+        return None
+
+    try:
+        message = wait_for(refused, what="the policy to refuse a nodeless token", timeout_s=30)
+    finally:
+        as_plugin.close()
+    assert "the kubelet plugin's token names no node" in message
+    assert "no such key" not in message
+
+
+def _allocated_claim(
+    admin: KubeCluster, *, name: str, node: str, cd_uid: str, pod: Mapping[str, Any]
+) -> models.ClaimRef:
+    """A channel claim allocated on `node` and reserved for `pod`, as the scheduler leaves it."""
+    created = admin.create(kinds.RESOURCE_CLAIM.kind, {
+        "apiVersion": names.DRA_GROUP_VERSION, "kind": "ResourceClaim",
+        "metadata": {"name": name, "namespace": WORKLOAD_NAMESPACE},
+        "spec": {"devices": {"requests": [{"name": names.CHANNEL_REQUEST_NAME, "exactly": {
+            "deviceClassName": names.CHANNEL_DEVICE_CLASS}}]}},
+    })
+    parameters = {"apiVersion": names.GROUP_VERSION, "kind": names.KIND_CHANNEL_CONFIG,
+                  "domainID": cd_uid}
+    admin.patch(
+        kinds.RESOURCE_CLAIM.kind, namespace=WORKLOAD_NAMESPACE, name=name, subresource="status",
+        patch={"status": {
+            "allocation": {"devices": {
+                "results": [{"request": names.CHANNEL_REQUEST_NAME, "driver": names.DRIVER_NAME,
+                             "pool": node, "device": names.channel_device_name(0)}],
+                "config": [{"source": "FromClaim", "requests": [names.CHANNEL_REQUEST_NAME],
+                            "opaque": {"driver": names.DRIVER_NAME, "parameters": parameters}}],
+            }},
+            "reservedFor": [{"resource": "pods", "name": pod["metadata"]["name"],
+                             "uid": pod["metadata"]["uid"]}],
+        }},
+    )
+    return models.ClaimRef(
+        uid=names.ClaimUID(created["metadata"]["uid"]), namespace=WORKLOAD_NAMESPACE, name=name
+    )
+
+
+def _stand_in_for_the_imex_daemon(admin: KubeCluster, *, cd_uid: str, node: PluginNode) -> None:
+    """Driver-managed: what the controller and the node's IMEX daemon would have done."""
+    admin.patch(kinds.NODE.kind, namespace="", name=node.name,
+                patch={"metadata": {"labels": {names.COMPUTE_DOMAIN_LABEL: cd_uid}}})
+    admin.patch(
+        kinds.COMPUTE_DOMAIN.kind, namespace=WORKLOAD_NAMESPACE, name="prep", subresource="status",
+        patch={"status": {"status": "Ready", "nodes": [
+            {"name": node.name, "ipAddress": "10.0.0.1", "cliqueID": "", "index": 0,
+             "status": "Ready"}]}},
+    )
+
+
+def test_a_claim_allocated_on_the_node_is_prepared_through_the_kubelet_socket(
+    installed: Driver, node: PluginNode, plugin: realkube_driver.AppProcess,
+    controller: realkube_driver.AppProcess, admin: KubeCluster,
+) -> None:
+    cd = admin.create(kinds.COMPUTE_DOMAIN.kind, {
+        "apiVersion": names.GROUP_VERSION, "kind": names.KIND_COMPUTE_DOMAIN,
+        "metadata": {"name": "prep", "namespace": WORKLOAD_NAMESPACE},
+        "spec": {"numNodes": 1, "channel": {"resourceClaimTemplate": {"name": "prep-channel"}}},
+    })
+    cd_uid = cd["metadata"]["uid"]
+    wait_for(
+        lambda: admin.get(kinds.COMPUTE_DOMAIN.kind, namespace=WORKLOAD_NAMESPACE, name="prep")
+        .get("metadata", {}).get("annotations"),
+        what="the controller to admit the ComputeDomain", timeout_s=60,
+    )
+    if installed.mode == "driverManaged":
+        _stand_in_for_the_imex_daemon(admin, cd_uid=cd_uid, node=node)
+    pod = installed.kube.create_pod_on_node(
+        namespace=WORKLOAD_NAMESPACE, name="worker-0", node=node.name,
+        service_account=_workload_service_account(installed),
+    )
+    ref = _allocated_claim(admin, name="worker-0-channel", node=node.name, cd_uid=cd_uid, pod=pod)
+
+    with grpc_client.DRAClient(str(node.dra_socket), timeout_s=45) as dra:
+        results = dra.prepare([ref])
+    result = results[ref.uid]
+    assert result.error == "", f"{result.error}\nplugin output:\n{plugin.output()[-4000:]}"
+    ids = [i for d in result.devices for i in d.cdi_device_ids]
+    assert ids == [f"{names.CDI_KIND_CLAIM}={ref.uid}-channel-0"]
+    assert node.cdi_file(ref.uid).exists()
+
+    with grpc_client.DRAClient(str(node.dra_socket), timeout_s=45) as dra:
+        undone = dra.unprepare([ref])
+    assert undone[ref.uid].error == ""
+    assert not node.cdi_file(ref.uid).exists()
+
+
+def _workload_service_account(installed: Driver) -> str:
+    """A ServiceAccount in the workload namespace (no controller-manager creates `default`)."""
+    core = client.CoreV1Api(installed.kube.admin_client())
+    try:
+        core.create_namespaced_service_account(
+            WORKLOAD_NAMESPACE, {"metadata": {"name": "worker"}}
+        )
+    except client.ApiException as exc:
+        if exc.status != 409:
+            raise
+    return "worker"
+
