@@ -242,6 +242,20 @@ class NodeFacts:
     clique_id: str
     channel_major: int
     boot_id: str
+    # Driver-managed daemon claims: the IMEX management capability device (None when the node
+    # lacks it) and the host directory holding one IMEX config dir per ComputeDomain.
+    imex_mgmt: ImexMgmtDevice | None = None
+    daemon_config_root: str = ""
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ImexMgmtDevice:
+    """`/dev/nvidia-caps/nvidia-cap<N>`, the device `nvidia-imex` manages the fabric through."""
+
+    path: str
+    major: int
+    minor: int
+    file_mode: int
 
 
 # ---------------------------------------------------------------- checkpoint

@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 
 from core import cdi, decoding, errors, models, names
 from core import checkpoint as checkpoints
+from core.computedomain import daemon_claim
 
 _HOLDING_STATES = (models.ClaimState.PREPARE_STARTED, models.ClaimState.PREPARE_COMPLETED)
 _SINGLE_MODES = ("", models.AllocationMode.SINGLE.value)
@@ -70,6 +71,8 @@ def plan_prepare(
         _check_channel_conflict(
             claim, checkpoint=checkpoint, domain=domain, channel_ids=channel_ids
         )
+        if not all(r.is_channel for r in requests):
+            daemon_claim.check_node_can_run_daemon(node)
         if any(r.is_channel for r in requests):
             _check_clique(node, config=config)
             label_steps = _node_label_steps(node, config=config, domain=domain, labels=node_labels)
@@ -381,7 +384,7 @@ def _prepare_steps(
     )
     cp_started = _with_entry(base, started)
     cp_completed = _with_entry(base, completed)
-    spec = _cdi_spec(claim, validated=validated, major=node.channel_major)
+    spec = _cdi_spec(claim, validated=validated, node=node)
     steps = (
         *label_steps,
         models.WriteCheckpoint(checkpoint=cp_started),
@@ -407,16 +410,18 @@ def _prepared_device(
 
 
 def _cdi_spec(
-    claim: models.ResourceClaim, *, validated: _Validated, major: int
+    claim: models.ResourceClaim, *, validated: _Validated, node: models.NodeFacts
 ) -> models.JSONObject:
     devices = cdi.channel_devices(
         claim_uid=claim.uid,
         channel_ids=validated.channel_ids,
-        major=major,
+        major=node.channel_major,
         domain_id=validated.domain.uid,
     )
     if any(not r.is_channel for r in validated.requests):
-        devices += cdi.daemon_devices(claim_uid=claim.uid, domain_id=validated.domain.uid)
+        devices += daemon_claim.daemon_devices(
+            claim_uid=claim.uid, domain=validated.domain, node=node
+        )
     return cdi.spec_with_devices(devices)
 
 

@@ -12,6 +12,7 @@ import plugin_factories as f
 import pytest
 
 from core import cdi, checkpoint, errors, models, names, preparing
+from core.computedomain import daemon_claim
 
 
 def _permanent(outcome: models.ClaimOutcome) -> str:
@@ -248,13 +249,22 @@ def test_driver_managed_allocation_mode_all_injects_every_channel() -> None:
 
 
 def test_driver_managed_daemon_claim_gets_the_daemon_device() -> None:
-    outcome = f.prepare(f.daemon_claim(), config=f.DRIVER, domains={f.CD_UID: f.domain()})
+    node = dataclasses.replace(
+        f.NODE,
+        imex_mgmt=models.ImexMgmtDevice(path="/dev/nvidia-caps/nvidia-cap1", major=511, minor=1,
+                                        file_mode=256),
+        daemon_config_root="/var/lib/kubelet/plugins/compute-domain.nvidia.com/domains",
+    )
+    cd = f.domain()
+    outcome = f.prepare(f.daemon_claim(), config=f.DRIVER, node=node, domains={f.CD_UID: cd})
     assert outcome.error is None
     assert outcome.devices[0].cdi_device_ids == (cdi.qualified_daemon_id(f.CLAIM_UID),)
     spec = outcome.steps[1]
     assert spec == models.WriteCDISpec(
         claim_uid=f.CLAIM_UID,
-        spec=cdi.daemon_claim_spec(claim_uid=f.CLAIM_UID, domain_id=f.CD_UID),
+        spec=cdi.spec_with_devices(
+            daemon_claim.daemon_devices(claim_uid=f.CLAIM_UID, domain=cd, node=node)
+        ),
     )
 
 

@@ -1,0 +1,217 @@
+"""The daemon's loop: own entry -> peers -> IMEX files -> supervised nvidia-imex -> readiness.
+
+One thread (the caller's) makes every decision and every write; the peer informer only hands
+over the newest object and wakes it. Order of a first start: render imexd.cfg, claim the entry
+(index), wait to see it in the peer list, write nodes.cfg (+ /etc/hosts), start nvidia-imex.
+After that, a change in what nvidia-imex reads is written and followed by SIGUSR1; readiness
+from `nvidia-imex-ctl -q` is polled and mirrored into the entry's status. On stop the child is
+terminated and the entry removed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from adapters.imex import ctl as imex_ctl
+from adapters.imex import files
+from adapters.imex import supervisor as imex_supervisor
+from apps.daemon import registry as daemon_registry
+from core import errors, models
+from core.computedomain import imexconfig, membership
+
+log = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Paths:
+    imexd_template: str
+    imexd_cfg: str
+    nodes_cfg: str
+    hosts_file: str
+
+
+class DaemonRunner:
+    """Runs one daemon until `stop` is set; `run` returns the process exit status."""
+
+    def __init__(
+        self,
+        *,
+        registry: daemon_registry.PeerRegistry,
+        supervisor: imex_supervisor.IMEXSupervisor,
+        ctl: imex_ctl.IMEXCtl,
+        paths: Paths,
+        dns_names: bool,
+        max_nodes: int,
+        ready_poll_s: float = 1.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._registry = registry
+        self._supervisor = supervisor
+        self._ctl = ctl
+        self._paths = paths
+        self._dns_names = dns_names
+        self._max_nodes = max_nodes
+        self._ready_poll_s = ready_poll_s
+        self._clock = clock
+        self._wake = threading.Event()
+        self._lock = threading.Lock()
+        self._latest: Mapping[str, Any] | None = None
+        self._seen_object = False
+        self._files: imexconfig.PeerFiles | None = None
+        self._status = models.DomainStatus.NOT_READY
+        self._next_poll = 0.0
+        self.reloads = 0
+
+    def on_object(self, obj: Mapping[str, Any] | None) -> None:
+        """Informer callback: keep the newest version and wake the loop."""
+        with self._lock:
+            if obj is None or _newer(obj, self._latest):
+                self._latest = obj
+                self._seen_object = True
+        self._wake.set()
+
+    def run(self, stop: threading.Event) -> int:
+        """Loop until `stop`; 0 after a clean stop, 1 when the daemon cannot go on."""
+        me = self._registry.me
+        try:
+            self._render_imexd_cfg(bind_ip=me.ip_address)
+        except errors.ConfigError as exc:
+            log.error("event=daemon_failed error=%r", exc.message)
+            return 1
+        follower = self._registry.follow(self.on_object, stop)
+        log.info(
+            "event=daemon_started node=%s clique=%s ip=%s store=%s dns_names=%s",
+            me.node_name, me.clique_id, me.ip_address, self._registry.object_ref,
+            self._dns_names,
+        )
+        code = 0
+        while not stop.is_set():
+            try:
+                self._step()
+            except errors.PermanentError as exc:
+                log.error("event=daemon_failed error=%r", exc.message)
+                code = 1
+                break
+            except errors.ClusterError as exc:
+                log.warning("event=api_error error=%r action=retry", str(exc))
+                stop.wait(0.5)
+            except OSError as exc:
+                log.error("event=daemon_failed error=%r", str(exc))
+                code = 1
+                break
+            self._wake.wait(max(0.0, min(self._ready_poll_s, self._next_poll - self._clock())))
+            self._wake.clear()
+        self._shutdown()
+        stop.set()
+        follower.join(timeout=1.0)
+        return code
+
+    def _step(self) -> None:
+        now = self._clock()
+        if self._supervisor.started and now >= self._next_poll:
+            self._next_poll = now + self._ready_poll_s
+            readiness = self._ctl.query()
+            status = models.DomainStatus.READY if readiness.ready else models.DomainStatus.NOT_READY
+            if status is not self._status:
+                log.info("event=imex_readiness status=%s detail=%r", status.value,
+                         readiness.detail)
+                self._status = status
+        with self._lock:
+            obj, seen = self._latest, self._seen_object
+        if not seen:
+            return  # the informer has not listed yet
+        mine = self._my_entry(obj)
+        me = self._registry.me
+        if mine is None or (mine.ip_address, mine.clique_id, mine.status) != (
+            me.ip_address, me.clique_id, self._status
+        ):
+            written = self._registry.upsert(self._status)
+            self.on_object(written)
+            if mine is None or mine.status is not self._status:
+                entry = self._my_entry(written)
+                log.info("event=entry_written index=%s status=%s object=%s",
+                         entry.index if entry else "?", self._status.value,
+                         self._registry.object_ref)
+            with self._lock:
+                obj = self._latest
+            if self._my_entry(obj) is None:
+                return
+        self._apply_peers(obj)
+
+    def _apply_peers(self, obj: Mapping[str, Any] | None) -> None:
+        peers = membership.peers_of(
+            membership.entries_of(obj or {}, store=self._registry.store),
+            store=self._registry.store,
+        )
+        wanted = imexconfig.peer_files(
+            peers, clique_id=self._registry.me.clique_id, dns_names=self._dns_names,
+            max_nodes=self._max_nodes,
+        )
+        if wanted == self._files:
+            return
+        files.write_text(self._paths.nodes_cfg, wanted.nodes_cfg)
+        if self._dns_names:
+            existing = files.read_text(self._paths.hosts_file) or ""
+            files.write_in_place(
+                self._paths.hosts_file, imexconfig.hosts_file(existing, wanted.hosts)
+            )
+        log.info(
+            "event=peers_changed peers=%s",
+            ",".join(f"{p.index}={p.ip_address}" for p in peers
+                     if p.clique_id == self._registry.me.clique_id),
+        )
+        first = self._files is None
+        self._files = wanted
+        if first or not self._supervisor.started:
+            self._supervisor.start()
+            self._next_poll = self._clock()
+            self._wake.set()
+        elif self._supervisor.reload():
+            self.reloads += 1
+
+    def _my_entry(self, obj: Mapping[str, Any] | None) -> membership.Peer | None:
+        if obj is None:
+            return None
+        peers = membership.peers_of(
+            membership.entries_of(obj, store=self._registry.store), store=self._registry.store
+        )
+        return next((p for p in peers if p.node_name == self._registry.me.node_name), None)
+
+    def _render_imexd_cfg(self, *, bind_ip: str) -> None:
+        template = files.read_text(self._paths.imexd_template)
+        if template is None:
+            raise errors.ConfigError(
+                f"{self._paths.imexd_template} is missing: the daemon claim's CDI edits did not "
+                "apply (no per-domain /imexd mount); is CDI enabled in the container runtime "
+                "(containerd enable_cdi / CRI-O), and did the kubelet plugin prepare the claim?"
+            )
+        files.write_text(
+            self._paths.imexd_cfg,
+            imexconfig.render_imexd_cfg(
+                template, bind_ip=bind_ip, nodes_cfg_path=self._paths.nodes_cfg
+            ),
+        )
+
+    def _shutdown(self) -> None:
+        self._supervisor.stop()
+        try:
+            self._registry.remove()
+            log.info("event=entry_removed node=%s object=%s", self._registry.me.node_name,
+                     self._registry.object_ref)
+        except errors.ClusterError as exc:
+            log.error("event=entry_remove_failed error=%r", str(exc))
+
+
+def _newer(obj: Mapping[str, Any], than: Mapping[str, Any] | None) -> bool:
+    if than is None:
+        return True
+    new_rv = str((obj.get("metadata") or {}).get("resourceVersion") or "")
+    old_rv = str((than.get("metadata") or {}).get("resourceVersion") or "")
+    if new_rv.isdigit() and old_rv.isdigit():
+        return int(new_rv) >= int(old_rv)
+    return True
