@@ -13,6 +13,7 @@ A CD admitted under another mode/isolation is left alone and reported once (DESI
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, Final
 
@@ -27,7 +28,68 @@ MODE_MISMATCH_CONDITION: Final = "AdmittedUnderOtherMode"
 ALLOCATION_MODE_OVERRIDDEN_ANNOTATION: Final = "resource.nvidia.com/allocationModeOverridden"
 ALLOCATION_MODE_OVERRIDDEN_REASON: Final = "AllocationModeOverridden"
 
+# Planner-owned condition: False while the CD asks for something the driver refuses to build
+# (an invalid or taken ResourceClaimTemplate name, an absurd numNodes); absent otherwise.
+ADMITTED_CONDITION: Final = "Admitted"
+# Reconciler-owned condition: False while the API server refuses or fails what the plan needs;
+# removed after the next reconcile that succeeds.
+RECONCILED_CONDITION: Final = "Reconciled"
+RECONCILE_FAILED_REASON: Final = "ReconcileFailed"
+# No NVLink domain comes near this many nodes; a larger numNodes can never become Ready.
+MAX_NUM_NODES: Final = 4096
+# Object names of resource.k8s.io kinds are DNS-1123 subdomains.
+_DNS1123_SUBDOMAIN: Final = re.compile(
+    r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*"
+)
+_DNS1123_SUBDOMAIN_MAX: Final = 253
+
 JSONList = Sequence[Mapping[str, Any]]
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Condition:
+    """One `status.conditions[]` entry of a ComputeDomain."""
+
+    type: str
+    status: str
+    reason: str = ""
+    message: str = ""
+    last_transition_time: str = ""
+
+
+def conditions_from_k8s(obj: Mapping[str, Any]) -> tuple[Condition, ...]:
+    """`status.conditions` of a ComputeDomain, tolerantly (malformed entries are skipped)."""
+    status = obj.get("status")
+    raw = status.get("conditions") if isinstance(status, Mapping) else None
+    if not isinstance(raw, list):
+        return ()
+    return tuple(
+        Condition(
+            type=_str(item.get("type")),
+            status=_str(item.get("status")),
+            reason=_str(item.get("reason")),
+            message=_str(item.get("message")),
+            last_transition_time=_str(item.get("lastTransitionTime")),
+        )
+        for item in raw
+        if isinstance(item, Mapping) and _str(item.get("type"))
+    )
+
+
+def condition_to_k8s(condition: Condition) -> dict[str, str]:
+    out = {"type": condition.type, "status": condition.status}
+    if condition.reason:
+        out["reason"] = condition.reason
+    if condition.message:
+        out["message"] = condition.message
+    if condition.last_transition_time:
+        out["lastTransitionTime"] = condition.last_transition_time
+    return out
+
+
+def is_dns1123_subdomain(name: str) -> bool:
+    """True for a valid name of a ResourceClaimTemplate (and most Kubernetes objects)."""
+    return len(name) <= _DNS1123_SUBDOMAIN_MAX and bool(_DNS1123_SUBDOMAIN.fullmatch(name))
 
 
 # ---------------------------------------------------------------- observation
@@ -48,6 +110,8 @@ class Observed:
     labelled_nodes: tuple[models.ObjectMeta, ...] = ()
     # Cliques `<cdUID>.<cliqueID>` in the driver namespace, sorted by name.
     cliques: tuple[models.ComputeDomainClique, ...] = ()
+    # The CD's own `status.conditions` (see `conditions_from_k8s`).
+    conditions: tuple[Condition, ...] = ()
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -91,6 +155,7 @@ def observe(
     *,
     objects: Mapping[str, JSONList] | ClusterIndex,
     config: models.DriverConfig,
+    conditions: tuple[Condition, ...] = (),
 ) -> Observed:
     """Pick out, from listed JSON (or an index of it), what exists for `cd`.
 
@@ -118,6 +183,7 @@ def observe(
         daemonset=meta_from_k8s(ds) if ds is not None else None,
         labelled_nodes=tuple(nodes),
         cliques=tuple(cliques),
+        conditions=conditions,
     )
 
 
@@ -228,7 +294,15 @@ def _plan_admit(
             )
         )
     if MODE_MISMATCH_REPORTED_ANNOTATION in cd.meta.annotations:
-        actions.append(_mismatch_condition_patch(cd, condition=None))
+        actions.append(_mismatch_condition_patch(cd, observed=observed, condition=None))
+    refusal = admission_refusal(cd, observed=observed, config=config)
+    actions.extend(_report_condition(cd, observed=observed, kind=ADMITTED_CONDITION,
+                                     condition=refusal))
+    if refusal is not None:
+        not_ready = models.ComputeDomainStatus(status=models.DomainStatus.NOT_READY)
+        if cd.status is None or cd.status.status is not models.DomainStatus.NOT_READY:
+            actions.append(_status_patch(cd, not_ready))
+        return tuple(actions)
     workload_ok, steps = _ensure_child(
         observed.workload_rct,
         cd_uid=cd.uid,
@@ -258,16 +332,148 @@ def _plan_admit(
     if not workload_ok:
         status = dataclasses.replace(status, status=models.DomainStatus.NOT_READY)
     if cd.status != status:
-        actions.append(
-            models.PatchObject(
-                kind=kinds.COMPUTE_DOMAIN.kind,
-                namespace=cd.meta.namespace,
-                name=cd.meta.name,
-                patch={"status": decoding.compute_domain_status_to_k8s(status)},
-                subresource="status",
-            )
-        )
+        actions.append(_status_patch(cd, status))
     return tuple(actions)
+
+
+def _status_patch(
+    cd: models.ComputeDomain, status: models.ComputeDomainStatus
+) -> models.PatchObject:
+    return models.PatchObject(
+        kind=kinds.COMPUTE_DOMAIN.kind,
+        namespace=cd.meta.namespace,
+        name=cd.meta.name,
+        patch={"status": decoding.compute_domain_status_to_k8s(status)},
+        subresource="status",
+    )
+
+
+def admission_refusal(
+    cd: models.ComputeDomain, *, observed: Observed, config: models.DriverConfig
+) -> Condition | None:
+    """Why the driver refuses to build anything for this CD (an `Admitted=False` condition
+    whose message names the cause and the fix), or None when it can be served.
+
+    NB: a CD's spec is immutable, so every fix is "delete and recreate"; the CRD cannot refuse
+    these values itself without rejecting objects the upstream CRD accepts.
+    """
+    name = cd.spec.channel.resource_claim_template_name
+    where = f"ComputeDomain {cd.meta.namespace}/{cd.meta.name}"
+    recreate = "Delete this ComputeDomain and create it again with"
+    if not is_dns1123_subdomain(name):
+        return _refused(
+            "InvalidResourceClaimTemplateName",
+            f"{where}: spec.channel.resourceClaimTemplate.name {name[:300]!r} is not a valid "
+            "object name (at most 253 lowercase letters, digits, '-' and '.', starting and "
+            "ending with a letter or digit), so its ResourceClaimTemplate cannot be created. "
+            f"{recreate} a valid name.",
+        )
+    if not config.host_managed and cd.spec.num_nodes > MAX_NUM_NODES:
+        return _refused(
+            "NumNodesTooLarge",
+            f"{where}: spec.numNodes is {cd.spec.num_nodes}, more than any NVLink domain "
+            f"spans (at most {MAX_NUM_NODES}); it could never become Ready. {recreate} "
+            "numNodes: 0 (recommended) or the number of nodes the workload really uses.",
+        )
+    workload = observed.workload_rct
+    owner = workload.labels.get(names.COMPUTE_DOMAIN_LABEL) if workload is not None else None
+    if workload is not None and owner != cd.uid:
+        holder = (
+            f"belongs to another ComputeDomain (uid {owner})"
+            if owner
+            else "exists and was not created by this driver"
+        )
+        return _refused(
+            "ResourceClaimTemplateNameTaken",
+            f"{where}: ResourceClaimTemplate {workload.namespace}/{workload.name} {holder}; "
+            "the driver never touches it, and this ComputeDomain stays NotReady. "
+            f"{recreate} another spec.channel.resourceClaimTemplate.name.",
+        )
+    return None
+
+
+def _refused(reason: str, message: str) -> Condition:
+    return Condition(type=ADMITTED_CONDITION, status="False", reason=reason, message=message)
+
+
+def plan_reconcile_failure(
+    cd: models.ComputeDomain, *, observed: Observed, cause: str, http_status: int = 0
+) -> tuple[models.ClusterAction, ...]:
+    """Report a reconcile the API server refused or failed: a Warning event and a
+    `Reconciled=False` condition naming the cause and the fix. Nothing when the same failure
+    is already reported (retries with backoff do not repeat it)."""
+    if http_status in (400, 422):
+        fix = (
+            "the API server refused an object this ComputeDomain needs: fix what the message "
+            "names (the spec is immutable: delete and recreate the ComputeDomain), or the "
+            "admission policy that refuses it"
+        )
+    elif http_status in (401, 403):
+        fix = "the driver lacks the right: check its RBAC rules (the Helm chart's ClusterRole)"
+    else:
+        fix = (
+            "the API server or an admission webhook failed: check they are up "
+            "(kubectl get --raw /readyz; kubectl get validatingwebhookconfigurations); "
+            "the driver retries with backoff"
+        )
+    condition = Condition(
+        type=RECONCILED_CONDITION,
+        status="False",
+        reason=RECONCILE_FAILED_REASON,
+        message=f"cannot reconcile: {cause[:700]}; {fix}",
+    )
+    return _report_condition(cd, observed=observed, kind=RECONCILED_CONDITION, condition=condition)
+
+
+def plan_reconcile_recovered(
+    cd: models.ComputeDomain, *, observed: Observed
+) -> tuple[models.ClusterAction, ...]:
+    """After a successful reconcile: drop a `Reconciled=False` condition left by a failure."""
+    return _report_condition(cd, observed=observed, kind=RECONCILED_CONDITION, condition=None)
+
+
+def _report_condition(
+    cd: models.ComputeDomain, *, observed: Observed, kind: str, condition: Condition | None
+) -> tuple[models.ClusterAction, ...]:
+    """Set (with a Warning event) or clear the condition of type `kind`; nothing if it already
+    reads so."""
+    current = next((c for c in observed.conditions if c.type == kind), None)
+    if current == condition:
+        return ()
+    if (
+        condition is not None and current is not None
+        and (current.status, current.reason, current.message)
+        == (condition.status, condition.reason, condition.message)
+    ):
+        return ()
+    actions: list[models.ClusterAction] = []
+    if condition is not None:
+        actions.append(
+            models.EmitEvent(involved=_cd_ref(cd), reason=condition.reason,
+                             message=condition.message)
+        )
+    actions.append(_conditions_patch(cd, observed=observed, kind=kind, condition=condition))
+    return tuple(actions)
+
+
+def _conditions_patch(
+    cd: models.ComputeDomain, *, observed: Observed, kind: str, condition: Condition | None
+) -> models.PatchObject:
+    """The whole `status.conditions` list with the `kind` entry replaced (a merge patch
+    replaces lists): other writers' conditions are kept as observed.
+
+    NB: no resourceVersion: it may follow another patch of the same plan.
+    """
+    kept = [c for c in observed.conditions if c.type != kind]
+    if condition is not None:
+        kept.append(condition)
+    return models.PatchObject(
+        kind=kinds.COMPUTE_DOMAIN.kind,
+        namespace=cd.meta.namespace,
+        name=cd.meta.name,
+        patch={"status": {"conditions": [condition_to_k8s(c) for c in kept] or None}},
+        subresource="status",
+    )
 
 
 def _allocation_mode_overridden(cd: models.ComputeDomain, *, config: models.DriverConfig) -> bool:
@@ -389,30 +595,23 @@ def _plan_mismatch(
         ),
         _mismatch_condition_patch(
             cd,
-            condition={
-                "type": MODE_MISMATCH_CONDITION,
-                "status": "True",
-                "reason": MODE_MISMATCH_REASON,
-                "message": mode_mismatch_message(cd, current=current),
-            },
+            observed=observed,
+            condition=Condition(
+                type=MODE_MISMATCH_CONDITION,
+                status="True",
+                reason=MODE_MISMATCH_REASON,
+                message=mode_mismatch_message(cd, current=current),
+            ),
         ),
     )
 
 
 def _mismatch_condition_patch(
-    cd: models.ComputeDomain, *, condition: Mapping[str, str] | None
+    cd: models.ComputeDomain, *, observed: Observed, condition: Condition | None
 ) -> models.PatchObject:
-    """Set (or, with None, clear) the status condition that mirrors the mismatch event.
-
-    NB: no resourceVersion: it follows the annotation patch of the same plan, and a merge
-    patch of only `conditions` cannot clobber anything the controller did not write.
-    """
-    return models.PatchObject(
-        kind=kinds.COMPUTE_DOMAIN.kind,
-        namespace=cd.meta.namespace,
-        name=cd.meta.name,
-        patch={"status": {"conditions": [condition] if condition else None}},
-        subresource="status",
+    """Set (or, with None, clear) the status condition that mirrors the mismatch event."""
+    return _conditions_patch(
+        cd, observed=observed, kind=MODE_MISMATCH_CONDITION, condition=condition
     )
 
 

@@ -209,9 +209,13 @@ class FakeState:
         self, namespace: str, name: str, *, config: models.DriverConfig
     ) -> tuple[models.ClusterAction, ...]:
         cd = self.compute_domain(namespace, name)
-        if cd is None:
+        raw = self.get(names.KIND_COMPUTE_DOMAIN, namespace, name)
+        if cd is None or raw is None:
             return ()
-        observed = controlling.observe(cd, objects=self.lists(), config=config)
+        observed = controlling.observe(
+            cd, objects=self.lists(), config=config,
+            conditions=controlling.conditions_from_k8s(raw),
+        )
         return controlling.plan_compute_domain(cd, observed=observed, config=config)
 
     def converge(
