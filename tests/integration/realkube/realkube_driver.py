@@ -103,9 +103,10 @@ def container_env(
     field_refs: Mapping[str, str],
 ) -> dict[str, str]:
     """The env the chart gives `container` of the `kind` workload (fieldRefs: `field_refs`)."""
-    workload = next(o for o in rendered if o["kind"] == kind)
-    spec = workload["spec"]["template"]["spec"]
-    chosen = next(c for c in spec["containers"] if c["name"] == container)
+    chosen = next(
+        c for o in rendered if o["kind"] == kind
+        for c in o["spec"]["template"]["spec"]["containers"] if c["name"] == container
+    )
     env: dict[str, str] = {}
     for item in chosen.get("env", []):
         if "value" in item:
@@ -181,7 +182,8 @@ class Driver:
 
     # -- apps ---------------------------------------------------------------------------
 
-    def _launch(self, module: str, args: Sequence[str], env: Mapping[str, str]) -> AppProcess:
+    def launch(self, module: str, args: Sequence[str], env: Mapping[str, str]) -> AppProcess:
+        """Start `python -m module args` with `env` (plus PATH/HOME); stopped by `stop()`."""
         base = {k: v for k, v in os.environ.items() if k in ("PATH", "HOME", "LANG", "TMPDIR")}
         base["PYTHONUNBUFFERED"] = "1"
         base.update(env)
@@ -202,7 +204,7 @@ class Driver:
         env.update({"KUBECONFIG": str(self.controller_credentials().kubeconfig),
                     "HEALTH_PORT": "0", "METRICS_PORT": "0"})
         env.update(extra_env or {})
-        return self._launch("apps.controller", [], env)
+        return self.launch("apps.controller", [], env)
 
     def plugin_node(self, node: str) -> PluginNode:
         root = pathlib.Path(tempfile.mkdtemp(prefix="rk-", dir="/tmp"))
@@ -230,7 +232,7 @@ class Driver:
         })
         args = ["--proc-devices", str(devices), "--boot-id-path", str(boot_id),
                 "--retry-budget-seconds", "5"]
-        return self._launch("apps.kubeletplugin", args, env)
+        return self.launch("apps.kubeletplugin", args, env)
 
     def stop(self) -> None:
         for process in self._started:
