@@ -28,6 +28,17 @@ HOST_MANAGED_NEEDS_ISOLATION: Final = (
     "IMEX mode hostManaged needs an explicit isolation: set isolation to 'none' "
     "(all ComputeDomains share host channel 0, no isolation between them)"
 )
+# Upstream's alpha recipe was the gate alone. Here the gate only allows hostManaged; running
+# driver-managed daemons beside the host's nvidia-imex because the mode was left at its
+# default would be the opposite of what the operator asked for, so the pair is refused.
+HOST_MANAGED_GATE_WITHOUT_MODE: Final = (
+    "feature gate HostManagedIMEX=true is set but the IMEX mode is driverManaged (the default): "
+    "the driver would run its own nvidia-imex daemons beside the host's. To use the host's "
+    "nvidia-imex, set mode hostManaged and isolation none (Helm: "
+    "resources.computeDomains.imex.mode=hostManaged, resources.computeDomains.imex.isolation=none; "
+    "env: IMEX_MODE=hostManaged IMEX_ISOLATION=none); to keep driver-managed daemons, "
+    "remove the HostManagedIMEX gate"
+)
 CHANNEL_ISOLATION_NOT_AVAILABLE: Final = (
     "isolation 'channel' (one IMEX channel per ComputeDomain) is not available in this release: "
     "set isolation to 'none'"
@@ -75,7 +86,8 @@ def resolve_driver_config(
     Order matters and is fixed: gates are parsed; the mode is checked (empty means
     driverManaged); in hostManaged the HostManagedIMEX gate is required and the
     driver-daemon gates are forced off (reported in `notes`) *before* gate dependencies
-    are validated; then the isolation matrix is applied. Raises ConfigError.
+    are validated; then the isolation matrix is applied; last, the HostManagedIMEX gate
+    with any mode but hostManaged is refused. Raises ConfigError.
     Deterministic and pure.
     """
     explicit = (
@@ -103,6 +115,8 @@ def resolve_driver_config(
         host_imex_check=host_imex_check,
         daemon_service_account=daemon_service_account,
     )
+    if imex_mode is not models.IMEXMode.HOST_MANAGED and resolved.enabled(gates.HOST_MANAGED_IMEX):
+        raise errors.ConfigError(HOST_MANAGED_GATE_WITHOUT_MODE)
     if daemon_image is not None:
         config = dataclasses.replace(config, daemon_image=daemon_image)
     return ResolvedConfig(config=config, notes=tuple(notes))

@@ -100,7 +100,7 @@ def test_preflight_refuses_a_mode_change_while_domains_of_the_old_mode_exist() -
     cluster = memory_cluster.InMemoryCluster()
     _admitted_cd(cluster, "old", "hostManaged/none")
     refusal = preflight.check(cluster, mode="driverManaged", isolation="", feature_gates="")
-    assert "refusing to switch IMEX mode/isolation to driverManaged/domain" in refusal
+    assert "refusing to install or upgrade with IMEX mode/isolation driverManaged/domain" in refusal
     assert "ml/old (hostManaged/none)" in refusal
 
 
@@ -133,4 +133,14 @@ def test_preflight_without_reachable_credentials_fails_with_a_message_not_a_trac
     )
     assert done.returncode == 1
     assert "error: cannot reach the API server" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_plan_refuses_the_host_managed_gate_without_the_host_managed_mode(
+    tmp_path: pathlib.Path,
+) -> None:
+    done = _plan(tmp_path, "--feature-gates", "HostManagedIMEX=true")
+    assert done.returncode == 2
+    assert "feature gate HostManagedIMEX=true is set but the IMEX mode is driverManaged" in (
+        done.stderr)
     assert "Traceback" not in done.stderr

@@ -41,10 +41,21 @@ def render(
     )
     objects: list[Obj] = []
     for path in sorted(manifests):
+        if path.endswith("/NOTES.txt"):
+            continue  # shown to the user after install, not applied (as `helm template` does)
         for doc in yaml.safe_load_all(manifests[path]):
             if doc:
                 objects.append(doc)
     return objects
+
+
+def notes(values: Mapping[str, Any] | None = None, *, is_upgrade: bool = False) -> str:
+    """The NOTES.txt text Helm prints after an install or upgrade with `values`."""
+    manifests = load_chart().render(
+        dict(values or {}), name=RELEASE, namespace=NAMESPACE,
+        is_install=not is_upgrade, is_upgrade=is_upgrade,
+    )
+    return next(text for path, text in manifests.items() if path.endswith("/NOTES.txt"))
 
 
 def render_error(values: Mapping[str, Any], *, chart_dir: pathlib.Path = CHART_DIR) -> str:

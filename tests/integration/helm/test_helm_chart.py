@@ -534,3 +534,45 @@ def test_kubelet_plugin_accepts_upstream_value_names_and_prefers_ours() -> None:
         "pluginDir": "/ours/cd", "registryDir": "/ours/reg", "healthPort": 6000,
     }}
     assert _plugin_settings(both) == ("/ours/cd", "/ours/reg", "6000", 6000)
+
+
+# ---------------------------------------------------------------- the gate without the mode
+
+
+@pytest.mark.parametrize("gate", ["HostManagedIMEX", "HostManagedIMEXDaemon"])
+def test_host_managed_gate_alone_fails_rendering_instead_of_installing_imex_daemons(
+    gate: str,
+) -> None:
+    # Upstream's alpha recipe: only the gate. The chart's default mode is driverManaged.
+    message = cr.render_error({"featureGates": {gate: True}})
+
+    assert modes.HOST_MANAGED_GATE_WITHOUT_MODE in message
+    assert "resources.computeDomains.imex.mode=hostManaged" in message
+
+
+def test_host_managed_gate_with_host_managed_mode_still_renders() -> None:
+    assert cr.one(cr.render(cr.host_managed()), "DaemonSet")
+
+
+# ---------------------------------------------------------------- NOTES.txt
+
+
+def _doc_headings(path: str) -> list[str]:
+    text = (cr.REPO_ROOT / path).read_text()
+    return [line.lstrip("#").strip() for line in text.splitlines() if line.startswith("#")]
+
+
+@pytest.mark.parametrize("values", [{}, cr.host_managed()], ids=["driverManaged", "hostManaged"])
+def test_notes_name_the_mode_and_point_to_docs_sections_that_exist(values: dict[str, Any]) -> None:
+    notes = cr.notes(values)
+    mode = values.get("resources", {}).get("computeDomains", {}).get("imex", {}).get(
+        "mode", "driverManaged")
+
+    assert f"IMEX mode: {mode}," in notes
+    assert '"Switching modes"' in notes
+    assert "Switching modes" in _doc_headings("docs/operations.md")
+    if mode == "hostManaged":
+        assert "the driver starts no IMEX daemons" in notes
+        assert "Host-managed IMEX" in _doc_headings("docs/prerequisites.md")
+    else:
+        assert "hosts must not run nvidia-imex" in notes

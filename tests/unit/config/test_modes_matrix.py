@@ -235,3 +235,30 @@ def test_describe_is_one_key_value_line() -> None:
         "feature_gates=ComputeDomainCliques=false,CrashOnNVLinkFabricErrors=true,"
         "HostManagedIMEX=true,IMEXDaemonsWithDNSNames=false"
     )
+
+
+# ---------------------------------------------------------------- the gate without the mode
+
+
+@pytest.mark.parametrize("mode", ["", "driverManaged"])
+@pytest.mark.parametrize("gate", ["HostManagedIMEX=true", "HostManagedIMEXDaemon=true"])
+def test_host_managed_gate_without_host_managed_mode_is_refused_not_run_driver_managed(
+    mode: str, gate: str
+) -> None:
+    # Upstream's recipe sets only the gate; driver-managed daemons beside the host's
+    # nvidia-imex would be the silent opposite of what it asks for.
+    assert config_error(mode=mode, feature_gates=gate) == modes.HOST_MANAGED_GATE_WITHOUT_MODE
+    assert "set mode hostManaged and isolation none" in modes.HOST_MANAGED_GATE_WITHOUT_MODE
+    assert "remove the HostManagedIMEX gate" in modes.HOST_MANAGED_GATE_WITHOUT_MODE
+
+
+def test_host_managed_gate_set_false_keeps_driver_managed() -> None:
+    resolved = resolve(mode="driverManaged", feature_gates="HostManagedIMEX=false")
+    assert resolved.config.mode is models.IMEXMode.DRIVER_MANAGED
+
+
+def test_other_mistakes_are_reported_before_the_gate_without_the_mode() -> None:
+    # Same order as the chart, which checks the gate-without-mode rule last.
+    message = config_error(mode="driverManaged", isolation="none",
+                           feature_gates="HostManagedIMEX=true")
+    assert message == modes.driver_managed_isolation_message("none")
