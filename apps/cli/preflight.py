@@ -8,13 +8,14 @@ from collections.abc import Mapping
 from typing import Any
 
 from adapters.kube import cluster as kube_cluster
-from core import controlling, errors, kinds, models, modes, modeswitch, ports
+from core import controlling, decoding, errors, kinds, models, modes, modeswitch, names, ports
 
 
 def add_parser(sub: Any) -> None:
     parser = sub.add_parser(
         "preflight",
-        help="refuse a mode/isolation change while ComputeDomains admitted under another exist",
+        help="refuse an install or a mode/isolation change that would strand ComputeDomains "
+        "or claims in use",
     )
     parser.add_argument("--mode", required=True)
     parser.add_argument("--isolation", default="")
@@ -32,23 +33,67 @@ def check(cluster: ports.Cluster, *, mode: str, isolation: str, feature_gates: s
     except errors.ConfigError as exc:
         return exc.message
     try:
-        listed = cluster.list(kinds.COMPUTE_DOMAIN.kind).items
-    except errors.ClusterError as exc:
-        return (
-            f"cannot list ComputeDomains to check the IMEX mode change: {exc.message}; check "
-            "that the API server is reachable and the preflight ServiceAccount may list "
-            "computedomains.resource.nvidia.com in all namespaces"
-        )
-    # Only the admission annotations matter here, so read the metadata alone: a CD the API
-    # server accepted but our decoder rejects must not fail every upgrade.
+        listed = _list(cluster, kinds.COMPUTE_DOMAIN, "ComputeDomains")
+        claims = _list(cluster, kinds.RESOURCE_CLAIM, "ResourceClaims")
+        slices = _list(cluster, kinds.RESOURCE_SLICE, "ResourceSlices")
+    except _CannotList as exc:
+        return str(exc)
+    # Only the admission annotations and finalizers matter here, so read the metadata alone:
+    # a CD the API server accepted but our decoder rejects must not fail every upgrade.
     domains = [_metadata_only(obj) for obj in listed]
     config = resolved.config
-    blockers = modeswitch.find_blockers(domains, mode=config.mode, isolation=config.isolation)
+    blockers = modeswitch.find_blockers(
+        domains, mode=config.mode, isolation=config.isolation,
+        claims=[c for c in (_claim(obj) for obj in claims) if c is not None],
+        installed=modeswitch.installed_modes(_published(obj) for obj in slices
+                                             if _is_ours(obj)),
+    )
     if not blockers:
         return ""
     return modeswitch.refusal_message(
         blockers, wanted=f"{config.mode.value}/{config.isolation.value}"
     )
+
+
+class _CannotList(Exception):
+    """Listing one kind failed; the message says which and what to check."""
+
+
+def _list(cluster: ports.Cluster, kind: kinds.ResourceKind, plural: str) -> list[Any]:
+    try:
+        return list(cluster.list(kind.kind).items)
+    except errors.ClusterError as exc:
+        raise _CannotList(
+            f"cannot list {plural} to check the IMEX mode change: {exc.message}; check that "
+            "the API server is reachable and the preflight ServiceAccount may list "
+            f"{kind.plural}.{kind.group or 'core'} in all namespaces"
+        ) from exc
+
+
+def _claim(obj: Mapping[str, Any]) -> models.ResourceClaim | None:
+    """The claim, or None for one our decoder rejects (never this driver's: it allocated it)."""
+    try:
+        return decoding.resource_claim_from_k8s(obj)
+    except errors.DecodeError:
+        return None
+
+
+def _is_ours(obj: Mapping[str, Any]) -> bool:
+    spec = obj.get("spec")
+    return isinstance(spec, Mapping) and spec.get("driver") == names.DRIVER_NAME
+
+
+def _published(obj: Mapping[str, Any]) -> modeswitch.PublishedSlice:
+    """The node and device types of one of our ResourceSlices (malformed parts ignored)."""
+    spec = obj.get("spec") or {}
+    types: set[str] = set()
+    for device in spec.get("devices") or ():
+        attrs = device.get("attributes") if isinstance(device, Mapping) else None
+        kind = attrs.get("type") if isinstance(attrs, Mapping) else None
+        if isinstance(kind, Mapping) and isinstance(kind.get("string"), str):
+            types.add(kind["string"])
+    return modeswitch.PublishedSlice(node_name=str(spec.get("nodeName") or ""),
+                                     device_types=frozenset(types))
 
 
 def _metadata_only(obj: Mapping[str, Any]) -> models.ComputeDomain:

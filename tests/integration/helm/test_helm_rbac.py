@@ -268,7 +268,11 @@ def test_kubelet_plugin_service_account_may_make_every_call_the_plugin_makes(mod
 def test_preflight_service_account_may_list_compute_domains_everywhere() -> None:
     objects = cr.render({})
     needs = _preflight_needs()
-    assert needs == {("list", names.API_GROUP, "computedomains", "")}
+    assert needs == {
+        ("list", names.API_GROUP, "computedomains", ""),
+        ("list", "resource.k8s.io", "resourceclaims", ""),
+        ("list", "resource.k8s.io", "resourceslices", ""),
+    }
     assert _missing(objects, f"{cr.RELEASE}-compute-domain-dra-driver-preflight", needs) == []
 
 
