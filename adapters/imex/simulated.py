@@ -60,6 +60,9 @@ echo "$state"
 [ "$state" = READY ]
 """
 
+# /proc/driver/nvidia/capabilities/fabric-imex-mgmt as a GB200 node shows it (mode in decimal).
+MGMT_CAPABILITY_TEXT = "DeviceFileMinor: 1\nDeviceFileMode: 256\nDeviceFileModify: 1\n"
+
 IMEX_NAME = "nvidia-imex"
 CTL_NAME = "nvidia-imex-ctl"
 

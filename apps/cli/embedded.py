@@ -20,10 +20,12 @@ from typing import Any
 
 from adapters.fs import procfs
 from adapters.grpc import kubelet_emulator
+from adapters.imex import simulated as imex_simulated
 from adapters.memory import allocator as memory_allocator
 from adapters.memory import cluster as memory_cluster
 from adapters.nvml import simulated
 from apps.controller import reconciler as controller_reconciler
+from apps.kubeletplugin import daemon_claims as plugin_daemon_claims
 from apps.kubeletplugin import settings as plugin_settings
 from apps.kubeletplugin import wiring
 from core import errors, kinds, models, modes, names, objects
@@ -92,6 +94,10 @@ def _node_files(workdir: str, node: str, *, major: int) -> procfs.ProcNodeFiles:
     boot_id = os.path.join(proc_dir, "boot_id")
     with open(devices, "w", encoding="utf-8") as f:
         f.write(simulated.simulated_proc_devices(major=major))
+    capability = plugin_daemon_claims.capability_path(devices)
+    os.makedirs(os.path.dirname(capability), exist_ok=True)
+    with open(capability, "w", encoding="utf-8") as f:
+        f.write(imex_simulated.MGMT_CAPABILITY_TEXT)
     if not os.path.exists(boot_id):
         with open(boot_id, "w", encoding="utf-8") as f:
             f.write(simulated.simulated_boot_id(node) + "\n")

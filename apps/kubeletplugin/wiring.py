@@ -17,6 +17,7 @@ from adapters.grpc import server as grpc_server
 from adapters.kube import slices as kube_slices
 from adapters.nvml import imexctl
 from adapters.nvml import real as nvml_real
+from apps.kubeletplugin import daemon_claims as plugin_daemon_claims
 from apps.kubeletplugin import domains as plugin_domains
 from apps.kubeletplugin import driver as plugin_driver
 from apps.kubeletplugin import metrics as plugin_metrics
@@ -188,6 +189,7 @@ def start_plugin(
 ) -> Plugin:
     """Recover state and start serving the kubelet; slices are published once it registers us."""
     os.makedirs(settings.plugin_dir, exist_ok=True)
+    node = plugin_daemon_claims.with_daemon_facts(node, settings=settings, config=config)
     metrics = plugin_metrics.PluginMetrics(node_name=settings.node_name)
     stopping = threading.Event()
     domains = plugin_domains.DomainCache(cluster)
@@ -202,7 +204,9 @@ def start_plugin(
         ports=plugin_driver.PluginPorts(
             cluster=cluster,
             checkpoints=fs_checkpoints.FileCheckpointStore(settings.checkpoint_path),
-            cdi=fs_cdi.CDIDirectory(settings.cdi_root),
+            cdi=plugin_daemon_claims.cdi_store(
+                fs_cdi.CDIDirectory(settings.cdi_root), node=node, config=config
+            ),
         ),
         node=node,
         config=config,

@@ -1,0 +1,78 @@
+"""Driver-managed daemon claims: the node facts and CDI-store wrapping the plugin adds for them.
+
+The daemon claim's CDI edits need the IMEX management capability device and a per-domain host
+directory (`<plugin dir>/domains/<cdUID>`, mounted at `/imexd`). Both are wired here so the
+plugin's own wiring changes by two calls. Inputs (environment; the chart sets them):
+- IMEX_DAEMON_CONFIG_TEMPLATE: path of the `imexd.cfg` template (default: the built-in one);
+- IMEX_MGMT_CAPABILITY_PATH: the capability file (default: beside the `--proc-devices` file,
+  i.e. /proc/driver/nvidia/capabilities/fabric-imex-mgmt for the real /proc/devices).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Mapping
+
+from adapters.imex import capability, config_dirs, files
+from apps.kubeletplugin import settings as plugin_settings
+from core import errors, models, ports
+from core.computedomain import daemon_claim, imexconfig
+
+TEMPLATE_ENV = "IMEX_DAEMON_CONFIG_TEMPLATE"
+CAPABILITY_ENV = "IMEX_MGMT_CAPABILITY_PATH"
+
+
+def with_daemon_facts(
+    node: models.NodeFacts,
+    *,
+    settings: plugin_settings.Settings,
+    config: models.DriverConfig,
+    env: Mapping[str, str] = os.environ,
+) -> models.NodeFacts:
+    """`node` plus the management device and the domains directory (driver-managed only)."""
+    if config.host_managed:
+        return node
+    device = capability.read_mgmt_device(
+        capability_path=env.get(CAPABILITY_ENV) or capability_path(settings.proc_devices),
+        proc_devices_text=files.read_text(settings.proc_devices) or "",
+    )
+    return dataclasses.replace(
+        node,
+        imex_mgmt=device,
+        daemon_config_root=os.path.join(
+            os.path.abspath(settings.plugin_dir), daemon_claim.DOMAINS_DIR_NAME
+        ),
+    )
+
+
+def cdi_store(
+    inner: ports.CDIStore,
+    *,
+    node: models.NodeFacts,
+    config: models.DriverConfig,
+    env: Mapping[str, str] = os.environ,
+) -> ports.CDIStore:
+    """The CDI store, creating/removing per-domain config dirs with daemon claims' specs.
+
+    Raises ConfigError when IMEX_DAEMON_CONFIG_TEMPLATE names a file that cannot be read.
+    """
+    if config.host_managed or not node.daemon_config_root:
+        return inner
+    path = env.get(TEMPLATE_ENV, "")
+    template = imexconfig.DEFAULT_IMEXD_TEMPLATE
+    if path:
+        text = files.read_text(path)
+        if text is None:
+            raise errors.ConfigError(
+                f"{TEMPLATE_ENV}={path} does not exist: mount the chart's imexd.cfg template "
+                "there, or unset it to use the built-in template"
+            )
+        template = text
+    return config_dirs.DaemonConfigDirs(inner, root=node.daemon_config_root, template=template)
+
+
+def capability_path(proc_devices: str) -> str:
+    """The capability file in the same procfs as `proc_devices` (a stand-in dir in tests)."""
+    proc_root = os.path.dirname(os.path.abspath(proc_devices))
+    return os.path.join(proc_root, daemon_claim.MGMT_CAPABILITY_PATH.removeprefix("/proc/"))
