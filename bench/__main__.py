@@ -12,7 +12,7 @@ import sys
 import tempfile
 import time
 
-from bench import scenarios
+from bench import realkube_controller, scenarios
 
 
 def main() -> int:
@@ -42,6 +42,9 @@ def main() -> int:
         }
         print("ComputeDomain -> ResourceClaimTemplate ...", flush=True)
         results["cd_to_rct_latency"] = scenarios.cd_to_rct(os.path.join(tmp, "cd"), runs=20)
+    print("ComputeDomain -> ResourceClaimTemplate on a real kube-apiserver ...", flush=True)
+    results["cd_to_rct_real_apiserver"] = realkube_controller.cd_to_rct_on_real_server(
+        one_at_a_time=10 if args.quick else 50, burst=20 if args.quick else 200)
     print("controller planning throughput ...", flush=True)
     results["controller_planning"] = scenarios.planning_throughput(sizes)
     results["total_seconds"] = round(time.time() - started, 1)
