@@ -429,10 +429,12 @@ def test_preflight_hook_checks_mode_and_isolation_before_upgrade(
     account = job["spec"]["template"]["spec"]["serviceAccountName"]
     binding = cr.one(objects, "ClusterRoleBinding", account)
     role = cr.one(objects, "ClusterRole", binding["roleRef"]["name"])
-    assert role["rules"] == [{
-        "apiGroups": ["resource.nvidia.com"], "resources": ["computedomains"],
-        "verbs": ["get", "list"],
-    }]
+    assert role["rules"] == [
+        {"apiGroups": ["resource.nvidia.com"], "resources": ["computedomains"],
+         "verbs": ["get", "list"]},
+        {"apiGroups": ["resource.k8s.io"], "resources": ["resourceclaims", "resourceslices"],
+         "verbs": ["list"]},
+    ]
     # The hook's RBAC exists before the Job runs.
     for obj in (binding, role, cr.one(objects, "ServiceAccount", account)):
         assert int(obj["metadata"]["annotations"]["helm.sh/hook-weight"]) < 0
