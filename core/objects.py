@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any, Final
 
 from core import decoding, gates, kinds, models, names
+from core.computedomain import membership
 
 DAEMON_CONTAINER_NAME: Final = "compute-domain-daemon"
 DAEMON_COMMAND: Final = ("compute-domain-daemon", "run")
@@ -83,14 +84,19 @@ def daemonset(cd: models.ComputeDomain, *, config: models.DriverConfig) -> dict[
     """
     name = names.daemonset_name(cd.uid)
     labels = owned_labels(cd.uid, target=names.TARGET_DAEMON)
+    # The names `compute-domain-daemon` reads. The daemon claim's CDI edits set the domain's
+    # identity again (and CLIQUE_ID, which differs per node); the DaemonSet's copy lets the
+    # daemon say clearly when those edits did not apply.
     env: list[dict[str, Any]] = [
-        {"name": "CD_UID", "value": cd.uid},
-        {"name": "CD_NAME", "value": cd.meta.name},
-        {"name": "CD_NAMESPACE", "value": cd.meta.namespace},
-        {"name": "NUM_NODES", "value": str(cd.spec.num_nodes)},
+        {"name": "COMPUTE_DOMAIN_UUID", "value": cd.uid},
+        {"name": "COMPUTE_DOMAIN_NAME", "value": cd.meta.name},
+        {"name": "COMPUTE_DOMAIN_NAMESPACE", "value": cd.meta.namespace},
+        {"name": "MAX_NODES_PER_IMEX_DOMAIN",
+         "value": str(membership.DEFAULT_MAX_NODES_PER_IMEX_DOMAIN)},
         {"name": "FEATURE_GATES", "value": gates.format_feature_gates(config.gates)},
         _field_env("NODE_NAME", "spec.nodeName"),
         _field_env("POD_IP", "status.podIP"),
+        _field_env("POD_UID", "metadata.uid"),
         _field_env("POD_NAME", "metadata.name"),
         _field_env("POD_NAMESPACE", "metadata.namespace"),
         # The GPU-less IMEX daemon gets its device through the claim; keep the NVIDIA container

@@ -17,7 +17,7 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "apps"))
 import app_processes
 
 from adapters.memory import cluster as memory_cluster
-from core import errors, kinds, names
+from core import errors, kinds, models, names
 from core.computedomain import imexconfig, membership
 
 DRIVER_NAMESPACE = "nvidia-dra-driver"
@@ -58,6 +58,28 @@ class Node:
         )
         if not self.hosts_file.exists():
             self.hosts_file.write_text(HOSTS_SEED, encoding="utf-8")
+
+
+def nodes(
+    tmp_path: pathlib.Path, count: int, *, clique: str = CLIQUE_A, first: int = 0
+) -> list[Node]:
+    """`count` prepared nodes with IPs 10.0.0.<10+i>."""
+    made = [
+        Node(name=f"node-{i:02d}", ip=f"10.0.0.{i + 10}", clique=clique,
+             root=tmp_path / f"node-{i:02d}")
+        for i in range(first, first + count)
+    ]
+    for node in made:
+        node.prepare()
+    return made
+
+
+def ready_entries(
+    cluster: memory_cluster.InMemoryCluster, cd_uid: str, count: int
+) -> list[membership.Peer] | None:
+    found = entries(cluster, cd_uid=cd_uid)
+    ready = all(p.status is models.DomainStatus.READY for p in found)
+    return found if len(found) == count and ready else None
 
 
 def compute_domain(cluster: memory_cluster.InMemoryCluster) -> str:

@@ -8,7 +8,6 @@ clique kept out, and the CD `status.nodes` store with ComputeDomainCliques off.
 
 from __future__ import annotations
 
-import pathlib
 import signal
 
 import daemon_processes as dp
@@ -20,23 +19,6 @@ from core.computedomain import imexconfig
 READY = models.DomainStatus.READY
 
 
-def _nodes(tmp_path: pathlib.Path, count: int, *, clique: str = dp.CLIQUE_A,
-           first: int = 0) -> list[dp.Node]:
-    nodes = [
-        dp.Node(name=f"node-{i:02d}", ip=f"10.0.0.{i + 10}", clique=clique,
-                root=tmp_path / f"node-{i:02d}")
-        for i in range(first, first + count)
-    ]
-    for node in nodes:
-        node.prepare()
-    return nodes
-
-
-def _ready_entries(cluster, cd_uid: str, count: int) -> list | None:
-    found = dp.entries(cluster, cd_uid=cd_uid)
-    return found if len(found) == count and all(p.status is READY for p in found) else None
-
-
 def _hosts_block(node: dp.Node) -> list[str]:
     lines = node.hosts_file.read_text(encoding="utf-8").splitlines()
     return [line for line in lines if imexconfig.DNS_NAME_PREFIX in line]
@@ -45,11 +27,11 @@ def _hosts_block(node: dp.Node) -> list[str]:
 def test_three_daemons_form_one_domain_with_dns_names(served, bin_dir, launch, tmp_path):
     cluster, kubeconfig = served
     cd_uid = dp.compute_domain(cluster)
-    nodes = _nodes(tmp_path, 3)
+    nodes = dp.nodes(tmp_path, 3)
     for node in nodes:
         launch(dp.daemon_args(node, cd_uid=cd_uid, kubeconfig=kubeconfig, bin_dir=bin_dir))
 
-    peers = dp.eventually(lambda: _ready_entries(cluster, cd_uid, 3),
+    peers = dp.eventually(lambda: dp.ready_entries(cluster, cd_uid, 3),
                           what="three Ready entries in the clique")
     assert sorted(p.index for p in peers) == [0, 1, 2]
     expected = dp.expected_hosts_lines([(p.index, p.ip_address) for p in peers])
@@ -72,7 +54,7 @@ def test_a_joining_peer_signals_running_daemons_but_a_fresh_start_is_not_signall
 ):
     cluster, kubeconfig = served
     cd_uid = dp.compute_domain(cluster)
-    first, joiner = _nodes(tmp_path, 2)
+    first, joiner = dp.nodes(tmp_path, 2)
     launch(dp.daemon_args(first, cd_uid=cd_uid, kubeconfig=kubeconfig, bin_dir=bin_dir))
     dp.eventually(lambda: [p.status for p in dp.entries(cluster, cd_uid=cd_uid)] == [READY],
                   what="first daemon Ready")
@@ -88,7 +70,7 @@ def test_a_joining_peer_signals_running_daemons_but_a_fresh_start_is_not_signall
 def test_readiness_follows_nvidia_imex_ctl(served, bin_dir, launch, tmp_path):
     cluster, kubeconfig = served
     cd_uid = dp.compute_domain(cluster)
-    (node,) = _nodes(tmp_path, 1)
+    (node,) = dp.nodes(tmp_path, 1)
     fake.set_state(node.config_dir, "UNAVAILABLE")
     launch(dp.daemon_args(node, cd_uid=cd_uid, kubeconfig=kubeconfig, bin_dir=bin_dir))
     dp.eventually(lambda: fake.starts(node.config_dir), what="nvidia-imex started")
@@ -106,7 +88,7 @@ def test_readiness_follows_nvidia_imex_ctl(served, bin_dir, launch, tmp_path):
 def test_sigterm_removes_the_entry_and_stops_nvidia_imex(served, bin_dir, launch, tmp_path):
     cluster, kubeconfig = served
     cd_uid = dp.compute_domain(cluster)
-    nodes = _nodes(tmp_path, 2)
+    nodes = dp.nodes(tmp_path, 2)
     procs = [launch(dp.daemon_args(n, cd_uid=cd_uid, kubeconfig=kubeconfig, bin_dir=bin_dir))
              for n in nodes]
     dp.eventually(lambda: len(dp.entries(cluster, cd_uid=cd_uid)) == 2, what="two entries")
@@ -123,10 +105,10 @@ def test_indexes_stay_unique_and_stable_across_kill_and_restart(served, bin_dir,
                                                                 tmp_path):
     cluster, kubeconfig = served
     cd_uid = dp.compute_domain(cluster)
-    nodes = _nodes(tmp_path, 4)
+    nodes = dp.nodes(tmp_path, 4)
     procs = {n.name: launch(dp.daemon_args(n, cd_uid=cd_uid, kubeconfig=kubeconfig,
                                            bin_dir=bin_dir)) for n in nodes}
-    before = dp.eventually(lambda: _ready_entries(cluster, cd_uid, 4), what="four entries")
+    before = dp.eventually(lambda: dp.ready_entries(cluster, cd_uid, 4), what="four entries")
     indexes = {p.node_name: p.index for p in before}
     assert sorted(indexes.values()) == [0, 1, 2, 3]
 
@@ -143,8 +125,8 @@ def test_indexes_stay_unique_and_stable_across_kill_and_restart(served, bin_dir,
 def test_a_daemon_of_another_clique_stays_out(served, bin_dir, launch, tmp_path):
     cluster, kubeconfig = served
     cd_uid = dp.compute_domain(cluster)
-    rack_a = _nodes(tmp_path, 2)
-    (other,) = _nodes(tmp_path, 1, clique=dp.CLIQUE_B, first=5)
+    rack_a = dp.nodes(tmp_path, 2)
+    (other,) = dp.nodes(tmp_path, 1, clique=dp.CLIQUE_B, first=5)
     for node in (*rack_a, other):
         launch(dp.daemon_args(node, cd_uid=cd_uid, kubeconfig=kubeconfig, bin_dir=bin_dir))
     dp.eventually(lambda: len(dp.entries(cluster, cd_uid=cd_uid)) == 2, what="clique A")
@@ -163,7 +145,7 @@ def test_without_cliques_and_dns_names_entries_go_to_cd_status_and_nodes_cfg_lis
 ):
     cluster, kubeconfig = served
     cd_uid = dp.compute_domain(cluster)
-    nodes = _nodes(tmp_path, 3)
+    nodes = dp.nodes(tmp_path, 3)
     gates = "ComputeDomainCliques=false,IMEXDaemonsWithDNSNames=false"
     for node in nodes:
         launch(dp.daemon_args(node, cd_uid=cd_uid, kubeconfig=kubeconfig, bin_dir=bin_dir,

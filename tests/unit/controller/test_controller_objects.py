@@ -46,9 +46,10 @@ def test_daemonset_runs_the_imex_daemon_with_its_compute_domain_in_env() -> None
     assert container["command"] == ["compute-domain-daemon", "run"]
     assert container["resources"] == {"claims": [{"name": "daemon"}]}
     env = {e["name"]: e.get("value", e.get("valueFrom")) for e in container["env"]}
-    assert env["CD_UID"] == "u-9"
-    assert env["CD_NAME"] == "train"
-    assert env["CD_NAMESPACE"] == "team"
+    assert env["COMPUTE_DOMAIN_UUID"] == "u-9"
+    assert env["COMPUTE_DOMAIN_NAME"] == "train"
+    assert env["COMPUTE_DOMAIN_NAMESPACE"] == "team"
+    assert env["MAX_NODES_PER_IMEX_DOMAIN"] == "18"
     assert env["NODE_NAME"] == {"fieldRef": {"fieldPath": "spec.nodeName"}}
     assert env["POD_IP"] == {"fieldRef": {"fieldPath": "status.podIP"}}
     assert env["NVIDIA_VISIBLE_DEVICES"] == "void"
