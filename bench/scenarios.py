@@ -14,7 +14,7 @@ import tracemalloc
 from typing import Any
 
 from apps.cli import embedded
-from apps.controller import reconciler as controller_reconciler
+from apps.controller import running as controller_running
 from bench import floor, stats
 from core import controlling, decoding, errors, kinds, models, modes, names
 
@@ -62,8 +62,16 @@ def _make_claims(
     refs = []
     for i in range(start, start + count):
         created = env.cluster.create(kinds.RESOURCE_CLAIM.kind, _claim_json(i))
+        # The plugin prepares a claim only for a pod on its node that the claim is reserved for.
+        pod = env.cluster.create(kinds.POD.kind, {
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": f"pod-{i}", "namespace": NAMESPACE},
+            "spec": {"nodeName": node, "containers": [{"name": "main", "image": "busybox"}]},
+        })
+        reserved = [{"resource": "pods", "name": f"pod-{i}", "uid": pod["metadata"]["uid"]}]
         env.cluster.patch(kinds.RESOURCE_CLAIM.kind, namespace=NAMESPACE, name=f"claim-{i}",
-                          patch={"status": _allocation(node, cd_uid)}, subresource="status")
+                          patch={"status": {**_allocation(node, cd_uid), "reservedFor": reserved}},
+                          subresource="status")
         refs.append(models.ClaimRef(uid=names.ClaimUID(created["metadata"]["uid"]),
                                     namespace=NAMESPACE, name=f"claim-{i}"))
     return refs
@@ -129,10 +137,9 @@ def cd_to_rct(workdir: str, *, runs: int) -> dict[str, Any]:
     env = _one_node(workdir)
     stop = threading.Event()
     try:
-        controller_reconciler.watch_changes(env.cluster, env.controller, stop)
-        loop = threading.Thread(target=env.controller.run, args=(stop,),
-                                kwargs={"resync_s": 5.0, "min_interval_s": 0.0}, daemon=True)
-        loop.start()
+        controller = controller_running.Controller(env.controller)
+        threading.Thread(target=controller.run, args=(stop,), daemon=True).start()
+        controller.synced.wait(10)
         samples = []
         for i in range(runs):
             started = time.perf_counter()

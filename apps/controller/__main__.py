@@ -8,13 +8,14 @@ import os
 import signal
 import sys
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from types import FrameType
 
 from adapters.kube import cluster as kube_cluster
 from adapters.kube import leader
 from apps.controller import metrics as controller_metrics
 from apps.controller import reconciler as controller_reconciler
+from apps.controller import running
 from apps.controller import settings as controller_settings
 from core import errors, modes, ports
 
@@ -88,7 +89,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             identity=settings.identity,
         )
     return run_controller(
-        cluster, reconciler=reconciler, stop=stop, resync_s=settings.resync_s, elector=elector
+        cluster, reconciler=reconciler, stop=stop, resync_s=settings.resync_s, elector=elector,
+        workers=settings.workers,
     )
 
 
@@ -99,13 +101,16 @@ def run_controller(
     stop: threading.Event,
     resync_s: float,
     elector: leader.LeaderElector | None = None,
+    workers: int = 4,
+    on_controller: Callable[[running.Controller], None] | None = None,
 ) -> int:
     """Reconcile until `stop` (returns 0) or until the lease is lost (returns 1).
 
-    The informers and the reconcile loop run on their own threads under a `work` Event of
-    their own, so the elector's thread stays free to renew the lease. Losing the lease ends
-    the process with a non-zero status, as client-go controllers do: the pod restarts clean
-    and competes again, instead of resuming with whatever state the lost term left behind.
+    The informers, the work queue and its workers run on their own threads under a `work`
+    Event of their own, so the elector's thread stays free to renew the lease. Losing the
+    lease ends the process with a non-zero status, as client-go controllers do: the pod
+    restarts clean and competes again, instead of resuming with whatever state the lost term
+    left behind. `on_controller` sees the controller of the term (tests wait on its events).
     """
     work = threading.Event()
     loop: list[threading.Thread] = []
@@ -113,22 +118,20 @@ def run_controller(
     def wake_on_stop() -> None:
         stop.wait()
         work.set()
-        reconciler.mark_dirty()
 
     threading.Thread(target=wake_on_stop, name="stop-watcher", daemon=True).start()
 
     def lead() -> None:
-        controller_reconciler.watch_changes(cluster, reconciler, work)
-        thread = threading.Thread(
-            target=reconciler.run, args=(work,), kwargs={"resync_s": resync_s},
-            name="reconciler", daemon=True,
-        )
+        controller = running.Controller(reconciler, workers=workers, resync_s=resync_s)
+        if on_controller is not None:
+            on_controller(controller)
+        thread = threading.Thread(target=controller.run, args=(work,), name="controller",
+                                  daemon=True)
         thread.start()
         loop.append(thread)
 
     def stop_leading() -> None:
         work.set()
-        reconciler.mark_dirty()
 
     if elector is None:
         lead()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+
 import prometheus_client
 
 from core import models
@@ -24,7 +26,14 @@ class ControllerMetrics:
             ["action"],
             registry=self.registry,
         )
+        self.reconcile_failures_total = prometheus_client.Counter(
+            "nvidia_dra_controller_reconcile_failures_total",
+            "ComputeDomain reconciles that failed and were retried with backoff.",
+            registry=self.registry,
+        )
         self._series: dict[str, tuple[str, ...]] = {}
+        # NB: several work-queue workers record at once.
+        self._lock = threading.Lock()
 
     def record_domain(self, cd: models.ComputeDomain, *, config: models.DriverConfig) -> None:
         status = cd.status.status.value if cd.status is not None else "NotReady"
@@ -32,15 +41,23 @@ class ControllerMetrics:
             cd.meta.namespace, cd.meta.name, cd.meta.uid,
             config.mode.value, config.isolation.value, status,
         )
-        previous = self._series.get(cd.meta.uid)
-        if previous is not None and previous != labels:
-            self.compute_domain_info.remove(*previous)
-        self.compute_domain_info.labels(*labels).set(1)
-        self._series[cd.meta.uid] = labels
+        with self._lock:
+            previous = self._series.get(cd.meta.uid)
+            if previous is not None and previous != labels:
+                self.compute_domain_info.remove(*previous)
+            self.compute_domain_info.labels(*labels).set(1)
+            self._series[cd.meta.uid] = labels
+
+    def forget(self, uid: str) -> None:
+        with self._lock:
+            labels = self._series.pop(uid, None)
+            if labels is not None:
+                self.compute_domain_info.remove(*labels)
 
     def forget_missing(self, live_uids: frozenset[str]) -> None:
-        for uid in [uid for uid in self._series if uid not in live_uids]:
-            self.compute_domain_info.remove(*self._series.pop(uid))
+        with self._lock:
+            for uid in [uid for uid in self._series if uid not in live_uids]:
+                self.compute_domain_info.remove(*self._series.pop(uid))
 
     def count_action(self, action: models.ClusterAction) -> None:
         self.reconcile_actions_total.labels(type(action).__name__).inc()

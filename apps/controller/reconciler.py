@@ -1,17 +1,18 @@
-"""Level-triggered reconcile loop: list what exists, plan per ComputeDomain, apply.
+"""Reconciling one ComputeDomain: observe, plan (pure, `core.controlling`), apply, report.
 
-Planning is `core.controlling` (pure, idempotent); this module gathers observations,
-applies the actions through the cluster port and keeps the loop alive on errors.
+`Reconciler.sync_domain` is what a work-queue worker runs for one CD key (see
+`apps.controller.running`); `reconcile_all` is one level-triggered pass over lists, kept for the
+embedded demo and tests that step the controller by hand. A failure of one CD is reported on
+that CD (a Warning event and a `Reconciled=False` condition, once per distinct failure) and
+raised to the caller, which retries that key alone with backoff.
 """
 
 from __future__ import annotations
 
 import logging
-import threading
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-from adapters.kube import retrying
 from apps.controller import metrics as controller_metrics
 from core import controlling, decoding, errors, executing, kinds, models, names, ports
 
@@ -31,14 +32,11 @@ RELATED_KINDS = (
 # looks there), so the controller needs no cluster-wide rights on them.
 DRIVER_NAMESPACE_KINDS = frozenset({kinds.DAEMON_SET.kind, kinds.COMPUTE_DOMAIN_CLIQUE.kind})
 
-# Backoff after a failed pass (a 403 or 422 persists until someone fixes RBAC or the object):
-# capped and reset by the next successful pass, so a broken cluster is not listed 20 times a
-# second.
-FAILED_PASS_BACKOFF = retrying.bounded_backoff(initial_s=0.25, max_s=30.0)
+Observe = Callable[[models.ComputeDomain, Mapping[str, Any]], controlling.Observed]
 
 
 class Reconciler:
-    """Reconciles every ComputeDomain; `reconcile_all` is one level-triggered pass."""
+    """Plans and applies what each ComputeDomain needs; reports what cannot be done."""
 
     def __init__(
         self,
@@ -50,10 +48,22 @@ class Reconciler:
         self._cluster = cluster
         self._config = config
         self._metrics = metrics
-        self._dirty = threading.Event()
-        self._pass_failed = False
         # uid -> resourceVersion of each undecodable CD already reported by an event.
         self._reported_invalid: dict[str, str] = {}
+        # uid -> message of the reconcile failure last reported by an event.
+        self._reported_failure: dict[str, str] = {}
+
+    @property
+    def cluster(self) -> ports.Cluster:
+        return self._cluster
+
+    @property
+    def config(self) -> models.DriverConfig:
+        return self._config
+
+    @property
+    def metrics(self) -> controller_metrics.ControllerMetrics | None:
+        return self._metrics
 
     @property
     def watched_kinds(self) -> tuple[str, ...]:
@@ -63,127 +73,163 @@ class Reconciler:
         """The namespace `kind` is listed and watched in ("" for all namespaces)."""
         return self._config.namespace if kind in DRIVER_NAMESPACE_KINDS else ""
 
-    def observe_all(
-        self,
-    ) -> tuple[tuple[Mapping[str, Any], ...], dict[str, Sequence[Mapping[str, Any]]]]:
+    # ------------------------------------------------------------ one pass over lists
+
+    def reconcile_all(self) -> int:
+        """One pass over all ComputeDomains from fresh lists; returns the actions applied.
+
+        A CD whose actions fail is reported and skipped: the others are still reconciled.
+        """
         domains = self._cluster.list(kinds.COMPUTE_DOMAIN.kind).items
         related: dict[str, Sequence[Mapping[str, Any]]] = {
             kind: self._cluster.list(kind, namespace=self.watch_namespace(kind)).items
             for kind in RELATED_KINDS
         }
-        return domains, related
-
-    def reconcile_all(self) -> int:
-        """One pass over all ComputeDomains; returns how many actions were applied."""
-        raw_domains, related = self.observe_all()
         index = controlling.index_cluster(related)
+
+        def observe(cd: models.ComputeDomain, raw: Mapping[str, Any]) -> controlling.Observed:
+            return controlling.observe(cd, objects=index, config=self._config,
+                                       conditions=controlling.conditions_from_k8s(raw))
+
         applied = 0
         live: set[str] = set()
-        for raw in raw_domains:
-            applied += self._reconcile_one(raw, index)
-            live.add(str(raw.get("metadata", {}).get("uid", "")))
-        actions = controlling.plan_stale_node_labels(
-            nodes=related.get(kinds.NODE.kind, ()), live_cd_uids=frozenset(live),
-            config=self._config,
-        )
-        applied += self._apply(actions)
+        for raw in domains:
+            live.add(str((raw.get("metadata") or {}).get("uid", "")))
+            try:
+                applied += self.sync_domain(raw, observe=observe)
+            except errors.ClusterError:
+                continue  # reported on the CD; the next pass retries it
+        try:
+            applied += self.sync_stale_node_labels(
+                nodes=related.get(kinds.NODE.kind, ()), live_cd_uids=frozenset(live)
+            )
+        except errors.ClusterError as exc:
+            log.info("event=reconcile_retry what=stale_node_labels reason=%r", exc.message)
         if self._metrics is not None:
             self._metrics.forget_missing(frozenset(live))
         for uid in set(self._reported_invalid) - live:
             del self._reported_invalid[uid]
+        for uid in set(self._reported_failure) - live:
+            del self._reported_failure[uid]
         return applied
 
-    def _reconcile_one(self, raw: Mapping[str, Any], index: controlling.ClusterIndex) -> int:
+    # ------------------------------------------------------------ one ComputeDomain
+
+    def sync_domain(self, raw: Mapping[str, Any], *, observe: Observe) -> int:
+        """Reconcile one CD (raw JSON as cached or listed); returns the actions applied.
+
+        Raises ClusterError when an action failed: a conflict or a vanished object (a stale
+        observation) as is, anything else after reporting it on the CD.
+        """
         try:
             cd = decoding.compute_domain_from_k8s(raw)
         except errors.DecodeError as exc:
-            meta = raw.get("metadata") or {}
-            uid = str(meta.get("uid", ""))
-            version = str(meta.get("resourceVersion", ""))
-            if self._reported_invalid.get(uid) == version:
-                return 0  # reported already; a new event only once the CD changes
-            self._reported_invalid[uid] = version
-            log.error(
-                "event=compute_domain_invalid cd=%s/%s error=%r",
-                meta.get("namespace"), meta.get("name"), exc.message,
-            )
-            self._cluster.emit_event(
-                involved=models.ObjectRef(
-                    kind=kinds.COMPUTE_DOMAIN.kind,
-                    name=str(meta.get("name", "")),
-                    namespace=str(meta.get("namespace", "")),
-                    uid=str(meta.get("uid", "")),
-                    api_version=kinds.COMPUTE_DOMAIN.api_version,
-                ),
-                reason="InvalidComputeDomain",
-                message=f"the driver cannot use this ComputeDomain: {exc.message}",
-            )
+            self._report_invalid(raw, exc)
             return 0
-        observed = controlling.observe(cd, objects=index, config=self._config)
+        observed = observe(cd, raw)
         actions = controlling.plan_compute_domain(cd, observed=observed, config=self._config)
-        applied = self._apply(actions)
-        if self._metrics is not None and not cd.meta.deleting:
-            self._metrics.record_domain(cd, config=self._config)
+        try:
+            applied = self._apply(actions)
+        except (errors.ConflictError, errors.NotFoundError) as exc:
+            log.debug("event=reconcile_retry cd=%s/%s reason=%r",
+                      cd.meta.namespace, cd.meta.name, exc.message)
+            raise
+        except errors.ClusterError as exc:
+            self._report_failure(cd, observed=observed, exc=exc)
+            raise
         if actions:
             log.info(
                 "event=compute_domain_reconciled cd=%s/%s uid=%s actions=%s",
                 cd.meta.namespace, cd.meta.name, cd.meta.uid,
                 ",".join(_describe(a) for a in actions),
             )
+        recovered = controlling.plan_reconcile_recovered(cd, observed=observed)
+        if recovered:
+            applied += self._apply(recovered)
+            log.info("event=compute_domain_recovered cd=%s/%s uid=%s",
+                     cd.meta.namespace, cd.meta.name, cd.meta.uid)
+        self._reported_failure.pop(cd.uid, None)
+        if self._metrics is not None and not cd.meta.deleting:
+            self._metrics.record_domain(cd, config=self._config)
         return applied
+
+    def forget_domain(self, uid: str) -> None:
+        """The CD is gone: drop what was remembered about it (metrics series, reports)."""
+        self._reported_invalid.pop(uid, None)
+        self._reported_failure.pop(uid, None)
+        if self._metrics is not None:
+            self._metrics.forget(uid)
+
+    def sync_stale_node_labels(
+        self, *, nodes: Sequence[Mapping[str, Any]], live_cd_uids: frozenset[str]
+    ) -> int:
+        """Remove computeDomain labels naming CDs that are gone (see plan_stale_node_labels)."""
+        actions = controlling.plan_stale_node_labels(
+            nodes=nodes, live_cd_uids=live_cd_uids, config=self._config
+        )
+        return self._apply(actions)
+
+    # ------------------------------------------------------------ reporting
+
+    def _report_invalid(self, raw: Mapping[str, Any], exc: errors.DecodeError) -> None:
+        meta = raw.get("metadata") or {}
+        uid = str(meta.get("uid", ""))
+        version = str(meta.get("resourceVersion", ""))
+        if self._reported_invalid.get(uid) == version:
+            return  # reported already; a new event only once the CD changes
+        self._reported_invalid[uid] = version
+        log.error(
+            "event=compute_domain_invalid cd=%s/%s error=%r",
+            meta.get("namespace"), meta.get("name"), exc.message,
+        )
+        self._cluster.emit_event(
+            involved=models.ObjectRef(
+                kind=kinds.COMPUTE_DOMAIN.kind,
+                name=str(meta.get("name", "")),
+                namespace=str(meta.get("namespace", "")),
+                uid=uid,
+                api_version=kinds.COMPUTE_DOMAIN.api_version,
+            ),
+            reason="InvalidComputeDomain",
+            message=f"the driver cannot use this ComputeDomain: {exc.message}",
+        )
+
+    def _report_failure(
+        self, cd: models.ComputeDomain, *, observed: controlling.Observed,
+        exc: errors.ClusterError,
+    ) -> None:
+        status = getattr(exc, "status", 0)
+        actions = controlling.plan_reconcile_failure(
+            cd, observed=observed, cause=exc.message,
+            http_status=status if isinstance(status, int) else 0,
+        )
+        log.warning(
+            "event=compute_domain_reconcile_failed cd=%s/%s uid=%s reason=%r",
+            cd.meta.namespace, cd.meta.name, cd.meta.uid, exc.message,
+        )
+        reported = self._reported_failure.get(cd.uid)
+        events = [a for a in actions if isinstance(a, models.EmitEvent)]
+        if events and reported == events[0].message:
+            # The cache has not caught up with the condition we wrote: no second event.
+            actions = tuple(a for a in actions if not isinstance(a, models.EmitEvent))
+        try:
+            executing.execute_cluster_actions(self._cluster, actions)
+        except errors.ClusterError as report_exc:
+            log.warning("event=failure_report_failed cd=%s/%s reason=%r",
+                        cd.meta.namespace, cd.meta.name, report_exc.message)
+            return
+        if events:
+            self._reported_failure[cd.uid] = events[0].message
 
     def _apply(self, actions: Iterable[models.ClusterAction]) -> int:
         batch = tuple(actions)
         if not batch:
             return 0
-        try:
-            executing.execute_cluster_actions(self._cluster, batch)
-        except errors.ClusterError as exc:
-            # Stale observation (conflict) or a racing delete: the next pass re-plans afresh.
-            log.info("event=reconcile_retry reason=%r", exc.message)
-            self._pass_failed = True
-            return 0
+        executing.execute_cluster_actions(self._cluster, batch)
         if self._metrics is not None:
             for action in batch:
                 self._metrics.count_action(action)
         return len(batch)
-
-    def mark_dirty(self) -> None:
-        self._dirty.set()
-
-    def run(
-        self,
-        stop: threading.Event,
-        *,
-        resync_s: float = 30.0,
-        min_interval_s: float = 0.5,
-        backoff: retrying.Wait = FAILED_PASS_BACKOFF,
-    ) -> None:
-        """Reconcile on every change signal (`mark_dirty`) and at least every `resync_s`.
-
-        Passes are at least `min_interval_s` apart. A failed pass (API error, or an action
-        that failed) is retried after a capped exponential `backoff`, reset by a successful
-        pass. NB: whoever sets `stop` must also call `mark_dirty()`, or the loop sleeps on
-        until the next change or resync.
-        """
-        failures = 0
-        while not stop.is_set():
-            self._dirty.clear()
-            self._pass_failed = False
-            try:
-                self.reconcile_all()
-            except errors.ClusterError as exc:
-                log.warning("event=reconcile_failed reason=%r", exc.message)
-                self._pass_failed = True
-            if self._pass_failed:
-                failures += 1
-                delay = retrying.backoff_delay(backoff, attempt=failures)
-                log.info("event=reconcile_backoff attempt=%d delay_s=%.2f", failures, delay)
-                stop.wait(delay)
-                continue
-            failures = 0
-            self._dirty.wait(timeout=resync_s)
-            stop.wait(min_interval_s)
 
 
 def _describe(action: models.ClusterAction) -> str:
@@ -198,49 +244,15 @@ def _describe(action: models.ClusterAction) -> str:
             return f"event:{reason}"
 
 
-def watch_changes(
-    cluster: ports.Cluster, reconciler: Reconciler, stop: threading.Event
-) -> list[threading.Thread]:
-    """One informer thread per watched kind; every relevant event marks the reconciler dirty.
-
-    Node events count only when a node comes, goes or changes its computeDomain label: the
-    kubelet updates every node's status every few seconds, and none of that is planned on.
-    """
-    threads = []
-    for kind in reconciler.watched_kinds:
-
-        def follow(kind: str = kind) -> None:
-            relevant = NodeLabelFilter() if kind == kinds.NODE.kind else None
-            for event in retrying.list_then_watch(
-                cluster, kind, namespace=reconciler.watch_namespace(kind), stop=stop, timeout_s=5
-            ):
-                if relevant is None or relevant.changed(event):
-                    reconciler.mark_dirty()
-
-        thread = threading.Thread(target=follow, name=f"informer-{kind}", daemon=True)
-        thread.start()
-        threads.append(thread)
-    return threads
+def node_label_changed(old: Mapping[str, Any] | None, new: Mapping[str, Any] | None) -> bool:
+    """True when a Node event matters to the planner: it came or went with a computeDomain
+    label, or that label changed. The kubelet's status updates every few seconds do not."""
+    return _cd_label(old) != _cd_label(new)
 
 
-class NodeLabelFilter:
-    """Tells Node informer events that matter to the planner from status-only updates."""
-
-    def __init__(self) -> None:
-        self._labels: dict[str, str | None] = {}
-
-    def changed(self, event: retrying.InformerEvent) -> bool:
-        """True on a relist, an added or deleted node, or a changed computeDomain label."""
-        if isinstance(event, retrying.Relist):
-            self._labels = {}
-            return True
-        meta = event.obj.get("metadata") or {}
-        name = str(meta.get("name", ""))
-        label = (meta.get("labels") or {}).get(names.COMPUTE_DOMAIN_LABEL)
-        if event.type is ports.WatchEventType.DELETED:
-            self._labels.pop(name, None)
-            return True
-        known = name in self._labels
-        previous = self._labels.get(name)
-        self._labels[name] = label
-        return not known or event.type is ports.WatchEventType.ADDED or previous != label
+def _cd_label(node: Mapping[str, Any] | None) -> str:
+    if node is None:
+        return ""
+    labels = (node.get("metadata") or {}).get("labels") or {}
+    value = labels.get(names.COMPUTE_DOMAIN_LABEL)
+    return value if isinstance(value, str) else ""

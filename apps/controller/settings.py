@@ -21,6 +21,7 @@ class Settings:
     daemon_service_account: str
     kubeconfig: str | None
     resync_s: float
+    workers: int
     log_verbosity: int
 
 
@@ -42,7 +43,10 @@ def parse(argv: Sequence[str] | None, env: Mapping[str, str]) -> Settings:
     add("--daemon-image", default=env.get("DAEMON_IMAGE"))
     add("--daemon-service-account", default=env.get("DAEMON_SERVICE_ACCOUNT", ""))
     add("--kubeconfig", default=env.get("KUBECONFIG"))
-    add("--resync-seconds", default=env.get("RESYNC_SECONDS", "30"))
+    # A safety net only: every change is picked up from its watch event at once.
+    add("--resync-seconds", default=env.get("RESYNC_SECONDS", "300"))
+    add("--workers", default=env.get("WORKERS", "4"),
+        help="ComputeDomains reconciled in parallel")
     add("-v", "--log-verbosity", default=env.get("LOG_VERBOSITY", "2"))
     ns = parser.parse_args(argv)
     return Settings(
@@ -58,5 +62,6 @@ def parse(argv: Sequence[str] | None, env: Mapping[str, str]) -> Settings:
         daemon_service_account=ns.daemon_service_account,
         kubeconfig=ns.kubeconfig,
         resync_s=float(ns.resync_seconds),
+        workers=max(1, int(ns.workers)),
         log_verbosity=int(ns.log_verbosity),
     )

@@ -12,6 +12,7 @@ from adapters.kube import leader
 from adapters.memory import cluster as memory_cluster
 from apps.controller import __main__ as controller_main
 from apps.controller import reconciler as controller_reconciler
+from apps.controller import running as controller_running
 from core import kinds, models, modes, names
 
 NAMESPACE = "nvidia-dra-driver"
@@ -51,7 +52,8 @@ def _renew_time(cluster: memory_cluster.InMemoryCluster) -> str:
 
 
 def _start(
-    cluster: memory_cluster.InMemoryCluster, stop: threading.Event, *, elect: bool = True
+    cluster: memory_cluster.InMemoryCluster, stop: threading.Event, *, elect: bool = True,
+    terms: list[controller_running.Controller] | None = None,
 ) -> tuple[threading.Thread, list[int]]:
     elector = None
     if elect:
@@ -65,7 +67,8 @@ def _start(
     def main() -> None:
         result.append(
             controller_main.run_controller(
-                cluster, reconciler=reconciler, stop=stop, resync_s=60, elector=elector
+                cluster, reconciler=reconciler, stop=stop, resync_s=60, elector=elector,
+                on_controller=terms.append if terms is not None else None,
             )
         )
 
@@ -94,7 +97,8 @@ def test_the_leader_keeps_renewing_its_lease_while_it_reconciles() -> None:
 def test_losing_the_lease_stops_reconciling_and_exits_non_zero() -> None:
     cluster = memory_cluster.InMemoryCluster()
     stop = threading.Event()
-    thread, result = _start(cluster, stop)
+    terms: list[controller_running.Controller] = []
+    thread, result = _start(cluster, stop, terms=terms)
     try:
         cluster.create(kinds.COMPUTE_DOMAIN.kind, _cd("a"))
         _eventually(lambda: _ready(cluster, "a"), what="CD a Ready")
@@ -105,8 +109,13 @@ def test_losing_the_lease_stops_reconciling_and_exits_non_zero() -> None:
         thread.join(timeout=10)
         assert not thread.is_alive()
         assert result == [1]
+        [term] = terms
+        assert term.stopped.wait(10), "the lost term's workers did not finish"
+        workers = [t for t in threading.enumerate() if t.name.startswith("controller-worker")]
+        assert workers == [], "a replica that lost the lease still has reconcile workers"
         cluster.create(kinds.COMPUTE_DOMAIN.kind, _cd("after"))
-        time.sleep(1.0)
+        # Nothing is left to take the key: an event of the lost term's informers is dropped.
+        assert len(term.queue) == 0
         assert not _ready(cluster, "after"), "a replica that lost the lease still reconciles"
     finally:
         stop.set()

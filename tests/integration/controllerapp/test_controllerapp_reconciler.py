@@ -1,15 +1,16 @@
-"""The controller's reconcile loop on the embedded cluster: passes, invalid objects, restarts."""
+"""The reconciler's list-based pass on the embedded cluster: invalid objects, metrics, scopes.
+
+The production loop (informers, work queue, workers) is pinned in test_controllerapp_queue.py.
+"""
 
 from __future__ import annotations
 
-import threading
-import time
 from collections.abc import Mapping
 
 from adapters.memory import cluster as memory_cluster
 from apps.controller import metrics as controller_metrics
 from apps.controller import reconciler as controller_reconciler
-from core import errors, kinds, models, modes, names, ports
+from core import kinds, models, modes, names, ports
 
 
 def _host_config() -> models.DriverConfig:
@@ -66,58 +67,6 @@ def test_metrics_follow_compute_domains_and_forget_deleted_ones() -> None:
     assert 'name="a"' not in metrics.exposition().decode()
 
 
-def test_running_loop_reacts_to_watch_events() -> None:
-    cluster = memory_cluster.InMemoryCluster()
-    reconciler = _reconciler(cluster)
-    stop = threading.Event()
-    controller_reconciler.watch_changes(cluster, reconciler, stop)
-    loop = threading.Thread(target=reconciler.run, args=(stop,), kwargs={"resync_s": 60},
-                            daemon=True)
-    loop.start()
-    try:
-        cluster.create(kinds.COMPUTE_DOMAIN.kind, _cd("w"))
-        deadline = time.monotonic() + 10
-        while True:
-            cd = cluster.get(kinds.COMPUTE_DOMAIN.kind, namespace="ml", name="w")
-            if (cd.get("status") or {}).get("status") == "Ready":
-                break
-            assert time.monotonic() < deadline, "controller did not react to the new CD"
-            time.sleep(0.01)
-    finally:
-        stop.set()
-        cluster.close()
-        loop.join(timeout=10)
-    assert not loop.is_alive()
-
-
-class _ForbiddenLists(memory_cluster.InMemoryCluster):
-    """Every list is refused, as with a missing RBAC rule; counts the attempts."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.lists = 0
-
-    def list(self, kind: str, *, namespace: str = "",
-             label_selector: Mapping[str, str] | None = None) -> ports.ListResult:
-        self.lists += 1
-        raise errors.ClusterError(f"{kind} is forbidden: missing RBAC rule")
-
-
-def test_a_persistently_failing_pass_backs_off_instead_of_spinning() -> None:
-    cluster = _ForbiddenLists()
-    reconciler = _reconciler(cluster)
-    stop = threading.Event()
-    loop = threading.Thread(target=reconciler.run, args=(stop,),
-                            kwargs={"resync_s": 60, "min_interval_s": 0}, daemon=True)
-    loop.start()
-    time.sleep(1.5)
-    stop.set()
-    reconciler.mark_dirty()
-    loop.join(timeout=40)
-    # Capped exponential backoff from 0.25 s: a handful of passes, not one per 50 ms.
-    assert 1 <= cluster.lists <= 8, cluster.lists
-
-
 def test_an_undecodable_compute_domain_is_reported_once_per_change() -> None:
     cluster = memory_cluster.InMemoryCluster()
     cluster.create(kinds.COMPUTE_DOMAIN.kind, _cd("bad", rct=""))
@@ -163,16 +112,12 @@ def _node(name: str, *, label: str | None = None, heartbeat: str = "") -> dict[s
             "status": {"conditions": [{"type": "Ready", "lastHeartbeatTime": heartbeat}]}}
 
 
-def test_node_status_updates_do_not_wake_the_reconciler_but_label_changes_do() -> None:
-    relevant = controller_reconciler.NodeLabelFilter()
-    added, modified, deleted = (ports.WatchEventType.ADDED, ports.WatchEventType.MODIFIED,
-                                ports.WatchEventType.DELETED)
-    assert relevant.changed(ports.WatchEvent(type=added, obj=_node("n1")))
-    assert not relevant.changed(ports.WatchEvent(type=modified, obj=_node("n1", heartbeat="t1")))
-    assert relevant.changed(ports.WatchEvent(type=modified, obj=_node("n1", label="uid-1")))
-    assert not relevant.changed(
-        ports.WatchEvent(type=modified, obj=_node("n1", label="uid-1", heartbeat="t2"))
-    )
-    assert relevant.changed(ports.WatchEvent(type=modified, obj=_node("n1")))
-    assert relevant.changed(ports.WatchEvent(type=deleted, obj=_node("n1")))
-    assert relevant.changed(ports.WatchEvent(type=modified, obj=_node("n2", heartbeat="t3")))
+def test_node_status_updates_do_not_matter_but_label_changes_do() -> None:
+    changed = controller_reconciler.node_label_changed
+    assert not changed(None, _node("n1"))
+    assert not changed(_node("n1"), _node("n1", heartbeat="t1"))
+    assert changed(_node("n1"), _node("n1", label="uid-1"))
+    assert not changed(_node("n1", label="uid-1"), _node("n1", label="uid-1", heartbeat="t2"))
+    assert changed(_node("n1", label="uid-1"), _node("n1"))
+    assert changed(_node("n1", label="uid-1"), None)
+    assert changed(None, _node("n2", label="uid-2"))
