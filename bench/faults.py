@@ -322,10 +322,11 @@ class Node:
     # ------------------------------------------------------------ what is on disk
 
     def temp_files(self) -> list[str]:
+        """Temp files of interrupted writes, relative to the node's root."""
         found = []
         for directory in (self.plugin_dir, pathlib.Path(self.cdi.root)):
             if directory.is_dir():
-                found += [str(directory / n) for n in os.listdir(directory)
+                found += [str((directory / n).relative_to(self.root)) for n in os.listdir(directory)
                           if n.startswith(".") and n.endswith(_atomic.TEMP_SUFFIX)]
         return sorted(found)
 
@@ -535,8 +536,12 @@ def cases_of(mode: str, operation: Operation, hits: Sequence[str],
         yield Case(mode=mode, operation=operation, point=point, hit=counts[point])
 
 
-def run_case(case: Case, *, keep: bool = False) -> Verdict:
-    """Run `case` in a fresh node: kill at its hit, restart, check."""
+def run_case(case: Case, *, keep_failed: bool = False) -> Verdict:
+    """Run `case` in a fresh node: kill at its hit, restart, check.
+
+    With `keep_failed`, an inconsistent node's directory (files, plugin logs) is kept and
+    named in the verdict.
+    """
     root = _new_root()
     node = Node(root, mode=case.mode)
     ledger = Ledger()
@@ -552,17 +557,21 @@ def run_case(case: Case, *, keep: bool = False) -> Verdict:
         # NB: the caller may see the socket close a moment before the child can be reaped.
         killed = faulted.was_killed(timeout_s=EXIT_TIMEOUT_S if died else 0)
         if not killed and not faulted.running:
-            return Verdict(case=case, killed=False, problems=(
-                f"plugin exited with {faulted.popen.returncode}, not by the injected SIGKILL:\n"
-                + faulted.output_tail(),))
-        faulted.reap()
-        problems = _check(node, ledger)
+            problems = [f"plugin exited with {faulted.popen.returncode}, not by the injected "
+                        f"SIGKILL:\n{faulted.output_tail()}"]
+        else:
+            faulted.reap()
+            problems = _check(node, ledger)
     except PluginDied as exc:
         problems = [f"plugin died during the checks: {exc}"]
+    except AssertionError as exc:  # a setup step or a start-up that never finished
+        problems = [str(exc)]
     finally:
         node.close()
-        if not keep:
-            shutil.rmtree(root, ignore_errors=True)
+    if problems and keep_failed:
+        problems.append(f"node kept in {root}")
+    else:
+        shutil.rmtree(root, ignore_errors=True)
     return Verdict(case=case, killed=killed, problems=tuple(problems))
 
 
@@ -572,6 +581,7 @@ def run_matrix(
     operations: Sequence[Operation] = tuple(Operation),
     points: frozenset[str] | None = None,
     report: Callable[[str], None] = print,
+    keep_failed: bool = False,
 ) -> Summary:
     """Trace, then kill at every traced hit (of `points`, if given) in every mode x operation."""
     verdicts: list[Verdict] = []
@@ -581,7 +591,7 @@ def run_matrix(
             hits = trace_operation(mode, operation)
             for case in cases_of(mode, operation, hits, points):
                 reached.add(case.point)
-                verdict = run_case(case)
+                verdict = run_case(case, keep_failed=keep_failed)
                 verdicts.append(verdict)
                 report(verdict.line())
     return Summary(verdicts=tuple(verdicts), points=tuple(sorted(reached)), modes=tuple(modes))
@@ -593,6 +603,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--modes", default=",".join(MODES))
     parser.add_argument("--operations", default=",".join(o.value for o in Operation))
     parser.add_argument("--points", default="", help="only these points (comma-separated)")
+    parser.add_argument("--keep-failed", action="store_true",
+                        help="keep the directory of each inconsistent node for inspection")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.ERROR)
     points = frozenset(p for p in args.points.split(",") if p) or None
@@ -600,6 +612,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         modes=[m for m in args.modes.split(",") if m],
         operations=[Operation(o) for o in args.operations.split(",") if o],
         points=points,
+        keep_failed=args.keep_failed,
     )
     unreached = sorted(set(_atomic.FAULT_POINTS) - set(summary.points))
     if unreached:

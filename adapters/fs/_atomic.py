@@ -20,6 +20,7 @@ import contextlib
 import os
 import signal
 import tempfile
+import threading
 from typing import Final
 
 from core import names
@@ -61,6 +62,7 @@ _FAULT: Final = parse_fault(os.environ[FAULT_ENV]) if os.environ.get(FAULT_ENV) 
 _TRACE_PATH: Final = os.environ.get(FAULT_TRACE_ENV, "")
 _ARMED: Final = _FAULT is not None or bool(_TRACE_PATH)
 _hits: dict[str, int] = {}
+_hits_lock = threading.Lock()  # gRPC threads may write concurrently
 
 
 def fault_point(point: str) -> None:
@@ -73,14 +75,15 @@ def fault_point(point: str) -> None:
 
 
 def _hit(point: str) -> None:
-    count = _hits.get(point, 0) + 1
-    _hits[point] = count
-    if _TRACE_PATH:
-        fd = os.open(_TRACE_PATH, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-        try:
-            os.write(fd, f"{point}\n".encode())
-        finally:
-            os.close(fd)
+    with _hits_lock:
+        count = _hits.get(point, 0) + 1
+        _hits[point] = count
+        if _TRACE_PATH:
+            fd = os.open(_TRACE_PATH, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            try:
+                os.write(fd, f"{point}\n".encode())
+            finally:
+                os.close(fd)
     if (point, count) == _FAULT:
         os.kill(os.getpid(), signal.SIGKILL)
 
