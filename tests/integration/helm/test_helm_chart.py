@@ -291,7 +291,8 @@ def test_controller_env_and_least_privilege_security_context() -> None:
     env = cr.container_env(controller)
     assert env["NAMESPACE"] == {"fieldRef": {"fieldPath": "metadata.namespace"}}
     assert (env["METRICS_PORT"], env["HEALTH_PORT"], env["LOG_VERBOSITY"]) == ("8080", "8081", "6")
-    assert env["DAEMON_IMAGE"] == "nvcr.io/nvidia/k8s-dra-driver-gpu:v25.8.0"
+    # Our own image runs compute-domain-daemon.
+    assert env["DAEMON_IMAGE"] == controller["spec"]["template"]["spec"]["containers"][0]["image"]
     assert env["POD_NAME"] == {"fieldRef": {"fieldPath": "metadata.name"}}
     container = controller["spec"]["template"]["spec"]["containers"][0]
     assert container["command"] == ["compute-domain-controller"]

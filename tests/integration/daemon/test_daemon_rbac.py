@@ -1,0 +1,71 @@
+"""The chart's daemon ServiceAccount may make every API call `compute-domain-daemon` makes.
+
+The calls are recorded from the daemon's real registry code (claim an entry, mark it Ready,
+follow peers, remove the entry) in both stores, on the embedded cluster; the chart is rendered
+by the real Helm engine and each call matched against the daemon's Roles and ClusterRoles.
+"""
+
+from __future__ import annotations
+
+import pathlib
+import sys
+import threading
+
+import pytest
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "helm"))
+
+import chart_rendering as cr
+import test_helm_rbac as rbac
+
+from apps.daemon import registry as daemon_registry
+from core import kinds, models, names
+from core.computedomain import membership
+
+DAEMON_ACCOUNT = f"{cr.RELEASE}-compute-domain-dra-driver-daemon"
+
+
+def _daemon_needs(store: membership.Store) -> set[rbac.Need]:
+    cluster = rbac.RecordingCluster()
+    with cluster.as_user():
+        cd = cluster.create(kinds.COMPUTE_DOMAIN.kind, rbac._cd("train"))
+    registry = daemon_registry.PeerRegistry(
+        cluster, store=store,
+        me=membership.Identity(node_name="n1", ip_address="10.0.0.1", clique_id="c.1"),
+        domain_uid=cd["metadata"]["uid"], domain_name="train", domain_namespace=rbac.USER_NS,
+        namespace=cr.NAMESPACE, max_nodes=18,
+    )
+    seen = threading.Event()
+    stop = threading.Event()
+    follower = registry.follow(lambda _obj: seen.set(), stop)
+    registry.upsert(models.DomainStatus.NOT_READY)
+    registry.upsert(models.DomainStatus.READY)
+    assert seen.wait(10)
+    registry.remove()
+    stop.set()
+    with cluster.as_user():
+        cluster.create(kinds.COMPUTE_DOMAIN.kind, rbac._cd("wake-the-watch"))
+    follower.join(timeout=10)
+    cluster.close()
+    return cluster.needs
+
+
+@pytest.mark.parametrize("store", list(membership.Store))
+def test_daemon_service_account_may_make_every_call_the_daemon_makes(
+    store: membership.Store,
+) -> None:
+    needs = _daemon_needs(store)
+    if store is membership.Store.CLIQUE:
+        assert ("create", names.API_GROUP, "computedomaincliques", cr.NAMESPACE) in needs
+        assert ("patch", names.API_GROUP, "computedomaincliques", cr.NAMESPACE) in needs
+    else:
+        assert ("patch", names.API_GROUP, "computedomains/status", rbac.USER_NS) in needs
+    assert rbac._missing(cr.render({}), DAEMON_ACCOUNT, needs) == []
+
+
+def test_daemon_roles_grant_no_update_and_no_pod_access() -> None:
+    for obj in cr.render({}):
+        if obj["kind"] in ("Role", "ClusterRole") and obj["metadata"]["name"] == DAEMON_ACCOUNT:
+            for rule in obj["rules"]:
+                assert "update" not in rule["verbs"], rule
+                assert "pods" not in rule["resources"], rule
