@@ -109,6 +109,9 @@ def daemonset(cd: models.ComputeDomain, *, config: models.DriverConfig) -> dict[
         "command": list(DAEMON_COMMAND),
         "env": env,
         "resources": {"claims": [{"name": names.DAEMON_REQUEST_NAME}]},
+        # NB: root, not privileged: the daemon writes /etc/hosts and the root-owned per-domain
+        # /imexd host directory; its only device comes through the claim.
+        "securityContext": {"runAsUser": 0, "runAsGroup": 0, "allowPrivilegeEscalation": False},
         "readinessProbe": {
             "exec": {"command": list(DAEMON_READINESS_COMMAND)},
             "periodSeconds": 5,

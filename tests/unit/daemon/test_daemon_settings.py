@@ -48,3 +48,11 @@ def test_paths_default_to_the_imexd_mount_and_are_overridable() -> None:
     moved = daemon_settings.parse(["run", "--config-dir", "/tmp/x/", "--hosts-file", "/tmp/h"],
                                   {})
     assert (moved.imexd_template, moved.hosts_file) == ("/tmp/x/imexd.cfg.tmpl", "/tmp/h")
+
+
+def test_the_daemon_container_runs_as_root_without_privilege() -> None:
+    # It writes /etc/hosts and the root-owned /imexd host directory; devices come by claim.
+    (container,) = objects.daemonset(CD, config=CONFIG)["spec"]["template"]["spec"]["containers"]
+    assert container["securityContext"] == {
+        "runAsUser": 0, "runAsGroup": 0, "allowPrivilegeEscalation": False}
+    assert container["readinessProbe"]["exec"]["command"] == ["compute-domain-daemon", "check"]
