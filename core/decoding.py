@@ -283,10 +283,13 @@ def resource_claim_from_k8s(obj: Mapping[str, Any]) -> models.ResourceClaim:
 
     results: list[models.DeviceResult] = []
     configs: list[models.RawOpaqueConfig] = []
+    consumers: list[models.ClaimConsumer] = []
     allocated = False
     raw_status = root.get("status")
     if raw_status is not None:
         status = _mapping(raw_status, "status")
+        for path, item in _indexed(status, "reservedFor", "status"):
+            consumers.append(_claim_consumer(_mapping(item, path), path))
         raw_allocation = status.get("allocation")
         if raw_allocation is not None:
             allocated = True
@@ -307,6 +310,16 @@ def resource_claim_from_k8s(obj: Mapping[str, Any]) -> models.ResourceClaim:
         allocated=allocated,
         results=tuple(results),
         configs=tuple(configs),
+        reserved_for=tuple(consumers),
+    )
+
+
+def _claim_consumer(item: Mapping[Any, Any], path: str) -> models.ClaimConsumer:
+    return models.ClaimConsumer(
+        resource=_required_str(item, "resource", path),
+        name=_required_str(item, "name", path),
+        uid=_required_str(item, "uid", path),
+        api_group=_optional_str(item, "apiGroup", path),
     )
 
 

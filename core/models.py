@@ -200,6 +200,28 @@ class DeviceResult:
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
+class ClaimConsumer:
+    """One entry of a claim's `status.reservedFor`: who may use the claim right now."""
+
+    resource: str
+    name: str
+    uid: str
+    api_group: str = ""
+
+    @property
+    def is_pod(self) -> bool:
+        return self.api_group == "" and self.resource == "pods"
+
+
+@dataclasses.dataclass(kw_only=True, frozen=True)
+class PodPlacement:
+    """Where a pod named in `reservedFor` runs now: `node_name` "" when it is gone or unbound."""
+
+    uid: str
+    node_name: str
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class ResourceClaim:
     """The view of a ResourceClaim that the plugin needs to prepare it."""
 
@@ -209,6 +231,7 @@ class ResourceClaim:
     allocated: bool
     results: tuple[DeviceResult, ...] = ()
     configs: tuple[RawOpaqueConfig, ...] = ()
+    reserved_for: tuple[ClaimConsumer, ...] = ()
 
 
 # ---------------------------------------------------------------- node

@@ -145,6 +145,22 @@ class NodeFiles(Protocol):
         ...
 
 
+class KubeletCall(Protocol):
+    """The kubelet's side of one call while the plugin works on it (a gRPC servicer context).
+
+    NB: the kubelet gives up on a call at its deadline (45 s) or cancels it; work finished
+    after that is never seen by the kubelet, so it must not leave durable state behind.
+    """
+
+    def is_active(self) -> bool:
+        """Whether the kubelet still waits for the answer."""
+        ...
+
+    def time_remaining(self) -> float | None:
+        """Seconds until the kubelet's deadline, or None when it set none."""
+        ...
+
+
 class KubeletPluginService(Protocol):
     """What the DRA gRPC servicer delegates to (implemented by the kubelet plugin app).
 
@@ -152,11 +168,11 @@ class KubeletPluginService(Protocol):
     """
 
     def node_prepare(
-        self, claims: tuple[models.ClaimRef, ...]
+        self, claims: tuple[models.ClaimRef, ...], *, call: KubeletCall | None = None
     ) -> Mapping[names.ClaimUID, models.ClaimResult]:
         ...
 
     def node_unprepare(
-        self, claims: tuple[models.ClaimRef, ...]
+        self, claims: tuple[models.ClaimRef, ...], *, call: KubeletCall | None = None
     ) -> Mapping[names.ClaimUID, models.ClaimResult]:
         ...

@@ -103,6 +103,37 @@ def _is_reusable(entry: models.CheckpointEntry) -> bool:
     )
 
 
+def reservation_error(
+    claim: models.ResourceClaim,
+    *,
+    placements: Sequence[models.PodPlacement],
+    node: models.NodeFacts,
+) -> errors.PermanentError | None:
+    """Refuse a claim that no pod on this node may use any more (a late or stale prepare).
+
+    The kubelet prepares a claim only for a pod on this node that the claim is reserved for
+    (`status.reservedFor`). When none of the reserved pods runs here any more (the pod was
+    deleted while its prepare was in flight, and the kubelet already unprepared it), preparing
+    would hold an IMEX channel for nobody. `placements` are the reserved pods as observed now.
+    """
+    if not claim.allocated:
+        return None  # plan_prepare says what is missing
+    pods = [c for c in claim.reserved_for if c.is_pod]
+    here = {p.uid for p in placements if p.node_name == node.node_name}
+    if any(p.uid in here for p in pods):
+        return None
+    whom = (
+        "no pod (its status.reservedFor is empty)" if not pods
+        else ", ".join(sorted(f"pod {claim.namespace}/{p.name}" for p in pods))
+        + f", none of which runs on node {node.node_name} now"
+    )
+    return errors.PermanentError(
+        f"claim {claim.namespace}/{claim.name} is reserved for {whom}: its pod left or was "
+        "deleted while the prepare was in flight, so the claim is not prepared on this node; "
+        "nothing to do (a new pod on this node that uses the claim gets it prepared)"
+    )
+
+
 def _check_not_aborted(entry: models.CheckpointEntry | None, *, now: float) -> None:
     if (
         entry is not None

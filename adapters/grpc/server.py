@@ -21,7 +21,7 @@ import pathlib
 import stat
 import threading
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any
+from typing import Any, Protocol
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
@@ -71,17 +71,28 @@ def remove_stale_socket(path: str) -> bool:
     return True
 
 
+class _ServiceCall(Protocol):
+    def __call__(
+        self, claims: tuple[models.ClaimRef, ...], *, call: ports.KubeletCall | None = None
+    ) -> Results: ...
+
+
 def _call_service(
-    call: Callable[[tuple[models.ClaimRef, ...]], Results],
+    service_call: _ServiceCall,
     refs: tuple[models.ClaimRef, ...],
     *,
     verb: str,
+    context: grpc.ServicerContext,
 ) -> Results:
-    """Run one service call; an exception becomes the same per-claim error for every claim."""
+    """Run one service call; an exception becomes the same per-claim error for every claim.
+
+    The gRPC context goes along as the kubelet's side of the call, so the service can stop
+    working on a call the kubelet cancelled or gave up on.
+    """
     if not refs:
         return {}
     try:
-        return dict(call(refs))
+        return dict(service_call(refs, call=context))
     except Exception as exc:
         log.exception("kubelet %s failed inside the plugin claims=%d", verb, len(refs))
         return _codec.failed_results(
@@ -103,7 +114,9 @@ class _DRAServicer(dra_v1_pb2_grpc.DRAPluginServicer):
         self, request: dra_v1_pb2.NodePrepareResourcesRequest, context: grpc.ServicerContext
     ) -> dra_v1_pb2.NodePrepareResourcesResponse:
         refs = _codec.claim_refs_from_pb(request.claims)
-        results = _call_service(self._service.node_prepare, refs, verb="prepare")
+        results = _call_service(
+            self._service.node_prepare, refs, verb="prepare", context=context
+        )
         try:
             return _codec.prepare_response_to_pb(results)
         except Exception as exc:
@@ -115,7 +128,9 @@ class _DRAServicer(dra_v1_pb2_grpc.DRAPluginServicer):
         self, request: dra_v1_pb2.NodeUnprepareResourcesRequest, context: grpc.ServicerContext
     ) -> dra_v1_pb2.NodeUnprepareResourcesResponse:
         refs = _codec.claim_refs_from_pb(request.claims)
-        results = _call_service(self._service.node_unprepare, refs, verb="unprepare")
+        results = _call_service(
+            self._service.node_unprepare, refs, verb="unprepare", context=context
+        )
         try:
             return _codec.unprepare_response_to_pb(results)
         except Exception as exc:

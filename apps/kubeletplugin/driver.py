@@ -8,10 +8,12 @@ returned steps in order under the node-wide checkpoint lock. It decides nothing 
 
 from __future__ import annotations
 
+import collections
 import collections.abc
 import contextlib
 import dataclasses
 import logging
+import threading
 import time
 from collections.abc import Callable, Mapping
 
@@ -25,6 +27,8 @@ from core import decoding, errors, executing, kinds, models, names, ports, prepa
 log = logging.getLogger(__name__)
 
 Clock = Callable[[], float]
+# Leave the kubelet this long before its deadline to receive our answer.
+_ANSWER_MARGIN_S = 0.2
 # The ComputeDomains a prepare may look up, by UID (a cache view, or a fresh list).
 DomainsView = Callable[[], Mapping[names.ComputeDomainUID, models.ComputeDomain]]
 # Returns None when the host IMEX daemon is ready, else the error to report.
@@ -63,6 +67,7 @@ class PluginDriver:
         self._domains = domains or (lambda: plugin_domains.list_domains(ports.cluster))
         self._recording = _RecordingCheckpointStore(ports.checkpoints)
         self._written: _Written | None = None
+        self._unprepares = _UnprepareCounter()
 
     # ------------------------------------------------------------ startup
 
@@ -187,31 +192,51 @@ class PluginDriver:
     # ------------------------------------------------------------ kubelet calls
 
     def node_prepare(
-        self, claims: tuple[models.ClaimRef, ...]
+        self, claims: tuple[models.ClaimRef, ...], *, call: ports.KubeletCall | None = None
     ) -> Mapping[names.ClaimUID, models.ClaimResult]:
-        return self._per_claim("prepare", claims, self._prepare_with_retries)
+        seen = self._unprepares.counts(ref.uid for ref in claims)
+
+        def handle(ref: models.ClaimRef, deadline: float) -> tuple[models.PreparedDevice, ...]:
+            flight = _InFlight(ref=ref, call=call, unprepares_seen=seen[ref.uid])
+            return self._prepare_with_retries(flight, deadline)
+
+        return self._per_claim("prepare", claims, handle, call=call)
 
     def node_unprepare(
-        self, claims: tuple[models.ClaimRef, ...]
+        self, claims: tuple[models.ClaimRef, ...], *, call: ports.KubeletCall | None = None
     ) -> Mapping[names.ClaimUID, models.ClaimResult]:
-        return self._per_claim("unprepare", claims, lambda ref, _deadline: self._unprepare_one(ref))
+        # NB: counted before anything else, so a prepare of these claims still in flight (in an
+        # API call, or waiting for the lock we are about to take) sees it and gives up.
+        self._unprepares.record(ref.uid for ref in claims)
+        return self._per_claim(
+            "unprepare", claims, lambda ref, _deadline: self._unprepare_one(ref), call=call
+        )
 
     def _per_claim(
         self,
         operation: str,
         claims: tuple[models.ClaimRef, ...],
         handle: Callable[[models.ClaimRef, float], tuple[models.PreparedDevice, ...]],
+        *,
+        call: ports.KubeletCall | None,
     ) -> dict[names.ClaimUID, models.ClaimResult]:
         started = time.perf_counter()
         # One retry budget for the whole kubelet call, shared by its claims: the kubelet gives
         # up on the call after 45 s, and then every claim's answer is lost.
         deadline = time.monotonic() + self._retry_budget_s
+        remaining = call.time_remaining() if call is not None else None
+        if remaining is not None:
+            deadline = min(deadline, time.monotonic() + remaining - _ANSWER_MARGIN_S)
         results: dict[names.ClaimUID, models.ClaimResult] = {}
         for ref in claims:
             try:
                 results[ref.uid] = models.ClaimResult(devices=handle(ref, deadline))
             except errors.DriverError as exc:
-                kind = "permanent" if isinstance(exc, errors.PermanentError) else "retryable"
+                kind = (
+                    "abandoned" if isinstance(exc, _AbandonedError)
+                    else "permanent" if isinstance(exc, errors.PermanentError)
+                    else "retryable"
+                )
                 log.warning(
                     "event=%s_failed claim=%s/%s uid=%s kind=%s error=%r",
                     operation, ref.namespace, ref.name, ref.uid, kind, exc.message,
@@ -231,22 +256,49 @@ class PluginDriver:
         return results
 
     def _prepare_with_retries(
-        self, ref: models.ClaimRef, deadline: float
+        self, flight: _InFlight, deadline: float
     ) -> tuple[models.PreparedDevice, ...]:
         # Transient conditions (daemon not ready yet, channel still held) may clear within the
-        # kubelet's 45 s budget; permanent ones are reported at once.
+        # kubelet's 45 s budget; permanent ones are reported at once. Retrying stops as soon
+        # as the kubelet has given up on the call.
         retrying = tenacity.Retrying(
             retry=tenacity.retry_if_exception_type(errors.RetryableError),
-            stop=lambda state: time.monotonic() + (state.upcoming_sleep or 0.0) >= deadline,
+            stop=lambda state: (
+                time.monotonic() + (state.upcoming_sleep or 0.0) >= deadline
+                or self._abandonment(flight) is not None
+            ),
             wait=tenacity.wait_exponential_jitter(multiplier=0.05, max=2.0, jitter=0.05),
             reraise=True,
         )
         for attempt in retrying:
             with attempt:
-                return self._prepare_one(ref)
+                return self._prepare_one(flight)
         raise AssertionError("unreachable: tenacity reraises")
 
-    def _prepare_one(self, ref: models.ClaimRef) -> tuple[models.PreparedDevice, ...]:
+    def _abandonment(self, flight: _InFlight) -> _AbandonedError | None:
+        """Why the prepare in `flight` must stop before its next durable step, if it must."""
+        ref = flight.ref
+        if self._unprepares.count(ref.uid) != flight.unprepares_seen:
+            return _AbandonedError(
+                f"claim {ref.namespace}/{ref.name} was unprepared while its prepare was in "
+                "flight; the unprepare wins and nothing is kept (the kubelet prepares the "
+                "claim again if a pod on this node still needs it)"
+            )
+        if flight.call is not None and not flight.call.is_active():
+            return _AbandonedError(
+                f"the kubelet cancelled the prepare of claim {ref.namespace}/{ref.name} or its "
+                "deadline passed; nothing is kept (the kubelet retries)"
+            )
+        return None
+
+    def _check_in_flight(self, flight: _InFlight) -> None:
+        abandoned = self._abandonment(flight)
+        if abandoned is not None:
+            raise abandoned
+
+    def _prepare_one(self, flight: _InFlight) -> tuple[models.PreparedDevice, ...]:
+        ref = flight.ref
+        self._check_in_flight(flight)
         # DESIGN §4 step 1: a claim already completed gets the same answer, without asking
         # the API server (which may be down while the kubelet re-prepares after a restart).
         with self._ports.checkpoints.locked():
@@ -258,6 +310,12 @@ class PluginDriver:
             return reused
         # Every API call happens here, outside the node-wide lock.
         claim = self._fetch_claim(ref)
+        not_reserved = preparing.reservation_error(
+            claim, placements=self._reserved_placements(claim), node=self._node
+        )
+        if not_reserved is not None:
+            self._check_in_flight(flight)
+            self._report(ref, not_reserved)
         domains = self._resolved_domains(claim)
         node_labels = self._fetch_node_labels()
         with self._ports.checkpoints.locked():
@@ -278,7 +336,7 @@ class PluginDriver:
                 if not_ready is not None:
                     raise not_ready
             try:
-                self._run(outcome.steps)
+                self._run(outcome.steps, flight=flight, rollback_to=current)
             except errors.ClusterError as exc:  # the driver-managed node label patch
                 raise _api_unavailable(f"labelling node {self._node.node_name}", exc) from exc
         self._publish_prepared_count(outcome.checkpoint)
@@ -303,6 +361,33 @@ class PluginDriver:
         return ()
 
     # ------------------------------------------------------------ observations
+
+    def _reserved_placements(
+        self, claim: models.ResourceClaim
+    ) -> tuple[models.PodPlacement, ...]:
+        """Where the pods of the claim's `reservedFor` run now (stops at one on this node)."""
+        found: list[models.PodPlacement] = []
+        for consumer in claim.reserved_for:
+            if not consumer.is_pod:
+                continue
+            try:
+                pod = self._ports.cluster.get(
+                    kinds.POD.kind, namespace=claim.namespace, name=consumer.name
+                )
+            except errors.NotFoundError:
+                continue
+            except errors.ClusterError as exc:
+                doing = f"reading Pod {claim.namespace}/{consumer.name}"
+                raise _api_unavailable(doing, exc) from exc
+            meta = pod.get("metadata") or {}
+            spec = pod.get("spec") or {}
+            if meta.get("uid") != consumer.uid:
+                continue  # same name, another pod: the reserved one is gone
+            node_name = str(spec.get("nodeName") or "")
+            found.append(models.PodPlacement(uid=consumer.uid, node_name=node_name))
+            if node_name == self._node.node_name:
+                break
+        return tuple(found)
 
     def _fetch_claim(self, ref: models.ClaimRef) -> models.ResourceClaim:
         try:
@@ -355,8 +440,34 @@ class PluginDriver:
 
     # ------------------------------------------------------------ effects
 
-    def _run(self, steps: tuple[models.PluginAction, ...]) -> None:
+    def _run(
+        self,
+        steps: tuple[models.PluginAction, ...],
+        *,
+        flight: _InFlight | None = None,
+        rollback_to: models.Checkpoint | None = None,
+    ) -> None:
+        """Run planned steps in order; for a prepare, check before each that it still counts.
+
+        A prepare abandoned part-way (the kubelet gave up, or an unprepare overtook it) is
+        undone: the checkpoint before it is written back, then its CDI spec deleted (the
+        entry goes first, so a kill in between leaves only an orphan file, removed at start).
+        """
         self._written = None
+        done: list[models.PluginAction] = []
+        for step in steps:
+            abandoned = self._abandonment(flight) if flight is not None else None
+            if abandoned is not None:
+                if rollback_to is not None and flight is not None and _durable(done):
+                    self._execute((
+                        models.WriteCheckpoint(checkpoint=rollback_to),
+                        models.DeleteCDISpec(claim_uid=flight.ref.uid),
+                    ))
+                raise abandoned
+            self._execute((step,))
+            done.append(step)
+
+    def _execute(self, steps: tuple[models.PluginAction, ...]) -> None:
         executing.execute_plugin_steps(
             steps,
             checkpoints=self._recording,
@@ -366,6 +477,8 @@ class PluginDriver:
         written = [s.checkpoint for s in steps if isinstance(s, models.WriteCheckpoint)]
         if written and self._recording.last is not None:
             self._written = _Written(data=self._recording.last, checkpoint=written[-1])
+        elif written:
+            self._written = None
 
     def _report(self, ref: models.ClaimRef, error: Exception) -> None:
         if isinstance(error, errors.PermanentError):
@@ -401,6 +514,10 @@ class PluginDriver:
             self._metrics.observe_call(operation=operation, seconds=seconds)
 
 
+def _durable(done: list[models.PluginAction]) -> bool:
+    return any(isinstance(s, models.WriteCheckpoint | models.WriteCDISpec) for s in done)
+
+
 def _claim_domain_ids(claim: models.ResourceClaim) -> tuple[names.ComputeDomainUID, ...]:
     found: set[str] = set()
     for result in claim.results:
@@ -430,6 +547,44 @@ def _unreadable_note(unreadable: tuple[names.ClaimUID, ...]) -> str:
         "IMEX channel until their claims are unprepared: inspect and delete those files if "
         "the claims are gone"
     )
+
+
+class _AbandonedError(errors.PermanentError):
+    """A prepare that must not finish: the kubelet gave up on it, or unprepared the claim."""
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class _InFlight:
+    """One claim's prepare as it runs: its kubelet call and the unprepares seen at its start."""
+
+    ref: models.ClaimRef
+    call: ports.KubeletCall | None
+    unprepares_seen: int
+
+
+class _UnprepareCounter:
+    """How many unprepares of each claim this process has received (thread-safe).
+
+    A prepare notes the count when its kubelet call arrives; a different count before a
+    durable step means an unprepare overtook it. In memory only: a restart ends every
+    in-flight prepare anyway.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._counts: collections.Counter[names.ClaimUID] = collections.Counter()
+
+    def record(self, uids: collections.abc.Iterable[names.ClaimUID]) -> None:
+        with self._lock:
+            self._counts.update(uids)
+
+    def count(self, uid: names.ClaimUID) -> int:
+        with self._lock:
+            return self._counts[uid]
+
+    def counts(self, uids: collections.abc.Iterable[names.ClaimUID]) -> dict[names.ClaimUID, int]:
+        with self._lock:
+            return {uid: self._counts[uid] for uid in uids}
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

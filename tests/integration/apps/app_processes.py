@@ -221,6 +221,13 @@ def resource_claim(
         },
     )
     if allocated:
+        # The plugin prepares a claim only for a pod on its node that the claim is reserved for.
+        pod = cluster.create(kinds.POD.kind, {
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": f"{name}-pod", "namespace": NAMESPACE},
+            "spec": {"nodeName": node, "containers": [{"name": "main", "image": "busybox"}]},
+        })
+        reserved = [{"resource": "pods", "name": f"{name}-pod", "uid": pod["metadata"]["uid"]}]
         parameters: dict[str, Any] = {
             "apiVersion": names.GROUP_VERSION,
             "kind": names.KIND_CHANNEL_CONFIG,
@@ -236,7 +243,8 @@ def resource_claim(
         }}
         cluster.patch(
             kinds.RESOURCE_CLAIM.kind, namespace=NAMESPACE, name=name,
-            patch={"status": {"allocation": allocation}}, subresource="status",
+            patch={"status": {"allocation": allocation, "reservedFor": reserved}},
+            subresource="status",
         )
     return models.ClaimRef(
         uid=names.ClaimUID(created["metadata"]["uid"]), namespace=NAMESPACE, name=name

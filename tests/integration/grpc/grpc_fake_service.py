@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Mapping
 
-from core import models, names
+from core import models, names, ports
 
 DRIVER = "compute-domain.nvidia.com"
 
@@ -23,12 +23,12 @@ class FakePluginService:
         self._lock = threading.Lock()
 
     def node_prepare(
-        self, claims: tuple[models.ClaimRef, ...]
+        self, claims: tuple[models.ClaimRef, ...], *, call: ports.KubeletCall | None = None
     ) -> Mapping[names.ClaimUID, models.ClaimResult]:
         return self._answer("prepare", claims)
 
     def node_unprepare(
-        self, claims: tuple[models.ClaimRef, ...]
+        self, claims: tuple[models.ClaimRef, ...], *, call: ports.KubeletCall | None = None
     ) -> Mapping[names.ClaimUID, models.ClaimResult]:
         return self._answer("unprepare", claims)
 

@@ -33,6 +33,7 @@ def create_claim(
             "deviceClassName": names.CHANNEL_DEVICE_CLASS}}]}},
     })
     if allocated:
+        pod = create_pod(env, f"{name}-pod", node_name=node)
         params: dict[str, Any] = {"apiVersion": names.GROUP_VERSION,
                                   "kind": names.KIND_CHANNEL_CONFIG, "domainID": domain_id}
         if allocation_mode:
@@ -44,10 +45,24 @@ def create_claim(
                              "device": "channel-0"}],
                 "config": [{"source": "FromClaim", "requests": ["channel"],
                             "opaque": {"driver": names.DRIVER_NAME, "parameters": params}}],
-            }}}},
+            }}, "reservedFor": [consumer(pod)]}},
         )
     return models.ClaimRef(uid=names.ClaimUID(created["metadata"]["uid"]), namespace=NAMESPACE,
                            name=name)
+
+
+def create_pod(env: embedded.Embedded, name: str, *, node_name: str) -> dict[str, Any]:
+    """A pod bound to `node_name`, as the scheduler leaves the pod a claim is reserved for."""
+    return dict(env.cluster.create(kinds.POD.kind, {
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "namespace": NAMESPACE},
+        "spec": {"nodeName": node_name, "containers": [{"name": "main", "image": "busybox"}]},
+    }))
+
+
+def consumer(pod: dict[str, Any]) -> dict[str, str]:
+    """The `status.reservedFor` entry naming `pod`."""
+    return {"resource": "pods", "name": pod["metadata"]["name"], "uid": pod["metadata"]["uid"]}
 
 
 def node(env: embedded.Embedded) -> embedded.SimulatedNode:
