@@ -118,5 +118,5 @@ def run(args: argparse.Namespace, *, env: Mapping[str, str]) -> int:
     if refusal:
         print(f"error: {refusal}", file=sys.stderr)
         return 1
-    print("ok: no ComputeDomain blocks this IMEX mode/isolation")
+    print("ok: no ComputeDomain or claim in use blocks this IMEX mode/isolation")
     return 0

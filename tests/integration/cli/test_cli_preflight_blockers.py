@@ -11,9 +11,12 @@ from __future__ import annotations
 
 import pathlib
 import re
+import subprocess
+import sys
 from collections.abc import Mapping
 from typing import Any
 
+from adapters.memory import apiserver
 from adapters.memory import cluster as memory_cluster
 from apps.cli import preflight
 from core import errors, kinds, modeswitch, names, ports
@@ -173,3 +176,39 @@ def test_the_refusal_points_to_a_docs_section_that_exists() -> None:
                 if line.startswith("#")]
     assert match.group(2) in headings, f"{match.group(1)} has no section '{match.group(2)}'"
     assert (match.group(1), match.group(2)) == modeswitch.DOCS_SECTION
+
+
+# ---------------------------------------------------------------- the real command over HTTP
+
+
+def _preflight_process(kubeconfig: pathlib.Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "apps.cli", "preflight", "--mode", "hostManaged",
+         "--isolation", "none", "--feature-gates", "HostManagedIMEX=true",
+         "--kubeconfig", str(kubeconfig)],
+        capture_output=True, text=True, timeout=60, check=False,
+    )
+
+
+def test_the_preflight_command_refuses_over_the_api_and_passes_once_cleared(
+    tmp_path: pathlib.Path,
+) -> None:
+    cluster = memory_cluster.InMemoryCluster()
+    _cd(cluster, "upstream", finalizers=[names.COMPUTE_DOMAIN_FINALIZER])
+    _slice(cluster, "node-a", daemon=True)
+    _claim(cluster, "training")
+    kubeconfig = tmp_path / "kubeconfig"
+    with apiserver.EmbeddedAPIServer(cluster) as server:
+        server.write_kubeconfig(str(kubeconfig))
+
+        refused = _preflight_process(kubeconfig)
+        cluster.patch(kinds.COMPUTE_DOMAIN.kind, namespace="ml", name="upstream",
+                      patch={"metadata": {"finalizers": []}})
+        cluster.delete(kinds.RESOURCE_CLAIM.kind, namespace="ml", name="training")
+        passed = _preflight_process(kubeconfig)
+
+    assert refused.returncode == 1, refused.stderr
+    assert "ml/upstream" in refused.stderr and "ml/training" in refused.stderr
+    assert "Traceback" not in refused.stderr
+    assert passed.returncode == 0, passed.stderr
+    assert passed.stdout.startswith("ok:")
