@@ -1,4 +1,4 @@
-"""`computedomain preflight`: the Helm pre-upgrade check of a mode/isolation change."""
+"""`computedomain preflight`: the Helm pre-install/pre-upgrade check (DESIGN §6)."""
 
 from __future__ import annotations
 
@@ -71,7 +71,8 @@ def _list(cluster: ports.Cluster, kind: kinds.ResourceKind, plural: str) -> list
 
 
 def _claim(obj: Mapping[str, Any]) -> models.ResourceClaim | None:
-    """The claim, or None for one our decoder rejects (never this driver's: it allocated it)."""
+    """The claim, or None for a malformed one (unknown fields are fine; the API server
+    validates the fields read here, so only a broken stand-in could send one)."""
     try:
         return decoding.resource_claim_from_k8s(obj)
     except errors.DecodeError:
