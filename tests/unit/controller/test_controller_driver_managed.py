@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-import controller_fake_state as fake
+import controller_harness as harness
 import pytest
 
 from core import controlling, models, names, objects
@@ -12,14 +12,14 @@ from core import controlling, models, names, objects
 RCT = "ResourceClaimTemplate"
 CD = "ComputeDomain"
 DS = "DaemonSet"
-NS = fake.DRIVER_NAMESPACE
+NS = harness.DRIVER_NAMESPACE
 
 
 def _admitted_cd(
-    state: fake.FakeState, *, num_nodes: int = 0, config: models.DriverConfig | None = None
+    state: harness.Harness, *, num_nodes: int = 0, config: models.DriverConfig | None = None
 ) -> models.ComputeDomain:
-    state.create(CD, fake.compute_domain_json(name="cd", namespace="team", num_nodes=num_nodes))
-    state.converge([("team", "cd")], config=config or fake.driver_config())
+    state.create(CD, harness.compute_domain_json(name="cd", namespace="team", num_nodes=num_nodes))
+    state.converge([("team", "cd")], config=config or harness.driver_config())
     cd = state.compute_domain("team", "cd")
     assert cd is not None
     return cd
@@ -36,9 +36,9 @@ def _daemon(node: str, *, ready: bool, clique: str = "c1", index: int = 0) -> di
 
 
 def test_driver_managed_add_creates_workload_rct_daemon_rct_and_daemonset() -> None:
-    state = fake.FakeState()
-    config = fake.driver_config()
-    state.create(CD, fake.compute_domain_json(name="cd", namespace="team"))
+    state = harness.Harness()
+    config = harness.driver_config()
+    state.create(CD, harness.compute_domain_json(name="cd", namespace="team"))
     cd = state.compute_domain("team", "cd")
     assert cd is not None
 
@@ -73,7 +73,7 @@ def test_daemon_rct_asks_for_the_daemon_device_with_the_domain_id() -> None:
             channel=models.ChannelSpec(resource_claim_template_name="rct")
         ),
     )
-    rct = objects.daemon_rct(cd, config=fake.driver_config())
+    rct = objects.daemon_rct(cd, config=harness.driver_config())
     assert rct["metadata"]["namespace"] == NS
     assert rct["metadata"]["labels"][names.COMPUTE_DOMAIN_TARGET_LABEL] == names.TARGET_DAEMON
     devices = rct["spec"]["spec"]["devices"]
@@ -101,8 +101,8 @@ def test_daemon_rct_asks_for_the_daemon_device_with_the_domain_id() -> None:
 def test_driver_managed_status_comes_from_this_cds_clique_daemons(
     num_nodes: int, ready: list[bool], expected: models.DomainStatus
 ) -> None:
-    state = fake.FakeState()
-    config = fake.driver_config()
+    state = harness.Harness()
+    config = harness.driver_config()
     cd = _admitted_cd(state, num_nodes=num_nodes, config=config)
     daemons = [_daemon(f"node-{i}", ready=r, index=i) for i, r in enumerate(ready)]
     if daemons:
@@ -122,8 +122,8 @@ def test_driver_managed_status_comes_from_this_cds_clique_daemons(
 
 
 def test_status_nodes_merge_daemons_across_cliques() -> None:
-    state = fake.FakeState()
-    config = fake.driver_config()
+    state = harness.Harness()
+    config = harness.driver_config()
     cd = _admitted_cd(state, config=config)
     state.write_clique(cd_uid=cd.uid, clique_id="a.1", daemons=[_daemon("n2", ready=True)])
     state.write_clique(
@@ -136,8 +136,8 @@ def test_status_nodes_merge_daemons_across_cliques() -> None:
 
 
 def test_without_clique_gate_status_judges_the_nodes_daemons_wrote() -> None:
-    state = fake.FakeState()
-    config = fake.driver_config(cliques=False)
+    state = harness.Harness()
+    config = harness.driver_config(cliques=False)
     _admitted_cd(state, config=config)
     state.patch(
         CD, "team", "cd",
@@ -161,8 +161,8 @@ def test_without_clique_gate_status_judges_the_nodes_daemons_wrote() -> None:
 
 
 def test_driver_managed_delete_removes_daemons_labels_cliques_then_the_cd_finalizer() -> None:
-    state = fake.FakeState()
-    config = fake.driver_config()
+    state = harness.Harness()
+    config = harness.driver_config()
     cd = _admitted_cd(state, config=config)
     state.add_node("n1", cd_uid=cd.uid)
     state.add_node("n2", cd_uid="someone-else")
@@ -196,13 +196,14 @@ def test_driver_managed_delete_removes_daemons_labels_cliques_then_the_cd_finali
 
 
 def test_stale_node_labels_are_removed_only_for_compute_domains_that_are_gone() -> None:
-    state = fake.FakeState()
+    state = harness.Harness()
     state.add_node("b", cd_uid="dead")
     state.add_node("a", cd_uid="live")
     state.add_node("c")
     state.add_node("d", cd_uid="dead")
     actions = controlling.plan_stale_node_labels(
-        nodes=state.of_kind("Node"), live_cd_uids=frozenset({"live"}), config=fake.driver_config()
+        nodes=state.of_kind("Node"), live_cd_uids=frozenset({"live"}),
+        config=harness.driver_config(),
     )
     assert [(a.name, a.patch) for a in actions] == [  # type: ignore[union-attr]
         ("b", {"metadata": {"labels": {names.COMPUTE_DOMAIN_LABEL: None}}}),
@@ -216,10 +217,10 @@ def test_stale_node_labels_are_removed_only_for_compute_domains_that_are_gone() 
 
 
 def test_observe_picks_only_this_cds_objects() -> None:
-    state = fake.FakeState()
-    config = fake.driver_config()
+    state = harness.Harness()
+    config = harness.driver_config()
     cd = _admitted_cd(state, config=config)
-    state.create(CD, fake.compute_domain_json(name="other", namespace="team"))
+    state.create(CD, harness.compute_domain_json(name="other", namespace="team"))
     state.converge([("team", "other")], config=config)
     other = state.compute_domain("team", "other")
     assert other is not None
@@ -254,7 +255,7 @@ def test_observe_tolerates_malformed_objects() -> None:
         "ResourceClaimTemplate": [{"metadata": {"name": "rct", "namespace": "team",
                                                 "finalizers": "bad"}}],
     }
-    observed = controlling.observe(cd, objects=junk, config=fake.driver_config())
+    observed = controlling.observe(cd, objects=junk, config=harness.driver_config())
     assert observed.workload_rct is not None and observed.workload_rct.finalizers == ()
     assert all(c.daemons == () for c in observed.cliques)  # malformed daemons never count
     assert observed.labelled_nodes == ()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-import controller_fake_state as fake
+import controller_harness as harness
 
 from core import controlling, models, names, objects
 
@@ -12,16 +12,16 @@ RCT = "ResourceClaimTemplate"
 CD = "ComputeDomain"
 
 
-def _new_cd(state: fake.FakeState, **kwargs: Any) -> models.ComputeDomain:
-    obj = state.create(CD, fake.compute_domain_json(name="cd", namespace="team", **kwargs))
+def _new_cd(state: harness.Harness, **kwargs: Any) -> models.ComputeDomain:
+    obj = state.create(CD, harness.compute_domain_json(name="cd", namespace="team", **kwargs))
     cd = state.compute_domain("team", obj["metadata"]["name"])
     assert cd is not None
     return cd
 
 
 def test_host_managed_add_creates_only_finalizer_workload_rct_and_ready() -> None:
-    state = fake.FakeState()
-    config = fake.host_config()
+    state = harness.Harness()
+    config = harness.host_config()
     cd = _new_cd(state)
 
     actions = state.plan("team", "cd", config=config)
@@ -57,9 +57,9 @@ def test_host_managed_add_creates_only_finalizer_workload_rct_and_ready() -> Non
 
 
 def test_workload_rct_is_named_labelled_and_finalized_for_its_compute_domain() -> None:
-    state = fake.FakeState()
+    state = harness.Harness()
     cd = _new_cd(state, rct_name="my-channel")
-    state.converge([("team", "cd")], config=fake.host_config())
+    state.converge([("team", "cd")], config=harness.host_config())
 
     rct = state.get(RCT, "team", "my-channel")
     assert rct is not None
@@ -89,20 +89,20 @@ def test_workload_rct_is_named_labelled_and_finalized_for_its_compute_domain() -
 
 
 def test_host_managed_forces_allocation_mode_single_but_driver_managed_keeps_all() -> None:
-    state = fake.FakeState()
+    state = harness.Harness()
     cd = _new_cd(state, allocation_mode="All")
 
     def mode_of(config: models.DriverConfig) -> str:
         params = objects.workload_rct(cd, config=config)["spec"]["spec"]["devices"]["config"][0]
         return str(params["opaque"]["parameters"]["allocationMode"])
 
-    assert mode_of(fake.host_config()) == "Single"
-    assert mode_of(fake.driver_config()) == "All"
+    assert mode_of(harness.host_config()) == "Single"
+    assert mode_of(harness.driver_config()) == "All"
 
 
 def test_host_managed_delete_order_is_exact() -> None:
-    state = fake.FakeState()
-    config = fake.host_config()
+    state = harness.Harness()
+    config = harness.host_config()
     _new_cd(state)
     state.converge([("team", "cd")], config=config)
     state.delete(CD, "team", "cd")
@@ -148,8 +148,8 @@ def test_host_managed_delete_order_is_exact() -> None:
 
 
 def test_cd_finalizer_is_never_removed_in_the_plan_that_deletes_the_rct() -> None:
-    state = fake.FakeState()
-    config = fake.host_config()
+    state = harness.Harness()
+    config = harness.host_config()
     _new_cd(state)
     state.converge([("team", "cd")], config=config)
     state.delete(CD, "team", "cd")
@@ -163,8 +163,8 @@ def test_cd_finalizer_is_never_removed_in_the_plan_that_deletes_the_rct() -> Non
 
 
 def test_rct_deleted_behind_the_controllers_back_is_released_then_recreated() -> None:
-    state = fake.FakeState()
-    config = fake.host_config()
+    state = harness.Harness()
+    config = harness.host_config()
     _new_cd(state)
     state.converge([("team", "cd")], config=config)
     state.delete(RCT, "team", "cd-channel")
@@ -184,12 +184,14 @@ def test_rct_deleted_behind_the_controllers_back_is_released_then_recreated() ->
 
 
 def test_rct_name_held_by_another_compute_domain_is_never_touched() -> None:
-    state = fake.FakeState()
-    config = fake.host_config()
-    state.create(CD, fake.compute_domain_json(name="first", namespace="team", rct_name="shared"))
+    state = harness.Harness()
+    config = harness.host_config()
+    state.create(CD, harness.compute_domain_json(name="first", namespace="team", rct_name="shared"))
     state.converge([("team", "first")], config=config)
     owner_rct = state.get(RCT, "team", "shared")
-    state.create(CD, fake.compute_domain_json(name="second", namespace="team", rct_name="shared"))
+    state.create(
+        CD, harness.compute_domain_json(name="second", namespace="team", rct_name="shared")
+    )
 
     actions = state.plan("team", "second", config=config)
 
@@ -208,8 +210,8 @@ def test_rct_name_held_by_another_compute_domain_is_never_touched() -> None:
 
 
 def test_planning_the_same_observation_twice_gives_the_same_actions() -> None:
-    state = fake.FakeState()
-    config = fake.host_config()
+    state = harness.Harness()
+    config = harness.host_config()
     cd = _new_cd(state)
     observed = controlling.observe(cd, objects=state.lists(), config=config)
     first = controlling.plan_compute_domain(cd, observed=observed, config=config)
@@ -221,34 +223,34 @@ def test_host_managed_stale_label_cleanup_plans_nothing() -> None:
     nodes = [{"metadata": {"name": "n1", "labels": {names.COMPUTE_DOMAIN_LABEL: "gone"}}}]
     assert (
         controlling.plan_stale_node_labels(
-            nodes=nodes, live_cd_uids=frozenset(), config=fake.host_config()
+            nodes=nodes, live_cd_uids=frozenset(), config=harness.host_config()
         )
         == ()
     )
 
 
 def test_host_managed_admits_allocation_mode_all_as_single_and_warns_once() -> None:
-    state = fake.FakeState()
-    greedy = fake.compute_domain_json(name="cd", namespace="team", allocation_mode="All")
+    state = harness.Harness()
+    greedy = harness.compute_domain_json(name="cd", namespace="team", allocation_mode="All")
     state.create("ComputeDomain", greedy)
 
-    actions = state.plan("team", "cd", config=fake.host_config())
+    actions = state.plan("team", "cd", config=harness.host_config())
 
     warnings = [a for a in actions if isinstance(a, models.EmitEvent)]
     assert [w.reason for w in warnings] == [controlling.ALLOCATION_MODE_OVERRIDDEN_REASON]
     assert "channel 0 only" in warnings[0].message
-    state.converge([("team", "cd")], config=fake.host_config())
+    state.converge([("team", "cd")], config=harness.host_config())
     rct = state.get("ResourceClaimTemplate", "team", "cd-channel")
     assert rct is not None
     params = rct["spec"]["spec"]["devices"]["config"][0]["opaque"]["parameters"]
     assert params["allocationMode"] == "Single"
     assert len(state.events) == 1
-    assert state.plan("team", "cd", config=fake.host_config()) == ()
+    assert state.plan("team", "cd", config=harness.host_config()) == ()
 
 
 def test_driver_managed_keeps_allocation_mode_all_without_warning() -> None:
-    state = fake.FakeState()
-    greedy = fake.compute_domain_json(name="cd", namespace="team", allocation_mode="All")
+    state = harness.Harness()
+    greedy = harness.compute_domain_json(name="cd", namespace="team", allocation_mode="All")
     state.create("ComputeDomain", greedy)
-    state.converge([("team", "cd")], config=fake.driver_config())
+    state.converge([("team", "cd")], config=harness.driver_config())
     assert state.events == []

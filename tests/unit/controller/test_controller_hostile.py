@@ -9,7 +9,7 @@ gone), and API failures reported by `plan_reconcile_failure` / cleared by
 
 from __future__ import annotations
 
-import controller_fake_state as fake
+import controller_harness as harness
 import pytest
 
 from core import controlling, models
@@ -18,24 +18,24 @@ CD = "ComputeDomain"
 RCT = "ResourceClaimTemplate"
 
 
-def _conditions(state: fake.FakeState, name: str) -> dict[str, dict[str, str]]:
+def _conditions(state: harness.Harness, name: str) -> dict[str, dict[str, str]]:
     raw = state.get(CD, "team", name)
     assert raw is not None
     return {c["type"]: c for c in (raw.get("status") or {}).get("conditions") or ()}
 
 
-def _events(state: fake.FakeState, reason: str) -> list[models.EmitEvent]:
+def _events(state: harness.Harness, reason: str) -> list[models.EmitEvent]:
     return [e for e in state.events if e.reason == reason]
 
 
 @pytest.mark.parametrize("bad", ["Bad_Name", "-x", "a" * 254, "UPPER", "a..b"])
-@pytest.mark.parametrize("config", [fake.host_config(), fake.driver_config()],
+@pytest.mark.parametrize("config", [harness.host_config(), harness.driver_config()],
                          ids=["hostManaged", "driverManaged"])
 def test_an_rct_name_that_is_no_object_name_is_refused_once(
     bad: str, config: models.DriverConfig
 ) -> None:
-    state = fake.FakeState()
-    state.create(CD, fake.compute_domain_json(name="cd", namespace="team", rct_name=bad))
+    state = harness.Harness()
+    state.create(CD, harness.compute_domain_json(name="cd", namespace="team", rct_name=bad))
 
     state.converge([("team", "cd")], config=config)
     state.converge([("team", "cd")], config=config)
@@ -56,10 +56,10 @@ def test_valid_rct_names_pass() -> None:
 
 
 def test_an_absurd_num_nodes_is_refused_in_driver_managed_mode() -> None:
-    state = fake.FakeState()
-    state.create(CD, fake.compute_domain_json(name="cd", namespace="team", num_nodes=10**12))
+    state = harness.Harness()
+    state.create(CD, harness.compute_domain_json(name="cd", namespace="team", num_nodes=10**12))
 
-    state.converge([("team", "cd")], config=fake.driver_config())
+    state.converge([("team", "cd")], config=harness.driver_config())
 
     assert state.of_kind(RCT) == [] and state.of_kind("DaemonSet") == []
     [event] = _events(state, "NumNodesTooLarge")
@@ -67,25 +67,27 @@ def test_an_absurd_num_nodes_is_refused_in_driver_managed_mode() -> None:
 
 
 def test_num_nodes_is_ignored_in_host_managed_mode() -> None:
-    state = fake.FakeState()
-    state.create(CD, fake.compute_domain_json(name="cd", namespace="team", num_nodes=10**12))
+    state = harness.Harness()
+    state.create(CD, harness.compute_domain_json(name="cd", namespace="team", num_nodes=10**12))
 
-    state.converge([("team", "cd")], config=fake.host_config())
+    state.converge([("team", "cd")], config=harness.host_config())
 
     assert [r["metadata"]["name"] for r in state.of_kind(RCT)] == ["cd-channel"]
     assert controlling.ADMITTED_CONDITION not in _conditions(state, "cd")
 
 
-@pytest.mark.parametrize("config", [fake.host_config(), fake.driver_config()],
+@pytest.mark.parametrize("config", [harness.host_config(), harness.driver_config()],
                          ids=["hostManaged", "driverManaged"])
 def test_a_second_cd_naming_a_taken_rct_is_reported_and_served_once_it_is_free(
     config: models.DriverConfig,
 ) -> None:
-    state = fake.FakeState()
-    state.create(CD, fake.compute_domain_json(name="first", namespace="team", rct_name="shared"))
+    state = harness.Harness()
+    state.create(CD, harness.compute_domain_json(name="first", namespace="team", rct_name="shared"))
     state.converge([("team", "first")], config=config)
     first_uid = state.get(CD, "team", "first")["metadata"]["uid"]  # type: ignore[index]
-    state.create(CD, fake.compute_domain_json(name="second", namespace="team", rct_name="shared"))
+    state.create(
+        CD, harness.compute_domain_json(name="second", namespace="team", rct_name="shared")
+    )
 
     state.converge([("team", "second")], config=config)
     state.converge([("team", "second")], config=config)
@@ -107,12 +109,12 @@ def test_a_second_cd_naming_a_taken_rct_is_reported_and_served_once_it_is_free(
     assert controlling.ADMITTED_CONDITION not in _conditions(state, "second")
 
 
-def _observed(state: fake.FakeState, name: str) -> tuple[models.ComputeDomain,
+def _observed(state: harness.Harness, name: str) -> tuple[models.ComputeDomain,
                                                          controlling.Observed]:
     cd = state.compute_domain("team", name)
     raw = state.get(CD, "team", name)
     assert cd is not None and raw is not None
-    return cd, controlling.observe(cd, objects=state.lists(), config=fake.host_config(),
+    return cd, controlling.observe(cd, objects=state.lists(), config=harness.host_config(),
                                    conditions=controlling.conditions_from_k8s(raw))
 
 
@@ -122,8 +124,8 @@ def _observed(state: fake.FakeState, name: str) -> tuple[models.ComputeDomain,
 def test_an_api_failure_is_reported_once_with_its_fix_and_cleared_after_a_success(
     status: int, fix: str
 ) -> None:
-    state = fake.FakeState()
-    state.create(CD, fake.compute_domain_json(name="cd", namespace="team"))
+    state = harness.Harness()
+    state.create(CD, harness.compute_domain_json(name="cd", namespace="team"))
     cause = "POST /apis/resource.k8s.io/v1/namespaces/team/resourceclaimtemplates: HTTP x"
 
     cd, observed = _observed(state, "cd")
@@ -144,8 +146,8 @@ def test_an_api_failure_is_reported_once_with_its_fix_and_cleared_after_a_succes
 
 
 def test_conditions_of_other_writers_are_kept_when_one_is_set() -> None:
-    state = fake.FakeState()
-    state.create(CD, fake.compute_domain_json(name="cd", namespace="team"))
+    state = harness.Harness()
+    state.create(CD, harness.compute_domain_json(name="cd", namespace="team"))
     state.patch(CD, "team", "cd", {"status": {"conditions": [
         {"type": "Custom", "status": "True", "reason": "Mine"}]}}, subresource="status")
     cd, observed = _observed(state, "cd")

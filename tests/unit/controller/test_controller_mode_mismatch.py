@@ -3,7 +3,7 @@ isolation is left untouched, reported once, and can still be deleted."""
 
 from __future__ import annotations
 
-import controller_fake_state as fake
+import controller_harness as harness
 
 from core import controlling, models, names
 
@@ -12,9 +12,9 @@ DS = "DaemonSet"
 RCT = "ResourceClaimTemplate"
 
 
-def _cd_admitted_by_driver_managed(state: fake.FakeState) -> models.ComputeDomain:
-    state.create(CD, fake.compute_domain_json(name="cd", namespace="team"))
-    state.converge([("team", "cd")], config=fake.driver_config())
+def _cd_admitted_by_driver_managed(state: harness.Harness) -> models.ComputeDomain:
+    state.create(CD, harness.compute_domain_json(name="cd", namespace="team"))
+    state.converge([("team", "cd")], config=harness.driver_config())
     cd = state.compute_domain("team", "cd")
     assert cd is not None
     assert cd.meta.annotations[names.ADMITTED_MODE_ANNOTATION] == "driverManaged"
@@ -23,10 +23,10 @@ def _cd_admitted_by_driver_managed(state: fake.FakeState) -> models.ComputeDomai
 
 
 def test_mode_mismatch_cd_is_untouched_and_reported_once() -> None:
-    state = fake.FakeState()
+    state = harness.Harness()
     cd = _cd_admitted_by_driver_managed(state)
     before = {k: v for k, v in state.objects.items() if k[0] != CD}
-    host = fake.host_config()
+    host = harness.host_config()
 
     actions = state.plan("team", "cd", config=host)
 
@@ -58,10 +58,10 @@ def test_mode_mismatch_cd_is_untouched_and_reported_once() -> None:
 
 
 def test_isolation_change_alone_is_a_mode_mismatch() -> None:
-    state = fake.FakeState()
-    state.create(CD, fake.compute_domain_json(name="cd", namespace="team"))
-    state.converge([("team", "cd")], config=fake.host_config())
-    channel = fake.host_config()
+    state = harness.Harness()
+    state.create(CD, harness.compute_domain_json(name="cd", namespace="team"))
+    state.converge([("team", "cd")], config=harness.host_config())
+    channel = harness.host_config()
     channel = models.DriverConfig(
         mode=channel.mode, isolation=models.Isolation.CHANNEL, gates=channel.gates,
         namespace=channel.namespace,
@@ -71,11 +71,11 @@ def test_isolation_change_alone_is_a_mode_mismatch() -> None:
 
 
 def test_switching_back_to_the_admitting_mode_clears_the_report() -> None:
-    state = fake.FakeState()
+    state = harness.Harness()
     _cd_admitted_by_driver_managed(state)
-    state.apply_all(state.plan("team", "cd", config=fake.host_config()))
+    state.apply_all(state.plan("team", "cd", config=harness.host_config()))
 
-    actions = state.plan("team", "cd", config=fake.driver_config())
+    actions = state.plan("team", "cd", config=harness.driver_config())
 
     assert len(actions) == 2
     assert actions[0].patch == {  # type: ignore[union-attr]
@@ -83,16 +83,16 @@ def test_switching_back_to_the_admitting_mode_clears_the_report() -> None:
     }
     assert actions[1].patch == {"status": {"conditions": None}}  # type: ignore[union-attr]
     state.apply_all(actions)
-    assert state.plan("team", "cd", config=fake.driver_config()) == ()
+    assert state.plan("team", "cd", config=harness.driver_config()) == ()
 
 
 def test_deleting_a_mismatched_cd_undoes_what_its_admitting_mode_created() -> None:
-    state = fake.FakeState()
+    state = harness.Harness()
     cd = _cd_admitted_by_driver_managed(state)
     state.add_node("n1", cd_uid=cd.uid)
     state.delete(CD, "team", "cd")
 
-    state.converge([("team", "cd")], config=fake.host_config())
+    state.converge([("team", "cd")], config=harness.host_config())
 
     assert state.get(CD, "team", "cd") is None
     assert [k[0] for k in state.objects] == ["Node"]
@@ -100,9 +100,9 @@ def test_deleting_a_mismatched_cd_undoes_what_its_admitting_mode_created() -> No
 
 
 def test_a_cd_never_admitted_is_admitted_under_the_current_mode() -> None:
-    state = fake.FakeState()
-    state.create(CD, fake.compute_domain_json(name="cd", namespace="team"))
+    state = harness.Harness()
+    state.create(CD, harness.compute_domain_json(name="cd", namespace="team"))
     cd = state.compute_domain("team", "cd")
     assert cd is not None
-    assert not controlling.is_mode_mismatch(cd, config=fake.host_config())
-    assert not controlling.is_mode_mismatch(cd, config=fake.driver_config())
+    assert not controlling.is_mode_mismatch(cd, config=harness.host_config())
+    assert not controlling.is_mode_mismatch(cd, config=harness.driver_config())

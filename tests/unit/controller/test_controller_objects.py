@@ -4,16 +4,16 @@ from __future__ import annotations
 
 import dataclasses
 
-import controller_fake_state as fake
+import controller_harness as harness
 
 from core import models, names, objects
 
 
 def test_host_managed_has_only_the_channel_device_class() -> None:
-    assert [c["metadata"]["name"] for c in objects.device_classes(fake.host_config())] == [
+    assert [c["metadata"]["name"] for c in objects.device_classes(harness.host_config())] == [
         names.CHANNEL_DEVICE_CLASS
     ]
-    daemon, channel = objects.device_classes(fake.driver_config())
+    daemon, channel = objects.device_classes(harness.driver_config())
     assert channel["metadata"]["name"] == names.CHANNEL_DEVICE_CLASS
     assert daemon["metadata"]["name"] == names.DAEMON_DEVICE_CLASS
     assert channel["spec"]["selectors"] == [{"cel": {"expression": (
@@ -28,7 +28,7 @@ def test_host_managed_has_only_the_channel_device_class() -> None:
 
 
 def test_daemonset_runs_the_imex_daemon_with_its_compute_domain_in_env() -> None:
-    config = fake.driver_config()
+    config = harness.driver_config()
     cd = models.ComputeDomain(
         meta=models.ObjectMeta(name="train", namespace="team", uid="u-9"),
         spec=models.ComputeDomainSpec(
@@ -60,7 +60,7 @@ def test_daemonset_tolerates_every_taint_of_the_nodes_it_must_run_on() -> None:
         meta=models.ObjectMeta(name="train", namespace="team", uid="u-9"),
         spec=models.ComputeDomainSpec(channel=models.ChannelSpec(resource_claim_template_name="r")),
     )
-    pod_spec = objects.daemonset(cd, config=fake.driver_config())["spec"]["template"]["spec"]
+    pod_spec = objects.daemonset(cd, config=harness.driver_config())["spec"]["template"]["spec"]
     assert pod_spec["tolerations"] == [{"operator": "Exists"}]
 
 
@@ -69,15 +69,15 @@ def test_daemonset_runs_as_the_configured_daemon_service_account() -> None:
         meta=models.ObjectMeta(name="train", namespace="team", uid="u-9"),
         spec=models.ComputeDomainSpec(channel=models.ChannelSpec(resource_claim_template_name="r")),
     )
-    unset = objects.daemonset(cd, config=fake.driver_config())
+    unset = objects.daemonset(cd, config=harness.driver_config())
     assert "serviceAccountName" not in unset["spec"]["template"]["spec"]
-    config = dataclasses.replace(fake.driver_config(), daemon_service_account="imex-daemon")
+    config = dataclasses.replace(harness.driver_config(), daemon_service_account="imex-daemon")
     ds = objects.daemonset(cd, config=config)
     assert ds["spec"]["template"]["spec"]["serviceAccountName"] == "imex-daemon"
 
 
 def test_builders_are_deterministic() -> None:
-    config = fake.driver_config()
+    config = harness.driver_config()
     cd = models.ComputeDomain(
         meta=models.ObjectMeta(name="train", namespace="team", uid="u-9"),
         spec=models.ComputeDomainSpec(

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-import controller_fake_state as fake
+import controller_harness as harness
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -35,7 +35,7 @@ op = st.one_of(
 )
 
 
-def _owned_rcts(state: fake.FakeState, cd_uid: str) -> list[dict[str, Any]]:
+def _owned_rcts(state: harness.Harness, cd_uid: str) -> list[dict[str, Any]]:
     return [
         r for r in state.of_kind(RCT)
         if r["metadata"].get("labels", {}).get(names.COMPUTE_DOMAIN_LABEL) == cd_uid
@@ -52,7 +52,7 @@ def _removes_cd_finalizer(actions: tuple[models.ClusterAction, ...]) -> bool:
 
 
 def _check_plan(
-    state: fake.FakeState,
+    state: harness.Harness,
     actions: tuple[models.ClusterAction, ...],
     *,
     cd: models.ComputeDomain,
@@ -74,7 +74,7 @@ def _check_plan(
 
 
 def _run_history(
-    state: fake.FakeState, ops: list[tuple[Any, ...]], *, config: models.DriverConfig
+    state: harness.Harness, ops: list[tuple[Any, ...]], *, config: models.DriverConfig
 ) -> None:
     pending: dict[int, tuple[models.ClusterAction, ...]] = {}
     for step in ops:
@@ -82,7 +82,7 @@ def _run_history(
         namespace, name, rct_name = SLOTS[i]
         cd = state.compute_domain(namespace, name)
         if kind == "create" and cd is None:
-            state.create(CD, fake.compute_domain_json(
+            state.create(CD, harness.compute_domain_json(
                 name=name, namespace=namespace, rct_name=rct_name,
                 allocation_mode=step[2], num_nodes=step[3],
             ))
@@ -118,7 +118,7 @@ def _run_history(
                 state.write_clique(cd_uid=cd.uid, clique_id="c.1", daemons=daemons)
 
 
-def _check_converged(state: fake.FakeState, *, config: models.DriverConfig) -> None:
+def _check_converged(state: harness.Harness, *, config: models.DriverConfig) -> None:
     targets = [(ns, n) for ns, n, _ in SLOTS]
     state.converge(targets, config=config)
     live = {}
@@ -155,8 +155,8 @@ def _check_converged(state: fake.FakeState, *, config: models.DriverConfig) -> N
 def test_host_managed_plans_never_touch_daemon_objects_and_converge(
     ops: list[tuple[Any, ...]],
 ) -> None:
-    state = fake.FakeState()
-    config = fake.host_config()
+    state = harness.Harness()
+    config = harness.host_config()
     _run_history(state, ops, config=config)
     _check_converged(state, config=config)
 
@@ -164,8 +164,8 @@ def test_host_managed_plans_never_touch_daemon_objects_and_converge(
 @settings(max_examples=300, deadline=None)
 @given(ops=st.lists(op, max_size=40))
 def test_driver_managed_histories_converge_without_leftovers(ops: list[tuple[Any, ...]]) -> None:
-    state = fake.FakeState()
-    config = fake.driver_config()
+    state = harness.Harness()
+    config = harness.driver_config()
     _run_history(state, ops, config=config)
     _check_converged(state, config=config)
 
@@ -179,8 +179,8 @@ def test_plan_apply_all_then_plan_again_gives_nothing(
     ops: list[tuple[Any, ...]], host: bool
 ) -> None:
     """For every live CD, from any state users, daemons and partial applies can reach."""
-    state = fake.FakeState()
-    config = fake.host_config() if host else fake.driver_config()
+    state = harness.Harness()
+    config = harness.host_config() if host else harness.driver_config()
     _run_history(state, ops, config=config)
     for namespace, name, _ in SLOTS:
         cd = state.compute_domain(namespace, name)

@@ -1,19 +1,21 @@
-"""A test-only cluster state that applies controller actions with API-server semantics.
+"""The controller planner's test bench: the embedded cluster plus plan/apply/converge steps.
 
-Objects are JSON dicts keyed by (kind, namespace, name). It honours what the planner relies on:
-resourceVersion bumps and optimistic-concurrency conflicts, JSON merge patches (status only
-through the `status` subresource), finalizers holding a deleted object with a
-deletionTimestamp, and removal once the last finalizer goes.
+Objects live in `adapters.memory.InMemoryCluster` (the same API-server semantics the apps run
+on and the port contract suite pins: resourceVersion conflicts, merge patches, the status
+subresource, finalizers and deletion timestamps), so the planner is tested against no fake of
+its own. This module only adds the steps a test drives by hand: plan one CD, apply a prefix of
+a plan as the executor would, converge, and play the plugin (node labels) and the IMEX daemons
+(cliques).
 """
 
 from __future__ import annotations
 
-import copy
+import itertools
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from adapters.memory import _codec as mp  # RFC 7386 merge patch, as the embedded cluster applies it
-from core import controlling, decoding, errors, models, names
+from adapters.memory import cluster as memory_cluster
+from core import controlling, decoding, errors, kinds, models, names
 
 Key = tuple[str, str, str]
 
@@ -74,25 +76,42 @@ def compute_domain_json(
     }
 
 
-class FakeState:
+class Harness:
+    """The embedded cluster seen as a dict of objects, with the controller's steps."""
+
     def __init__(self) -> None:
-        self.objects: dict[Key, dict[str, Any]] = {}
+        counter = itertools.count(1)
+        self.cluster = memory_cluster.InMemoryCluster(
+            uid_factory=lambda: f"00000000-0000-4000-8000-{next(counter):012d}"
+        )
         self.events: list[models.EmitEvent] = []
         self.applied: list[models.ClusterAction] = []
-        self._counter = 0
 
     # ------------------------------------------------------------ reading
 
+    @property
+    def objects(self) -> dict[Key, dict[str, Any]]:
+        """Every stored object except Events, keyed (kind, namespace, name)."""
+        found: dict[Key, dict[str, Any]] = {}
+        for kind in sorted({k.kind for k in kinds.ALL} - {kinds.EVENT.kind}):
+            for obj in self.cluster.list(kind).items:
+                meta = obj["metadata"]
+                found[(kind, str(meta.get("namespace") or ""), str(meta["name"]))] = dict(obj)
+        return found
+
     def get(self, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
-        return self.objects.get((kind, namespace, name))
+        try:
+            return dict(self.cluster.get(kind, namespace=namespace, name=name))
+        except errors.NotFoundError:
+            return None
 
     def of_kind(self, kind: str) -> list[dict[str, Any]]:
-        return [obj for (k, _, _), obj in sorted(self.objects.items()) if k == kind]
+        return [dict(obj) for obj in self.cluster.list(kind).items]
 
     def lists(self) -> dict[str, list[dict[str, Any]]]:
         out: dict[str, list[dict[str, Any]]] = {}
         for (kind, _, _), obj in sorted(self.objects.items()):
-            out.setdefault(kind, []).append(copy.deepcopy(obj))
+            out.setdefault(kind, []).append(obj)
         return out
 
     def compute_domain(self, namespace: str, name: str) -> models.ComputeDomain | None:
@@ -102,28 +121,10 @@ class FakeState:
     # ------------------------------------------------------------ writing (user side)
 
     def create(self, kind: str, obj: Mapping[str, Any]) -> dict[str, Any]:
-        stored = copy.deepcopy(dict(obj))
-        meta = stored.setdefault("metadata", {})
-        key = (kind, meta.get("namespace", ""), meta["name"])
-        if key in self.objects:
-            raise errors.AlreadyExistsError(f"{kind} {key[1]}/{key[2]} already exists")
-        self._counter += 1
-        meta["uid"] = f"00000000-0000-4000-8000-{self._counter:012d}"
-        meta["resourceVersion"] = self._next_rv()
-        meta.pop("deletionTimestamp", None)
-        self.objects[key] = stored
-        return stored
+        return dict(self.cluster.create(kind, obj))
 
     def delete(self, kind: str, namespace: str, name: str) -> None:
-        obj = self.objects.get((kind, namespace, name))
-        if obj is None:
-            raise errors.NotFoundError(f"{kind} {namespace}/{name} not found")
-        meta = obj["metadata"]
-        if not meta.get("finalizers"):
-            del self.objects[(kind, namespace, name)]
-        elif not meta.get("deletionTimestamp"):
-            meta["deletionTimestamp"] = "2025-01-01T00:00:00Z"
-            meta["resourceVersion"] = self._next_rv()
+        self.cluster.delete(kind, namespace=namespace, name=name)
 
     def patch(
         self,
@@ -135,37 +136,14 @@ class FakeState:
         subresource: str = "",
         resource_version: str = "",
     ) -> None:
-        key = (kind, namespace, name)
-        obj = self.objects.get(key)
-        if obj is None:
-            raise errors.NotFoundError(f"{kind} {namespace}/{name} not found")
-        if resource_version and obj["metadata"]["resourceVersion"] != resource_version:
-            raise errors.ConflictError(f"{kind} {namespace}/{name} changed")
-        if subresource == "status":
-            updated = dict(obj)
-            if "status" in patch:
-                updated["status"] = mp.merge_patch(obj.get("status"), patch["status"])
-        else:
-            updated = mp.merge_patch(obj, {k: v for k, v in patch.items() if k != "status"})
-            # identity fields cannot change through a patch
-            for field in ("name", "namespace", "uid", "deletionTimestamp"):
-                if field in obj["metadata"]:
-                    updated["metadata"][field] = obj["metadata"][field]
-                else:
-                    updated["metadata"].pop(field, None)
-        if obj["metadata"].get("deletionTimestamp"):
-            added = set(updated["metadata"].get("finalizers", ())) - set(
-                obj["metadata"].get("finalizers", ())
-            )
-            # The API server refuses (422) new finalizers on an object being deleted.
-            assert not added, f"finalizers {added} added to deleting {kind} {namespace}/{name}"
-        updated["metadata"]["resourceVersion"] = self._next_rv()
-        if updated["metadata"].get("deletionTimestamp") and not updated["metadata"].get(
-            "finalizers"
-        ):
-            del self.objects[key]
-        else:
-            self.objects[key] = updated
+        try:
+            self.cluster.patch(kind, namespace=namespace, name=name, patch=patch,
+                               subresource=subresource, resource_version=resource_version)
+        except errors.ClusterError as exc:
+            # The API server refuses (422) new finalizers on an object being deleted: a plan
+            # that asks for it is a planner bug, never a condition to retry.
+            assert "no new finalizers" not in exc.message, exc.message
+            raise
 
     # ------------------------------------------------------------ controller actions
 
@@ -246,10 +224,9 @@ class FakeState:
     ) -> None:
         """What the IMEX daemons do: create or replace their clique object."""
         name = f"{cd_uid}.{clique_id}"
-        key = (names.KIND_COMPUTE_DOMAIN_CLIQUE, DRIVER_NAMESPACE, name)
-        if key in self.objects:
-            self.objects[key]["daemons"] = copy.deepcopy(daemons)
-            self.objects[key]["metadata"]["resourceVersion"] = self._next_rv()
+        if self.get(names.KIND_COMPUTE_DOMAIN_CLIQUE, DRIVER_NAMESPACE, name) is not None:
+            self.patch(names.KIND_COMPUTE_DOMAIN_CLIQUE, DRIVER_NAMESPACE, name,
+                       {"daemons": daemons})
             return
         self.create(
             names.KIND_COMPUTE_DOMAIN_CLIQUE,
@@ -260,7 +237,3 @@ class FakeState:
                 "daemons": daemons,
             },
         )
-
-    def _next_rv(self) -> str:
-        self._counter += 1
-        return str(self._counter)
