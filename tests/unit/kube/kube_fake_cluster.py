@@ -1,51 +1,55 @@
-"""A tiny scriptable `core.ports.Cluster` for the kube adapter's unit tests.
+"""The embedded cluster with a script for its watches, for the kube adapter's unit tests.
 
-Stores objects with a global resourceVersion, enforces resourceVersion preconditions and
-name uniqueness like the API server, and plays watch sessions from a script (events or an
-exception per session) so informer behaviour can be pinned exactly.
+Storage, resourceVersions, preconditions, merge patches and deletion are
+`adapters.memory.InMemoryCluster`'s (the semantics the port contract suite pins); this
+subclass only adds what those tests need to pin informer and retry behaviour exactly: watch
+sessions played from a script (events, or an exception, per session), list failures to inject,
+a log of calls, and the events emitted.
 """
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from core import errors, models, ports
+from adapters.memory import cluster as memory_cluster
+from core import kinds, models, ports
 
 
-def _merge(target: dict[str, Any], patch: Mapping[str, Any]) -> dict[str, Any]:
-    for key, value in patch.items():
-        if value is None:
-            target.pop(key, None)
-        elif isinstance(value, Mapping) and isinstance(target.get(key), dict):
-            _merge(target[key], value)
-        else:
-            target[key] = copy.deepcopy(value)
-    return target
-
-
-class FakeCluster:
+class FakeCluster(memory_cluster.InMemoryCluster):
     def __init__(self) -> None:
-        self.objects: dict[tuple[str, str, str], dict[str, Any]] = {}
-        self.rv = 100
+        super().__init__()
         self.events: list[dict[str, Any]] = []
         self.calls: list[str] = []
         # One entry per watch call: a list of WatchEvents, or an exception to raise.
         self.watch_script: list[list[ports.WatchEvent] | Exception] = []
         self.list_errors: list[Exception] = []
-        self.conflicts_to_inject = 0
 
-    def _next_rv(self) -> str:
-        self.rv += 1
-        return str(self.rv)
+    @property
+    def rv(self) -> int:
+        return int(self.resource_version)
+
+    @property
+    def conflicts_to_inject(self) -> int:
+        return self._conflicts_to_inject
+
+    @conflicts_to_inject.setter
+    def conflicts_to_inject(self, count: int) -> None:
+        self.set_conflict_injection(count)
+
+    @property
+    def objects(self) -> dict[tuple[str, str, str], Mapping[str, Any]]:
+        """Every stored object except Events, keyed (kind, namespace, name)."""
+        found: dict[tuple[str, str, str], Mapping[str, Any]] = {}
+        for kind in sorted({k.kind for k in kinds.ALL} - {kinds.EVENT.kind}):
+            for obj in super().list(kind).items:
+                meta = obj["metadata"]
+                found[(kind, str(meta.get("namespace") or ""), str(meta["name"]))] = obj
+        return found
 
     def get(self, kind: str, *, namespace: str, name: str) -> Mapping[str, Any]:
         self.calls.append(f"get {kind} {name}")
-        try:
-            return copy.deepcopy(self.objects[(kind, namespace, name)])
-        except KeyError:
-            raise errors.NotFoundError(f"{kind} {namespace}/{name} not found") from None
+        return super().get(kind, namespace=namespace, name=name)
 
     def list(
         self, kind: str, *, namespace: str = "", label_selector: Mapping[str, str] | None = None
@@ -53,12 +57,7 @@ class FakeCluster:
         self.calls.append(f"list {kind}")
         if self.list_errors:
             raise self.list_errors.pop(0)
-        items = tuple(
-            copy.deepcopy(obj)
-            for (k, ns, _), obj in sorted(self.objects.items())
-            if k == kind and (not namespace or ns == namespace)
-        )
-        return ports.ListResult(items=items, resource_version=str(self.rv))
+        return super().list(kind, namespace=namespace, label_selector=label_selector)
 
     def watch(
         self, kind: str, *, namespace: str = "", resource_version: str, timeout_s: float
@@ -73,14 +72,7 @@ class FakeCluster:
 
     def create(self, kind: str, obj: Mapping[str, Any]) -> Mapping[str, Any]:
         self.calls.append(f"create {kind}")
-        meta = obj.get("metadata") or {}
-        key = (kind, str(meta.get("namespace") or ""), str(meta["name"]))
-        if key in self.objects:
-            raise errors.AlreadyExistsError(f"{kind} {key[2]} already exists")
-        stored = copy.deepcopy(dict(obj))
-        stored.setdefault("metadata", {})["resourceVersion"] = self._next_rv()
-        self.objects[key] = stored
-        return copy.deepcopy(stored)
+        return super().create(kind, obj)
 
     def patch(
         self,
@@ -93,24 +85,12 @@ class FakeCluster:
         resource_version: str = "",
     ) -> Mapping[str, Any]:
         self.calls.append(f"patch {kind} {name}")
-        key = (kind, namespace, name)
-        if key not in self.objects:
-            raise errors.NotFoundError(f"{kind} {namespace}/{name} not found")
-        if self.conflicts_to_inject:
-            self.conflicts_to_inject -= 1
-            raise errors.ConflictError(f"{kind} {name}: injected conflict")
-        current = self.objects[key]
-        if resource_version and current["metadata"]["resourceVersion"] != resource_version:
-            raise errors.ConflictError(f"{kind} {name}: stale resourceVersion {resource_version}")
-        updated = _merge(copy.deepcopy(current), patch)
-        updated["metadata"]["resourceVersion"] = self._next_rv()
-        self.objects[key] = updated
-        return copy.deepcopy(updated)
+        return super().patch(kind, namespace=namespace, name=name, patch=patch,
+                             subresource=subresource, resource_version=resource_version)
 
     def delete(self, kind: str, *, namespace: str, name: str) -> None:
         self.calls.append(f"delete {kind} {name}")
-        if self.objects.pop((kind, namespace, name), None) is None:
-            raise errors.NotFoundError(f"{kind} {namespace}/{name} not found")
+        super().delete(kind, namespace=namespace, name=name)
 
     def emit_event(
         self, *, involved: models.ObjectRef, reason: str, message: str, warning: bool = True
