@@ -38,13 +38,13 @@ class FakeCluster(memory_cluster.InMemoryCluster):
         self.set_conflict_injection(count)
 
     @property
-    def objects(self) -> dict[tuple[str, str, str], Mapping[str, Any]]:
+    def objects(self) -> dict[tuple[str, str, str], dict[str, Any]]:
         """Every stored object except Events, keyed (kind, namespace, name)."""
-        found: dict[tuple[str, str, str], Mapping[str, Any]] = {}
+        found: dict[tuple[str, str, str], dict[str, Any]] = {}
         for kind in sorted({k.kind for k in kinds.ALL} - {kinds.EVENT.kind}):
             for obj in super().list(kind).items:
                 meta = obj["metadata"]
-                found[(kind, str(meta.get("namespace") or ""), str(meta["name"]))] = obj
+                found[(kind, str(meta.get("namespace") or ""), str(meta["name"]))] = dict(obj)
         return found
 
     def get(self, kind: str, *, namespace: str, name: str) -> Mapping[str, Any]:
