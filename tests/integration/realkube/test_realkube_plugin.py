@@ -7,6 +7,7 @@ would, through the kubelet's gRPC socket.
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -18,6 +19,7 @@ from realkube_server import wait_for
 
 from adapters.grpc import client as grpc_client
 from adapters.kube import KubeCluster
+from adapters.nvml import simulated
 from core import errors, kinds, models, names
 
 pytestmark = pytest.mark.slow
@@ -171,15 +173,16 @@ def _allocated_claim(
 
 
 def _stand_in_for_the_imex_daemon(admin: KubeCluster, *, cd_uid: str, node: PluginNode) -> None:
-    """Driver-managed: what the controller and the node's IMEX daemon would have done."""
-    admin.patch(kinds.NODE.kind, namespace="", name=node.name,
-                patch={"metadata": {"labels": {names.COMPUTE_DOMAIN_LABEL: cd_uid}}})
-    admin.patch(
-        kinds.COMPUTE_DOMAIN.kind, namespace=WORKLOAD_NAMESPACE, name="prep", subresource="status",
-        patch={"status": {"status": "Ready", "nodes": [
-            {"name": node.name, "ipAddress": "10.0.0.1", "cliqueID": "", "index": 0,
-             "status": "Ready"}]}},
-    )
+    """Driver-managed: the node's IMEX daemon reports itself Ready in its clique."""
+    rack = "rack1"
+    clique_id = f"{uuid.UUID(bytes=simulated.cluster_uuid(realkube_driver.PROFILE, rack=rack))}.1"
+    admin.create(kinds.COMPUTE_DOMAIN_CLIQUE.kind, {
+        "apiVersion": names.GROUP_VERSION, "kind": names.KIND_COMPUTE_DOMAIN_CLIQUE,
+        "metadata": {"name": f"{cd_uid}.{clique_id}", "namespace": realkube_driver.NAMESPACE,
+                     "labels": {names.COMPUTE_DOMAIN_LABEL: cd_uid}},
+        "daemons": [{"nodeName": node.name, "ipAddress": "10.0.0.1", "cliqueID": clique_id,
+                     "index": 0, "status": "Ready"}],
+    })
 
 
 def test_a_claim_allocated_on_the_node_is_prepared_through_the_kubelet_socket(
