@@ -486,8 +486,36 @@ def plan_unprepare(
             entry, state=models.ClaimState.PREPARE_ABORTED, devices=(), updated_at=now
         )
     after = dataclasses.replace(checkpoint, entries=remaining)
+    # NB: the entry goes before the file. A kill in between leaves a spec file no entry holds
+    # (deleted at start-up as an orphan), never a completed entry whose answer has no file.
     steps = (
-        models.DeleteCDISpec(claim_uid=ref.uid),
         models.WriteCheckpoint(checkpoint=after),
+        models.DeleteCDISpec(claim_uid=ref.uid),
     )
     return models.ClaimOutcome(steps=steps, checkpoint=after)
+
+
+def plan_restore_spec(
+    entry: models.CheckpointEntry, *, node: models.NodeFacts
+) -> models.WriteCDISpec | None:
+    """The CDI spec a completed channel claim's entry proves, to write back if it was lost.
+
+    Deterministic: the same bytes prepare wrote (channels, major, ComputeDomain id come from
+    the entry and the node). None where the entry alone cannot rebuild the spec (a daemon
+    claim, whose spec also carries per-domain edits): that claim must be unprepared.
+    """
+    channel_prefix = f"{names.DEVICE_TYPE_CHANNEL}-"
+    if (
+        entry.state is not models.ClaimState.PREPARE_COMPLETED
+        or not entry.channel_ids
+        or not entry.devices
+        or not all(d.device_name.startswith(channel_prefix) for d in entry.devices)
+    ):
+        return None
+    devices = cdi.channel_devices(
+        claim_uid=entry.claim_uid,
+        channel_ids=entry.channel_ids,
+        major=node.channel_major,
+        domain_id=entry.domain_id,
+    )
+    return models.WriteCDISpec(claim_uid=entry.claim_uid, spec=cdi.spec_with_devices(devices))

@@ -65,6 +65,23 @@ class CDIDirectory:
         _atomic.fsync_directory(self.root)
         logger.debug("cdi spec deleted claim_uid=%s path=%s", claim_uid, path)
 
+    def remove_temp_files(self) -> tuple[str, ...]:
+        """Delete temp files a killed write left in the root (ours only); returns their paths."""
+        removed = []
+        try:
+            entries = os.listdir(self.root)
+        except FileNotFoundError:
+            return ()
+        for entry in sorted(entries):
+            if entry.startswith(f".{_SPEC_PREFIX}") and entry.endswith(_atomic.TEMP_SUFFIX):
+                path = os.path.join(self.root, entry)
+                with contextlib.suppress(FileNotFoundError, IsADirectoryError):
+                    os.unlink(path)
+                    removed.append(path)
+        if removed:
+            _atomic.fsync_directory(self.root)
+        return tuple(removed)
+
     def claim_uids(self) -> frozenset[names.ClaimUID]:
         """Claims with one of our spec files in the root (temp and foreign files ignored)."""
         try:

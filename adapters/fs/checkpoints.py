@@ -68,6 +68,14 @@ class FileCheckpointStore:
         logger.warning("checkpoint quarantined path=%s moved_to=%s", self.path, candidate)
         return candidate
 
+    def remove_temp_files(self) -> tuple[str, ...]:
+        """Delete the temp files a killed write left beside the checkpoint; returns their paths.
+
+        Only `.<checkpoint name>.*.tmp` (what `_atomic` creates for this file) is touched.
+        Call at start-up, before anything writes.
+        """
+        return _remove_temp_files(os.path.dirname(self.path), os.path.basename(self.path))
+
     @contextlib.contextmanager
     def locked(self) -> Iterator[None]:
         """Hold an exclusive `flock` on `<path>.lock` (blocks until available).
@@ -90,3 +98,20 @@ class FileCheckpointStore:
 
     def _ensure_directory(self) -> None:
         os.makedirs(os.path.dirname(self.path), exist_ok=True)
+
+
+def _remove_temp_files(directory: str, target_prefix: str) -> tuple[str, ...]:
+    try:
+        entries = os.listdir(directory)
+    except (FileNotFoundError, NotADirectoryError):
+        return ()
+    removed = []
+    for entry in sorted(entries):
+        if entry.startswith(f".{target_prefix}") and entry.endswith(_atomic.TEMP_SUFFIX):
+            path = os.path.join(directory, entry)
+            with contextlib.suppress(FileNotFoundError, IsADirectoryError):
+                os.unlink(path)
+                removed.append(path)
+    if removed:
+        _atomic.fsync_directory(directory)
+    return tuple(removed)

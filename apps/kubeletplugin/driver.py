@@ -275,6 +275,30 @@ class PluginDriver:
                 return self._prepare_one(flight)
         raise AssertionError("unreachable: tenacity reraises")
 
+    def _ensure_spec_file(self, entry: models.CheckpointEntry) -> None:
+        """An answer must have its CDI file: write back a lost or unreadable one from the entry.
+
+        Call with the checkpoint lock held.
+        """
+        try:
+            intact = self._ports.cdi.read(entry.claim_uid) is not None
+        except errors.DecodeError:
+            intact = False
+        if intact:
+            return
+        restore = preparing.plan_restore_spec(entry, node=self._node)
+        if restore is None:
+            raise errors.PermanentError(
+                f"the CDI spec file of claim {entry.namespace}/{entry.name} ({entry.claim_uid}) "
+                "is missing or unreadable and cannot be rebuilt from the checkpoint; delete the "
+                "pod so the kubelet unprepares the claim, then recreate it"
+            )
+        log.warning(
+            "event=cdi_spec_restored claim=%s/%s uid=%s reason=missing_or_unreadable",
+            entry.namespace, entry.name, entry.claim_uid,
+        )
+        self._execute((restore,))
+
     def _abandonment(self, flight: _InFlight) -> _AbandonedError | None:
         """Why the prepare in `flight` must stop before its next durable step, if it must."""
         ref = flight.ref
@@ -302,7 +326,10 @@ class PluginDriver:
         # DESIGN §4 step 1: a claim already completed gets the same answer, without asking
         # the API server (which may be down while the kubelet re-prepares after a restart).
         with self._ports.checkpoints.locked():
-            reused = preparing.reusable_devices(self.load_checkpoint(), ref.uid)
+            current = self.load_checkpoint()
+            reused = preparing.reusable_devices(current, ref.uid)
+            if reused is not None:
+                self._ensure_spec_file(current.entries[ref.uid])
         if reused is not None:
             log.info(
                 "event=claim_already_prepared claim=%s/%s uid=%s", ref.namespace, ref.name, ref.uid

@@ -200,13 +200,16 @@ def start_plugin(
         probe = imexctl.HostIMEXProbe(
             driver_root=settings.nvidia_driver_root, socket_path=settings.imex_host_socket
         ).check
+    checkpoint_store = fs_checkpoints.FileCheckpointStore(settings.checkpoint_path)
+    cdi_dir = fs_cdi.CDIDirectory(settings.cdi_root)
+    # A kill during an atomic write leaves its temp file; nothing reads them, so drop them.
+    for path in (*checkpoint_store.remove_temp_files(), *cdi_dir.remove_temp_files()):
+        log.warning("event=temp_file_removed node=%s path=%s", settings.node_name, path)
     driver = plugin_driver.PluginDriver(
         ports=plugin_driver.PluginPorts(
             cluster=cluster,
-            checkpoints=fs_checkpoints.FileCheckpointStore(settings.checkpoint_path),
-            cdi=plugin_daemon_claims.cdi_store(
-                fs_cdi.CDIDirectory(settings.cdi_root), node=node, config=config
-            ),
+            checkpoints=checkpoint_store,
+            cdi=plugin_daemon_claims.cdi_store(cdi_dir, node=node, config=config),
         ),
         node=node,
         config=config,

@@ -295,8 +295,8 @@ def test_unprepare_undoes_a_driver_managed_entry_as_recorded_under_host_managed_
     after = dataclasses.replace(now_host, entries={})
     assert outcome.error is None
     assert outcome.steps == (
-        models.DeleteCDISpec(claim_uid=f.CLAIM_UID),
         models.WriteCheckpoint(checkpoint=after),
+        models.DeleteCDISpec(claim_uid=f.CLAIM_UID),
     )
     assert outcome.checkpoint == after
 
@@ -310,7 +310,28 @@ def test_unprepare_of_a_started_claim_leaves_an_aborted_tombstone() -> None:
     tomb = outcome.checkpoint.entries[f.CLAIM_UID]
     assert tomb.state is models.ClaimState.PREPARE_ABORTED
     assert tomb.updated_at == f.NOW + 5
-    assert outcome.steps[0] == models.DeleteCDISpec(claim_uid=f.CLAIM_UID)
+    assert outcome.steps[-1] == models.DeleteCDISpec(claim_uid=f.CLAIM_UID)
+
+
+def test_unprepare_writes_the_checkpoint_before_it_deletes_the_cdi_file() -> None:
+    prepared = f.prepare(f.claim()).checkpoint
+    outcome = preparing.plan_unprepare(f.ref(f.claim()), checkpoint=prepared, now=f.NOW)
+    kinds_in_order = [type(step) for step in outcome.steps]
+    assert kinds_in_order == [models.WriteCheckpoint, models.DeleteCDISpec]
+
+
+def test_a_lost_channel_spec_is_restored_byte_for_byte_from_its_entry() -> None:
+    outcome = f.prepare(f.claim())
+    written = next(s for s in outcome.steps if isinstance(s, models.WriteCDISpec))
+    entry = outcome.checkpoint.entries[f.CLAIM_UID]
+    assert preparing.plan_restore_spec(entry, node=f.NODE) == written
+
+
+def test_a_started_entry_has_no_spec_to_restore() -> None:
+    started = f.prepare(f.claim()).steps[0]
+    assert isinstance(started, models.WriteCheckpoint)
+    entry = started.checkpoint.entries[f.CLAIM_UID]
+    assert preparing.plan_restore_spec(entry, node=f.NODE) is None
 
 
 def test_prepare_after_abort_tells_the_user_to_recreate_the_claim() -> None:
