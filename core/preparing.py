@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping, Sequence
 
-from core import cdi, decoding, errors, models, names
+from core import cdi, decoding, errors, models, modeswitch, names
 from core import checkpoint as checkpoints
 from core.computedomain import daemon_claim
 
@@ -66,6 +66,7 @@ def plan_prepare(
         _check_not_aborted(entry, now=now)
         requests = _requests(claim, config=config)
         domain = _domain(claim, requests=requests, domains=domains, config=config)
+        _check_admitted_mode(domain, config=config, node=node)
         _check_mode_switch(claim, checkpoint=checkpoint, config=config, node=node)
         channel_ids = _channel_ids(requests, domain=domain, config=config)
         _check_channel_conflict(
@@ -258,6 +259,25 @@ def _domain(
     return domain
 
 
+def _check_admitted_mode(
+    domain: models.ComputeDomain, *, config: models.DriverConfig, node: models.NodeFacts
+) -> None:
+    """A ComputeDomain admitted under another IMEX mode/isolation can never run on this node."""
+    admitted = modeswitch.admitted_as(domain)
+    current = f"{config.mode.value}/{config.isolation.value}"
+    if admitted in ("", current):
+        return
+    docs, section = modeswitch.DOCS_SECTION
+    raise errors.PermanentError(
+        f"ComputeDomain {domain.meta.namespace}/{domain.meta.name} was admitted under IMEX mode "
+        f"{admitted} (mode/isolation), but the plugin on node {node.node_name} runs {current}: "
+        "its workloads cannot start under this mode. Delete the pods using it and the "
+        "ComputeDomain, then create it again so the current mode admits it; to go back to "
+        f"{admitted} instead, drain the nodes (kubectl drain <node> --ignore-daemonsets) and "
+        f"reinstall the driver in that mode; see {docs}, '{section}'"
+    )
+
+
 def _check_mode_switch(
     claim: models.ResourceClaim,
     *,
@@ -265,21 +285,42 @@ def _check_mode_switch(
     config: models.DriverConfig,
     node: models.NodeFacts,
 ) -> None:
-    stale = sorted(
-        f"{e.namespace}/{e.name} ({e.mode.value}/{e.isolation.value})"
-        for uid, e in checkpoint.entries.items()
-        if uid != claim.uid
-        and e.state in _HOLDING_STATES
-        and (e.mode, e.isolation) != (config.mode, config.isolation)
-    )
+    stale = [
+        e for e in claims_under_other_mode(checkpoint, config=config) if e.claim_uid != claim.uid
+    ]
     if stale:
-        raise errors.PermanentError(
-            f"node {node.node_name} still holds claims prepared under another IMEX mode "
-            f"({', '.join(stale)}) while the driver now runs {config.mode.value}/"
-            f"{config.isolation.value}; to switch modes: cordon the node (kubectl cordon "
-            f"{node.node_name}), drain it (kubectl drain {node.node_name} --ignore-daemonsets), "
-            "wait until the old claims are unprepared, then uncordon it and recreate this pod"
-        )
+        raise errors.PermanentError(mode_switch_message(stale, config=config, node=node))
+
+
+def claims_under_other_mode(
+    checkpoint: models.Checkpoint, *, config: models.DriverConfig
+) -> tuple[models.CheckpointEntry, ...]:
+    """Claims the node still holds that were prepared under another IMEX mode/isolation."""
+    return tuple(
+        e for _, e in sorted(checkpoint.entries.items())
+        if e.state in _HOLDING_STATES and (e.mode, e.isolation) != (config.mode, config.isolation)
+    )
+
+
+def mode_switch_message(
+    stale: Sequence[models.CheckpointEntry],
+    *,
+    config: models.DriverConfig,
+    node: models.NodeFacts,
+) -> str:
+    """What blocks new prepares after a mode switch, and the drain procedure that clears it."""
+    listed = ", ".join(sorted(
+        f"{e.namespace}/{e.name} ({e.mode.value}/{e.isolation.value})" if e.name
+        else f"claim {e.claim_uid} ({e.mode.value}/{e.isolation.value})"
+        for e in stale
+    ))
+    return (
+        f"node {node.node_name} still holds claims prepared under another IMEX mode "
+        f"({listed}) while the driver now runs {config.mode.value}/"
+        f"{config.isolation.value}; to switch modes: cordon the node (kubectl cordon "
+        f"{node.node_name}), drain it (kubectl drain {node.node_name} --ignore-daemonsets), "
+        "wait until the old claims are unprepared, then uncordon it and recreate this pod"
+    )
 
 
 def _channel_ids(

@@ -186,8 +186,21 @@ class PluginDriver:
                     self._node.node_name, uid,
                 )
                 self._ports.cdi.delete(uid)
+        self._report_other_mode_claims(current)
         self._publish_prepared_count(current)
         return current
+
+    def _report_other_mode_claims(self, current: models.Checkpoint) -> None:
+        stale = preparing.claims_under_other_mode(current, config=self._config)
+        if not stale:
+            return
+        message = preparing.mode_switch_message(stale, config=self._config, node=self._node)
+        log.warning(
+            "event=claims_prepared_under_other_mode node=%s claims=%d mode=%s/%s",
+            self._node.node_name, len(stale), self._config.mode.value,
+            self._config.isolation.value,
+        )
+        self._emit_node_event("ClaimsPreparedUnderOtherMode", message)
 
     # ------------------------------------------------------------ kubelet calls
 
