@@ -197,7 +197,9 @@ def test_webhook_in_host_managed_mode_from_env_denies_all_and_daemon_configs(sta
 
 
 def test_webhook_flags_override_env(start: Any) -> None:
-    hook = start("--imex-mode", "driverManaged", "--imex-isolation", "", env=HOST_MANAGED_ENV)
+    # NB: the gate goes too: HostManagedIMEX=true with mode driverManaged is refused.
+    hook = start("--imex-mode", "driverManaged", "--imex-isolation", "", "--feature-gates", "",
+                 env=HOST_MANAGED_ENV)
     hook.wait_for(r"event=config mode=driverManaged")
     assert hook.review(channel_claim("uid-all", allocationMode="All"))["allowed"] is True
 
