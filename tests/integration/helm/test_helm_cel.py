@@ -111,11 +111,12 @@ PLUGIN_SA = (
     f"system:serviceaccount:{cr.NAMESPACE}:{cr.RELEASE}-compute-domain-dra-driver-kubelet-plugin"
 )
 NODE_KEY = "authentication.kubernetes.io/node-name"
+SLICE_POLICY = f"{cr.RELEASE}-compute-domain-dra-driver-kubelet-plugin-resourceslices"
 
 
 def _admit(request: Mapping[str, Any], obj: Any, old: Any) -> str | None:
     """Run the policy like the API server: None = allowed (or not matched), else the denial."""
-    policy = cr.one(cr.render({}), "ValidatingAdmissionPolicy")["spec"]
+    policy = cr.one(cr.render({}), "ValidatingAdmissionPolicy", SLICE_POLICY)["spec"]
     env = celpy.Environment()
     activation: dict[str, Any] = {
         "request": celpy.adapter.json_to_cel(dict(request)),
@@ -177,3 +178,47 @@ def test_a_static_token_without_user_extra_gets_the_policys_own_message() -> Non
     request = {"operation": "CREATE", "userInfo": {"username": PLUGIN_SA}}
     denial = _admit(request, _slice("node-a"), None)
     assert denial is not None and "names no node" in denial
+
+
+# ---------------------------------------------------------------- ComputeDomain warnings
+
+CD_POLICY = f"{cr.RELEASE}-compute-domain-dra-driver-controller-computedomains"
+
+
+def _warnings(values: Mapping[str, Any], cd: Mapping[str, Any]) -> list[str]:
+    """Run the ComputeDomain policy as the API server would: the messages it warns with."""
+    objects = cr.render(dict(values))
+    policy = cr.one(objects, "ValidatingAdmissionPolicy", CD_POLICY)["spec"]
+    assert cr.one(objects, "ValidatingAdmissionPolicyBinding", CD_POLICY)["spec"][
+        "validationActions"] == ["Warn"], "the CRD's compatibility forbids refusing these"
+    env = celpy.Environment()
+    activation: dict[str, Any] = {"object": celpy.adapter.json_to_cel(dict(cd))}
+
+    def run(expression: str) -> Any:
+        return env.program(env.compile(expression)).evaluate(activation)
+
+    activation["variables"] = celpy.celtypes.MapType(
+        {celpy.celtypes.StringType(v["name"]): run(v["expression"]) for v in policy["variables"]}
+    )
+    return [str(run(v["messageExpression"])) for v in policy["validations"]
+            if not bool(run(v["expression"]))]
+
+
+def _cd(rct: str, num_nodes: int = 0) -> dict[str, Any]:
+    return {"spec": {"numNodes": num_nodes, "channel": {"resourceClaimTemplate": {"name": rct}}}}
+
+
+def test_a_compute_domain_with_a_bad_rct_name_or_absurd_num_nodes_gets_a_warning() -> None:
+    assert _warnings({}, _cd("good-name.v1", 18)) == []
+    [bad_name] = _warnings({}, _cd("Bad_Name"))
+    assert '"Bad_Name" is not a valid object name' in bad_name
+    assert _warnings({}, _cd("x" * 254))
+    [huge] = _warnings({}, _cd("ok", 10**12))
+    assert "1000000000000" in huge and "numNodes: 0" in huge
+
+
+def test_host_managed_mode_does_not_warn_about_num_nodes_it_ignores() -> None:
+    imex = {"mode": "hostManaged", "isolation": "none"}
+    values = {"resources": {"computeDomains": {"imex": imex}},
+              "featureGates": {"HostManagedIMEX": True}}
+    assert _warnings(values, _cd("ok", 10**12)) == []

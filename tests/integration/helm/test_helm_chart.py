@@ -382,8 +382,9 @@ def test_only_the_kubelet_plugin_runs_privileged() -> None:
 
 def test_admission_policy_binds_resourceslice_writes_to_the_plugin_service_account() -> None:
     objects = cr.render({})
-    policy = cr.one(objects, "ValidatingAdmissionPolicy")
-    binding = cr.one(objects, "ValidatingAdmissionPolicyBinding")
+    name = f"{cr.RELEASE}-compute-domain-dra-driver-kubelet-plugin-resourceslices"
+    policy = cr.one(objects, "ValidatingAdmissionPolicy", name)
+    binding = cr.one(objects, "ValidatingAdmissionPolicyBinding", name)
     plugin_sa = cr.one(cr.find(objects, "DaemonSet"), "DaemonSet")["spec"]["template"]["spec"][
         "serviceAccountName"
     ]

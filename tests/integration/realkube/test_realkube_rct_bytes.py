@@ -152,3 +152,29 @@ def test_a_cd_whose_rct_an_older_driver_created_is_deleted_to_the_end(
             raise AssertionError(f"{exc}\n{controller.output()[-4000:]}") from None
     finally:
         controller.stop()
+
+
+def test_the_chart_warns_whoever_creates_a_cd_with_a_bad_rct_name(installed: Driver) -> None:
+    api = installed.kube.admin_client()
+    attempts = iter(range(1000))
+
+    def warned() -> str | None:
+        body = {
+            "apiVersion": names.GROUP_VERSION, "kind": names.KIND_COMPUTE_DOMAIN,
+            "metadata": {"name": f"warned-{next(attempts)}", "namespace": WORKLOAD_NAMESPACE},
+            "spec": {"channel": {"resourceClaimTemplate": {"name": "Bad_Name"}}},
+        }
+        response = api.call_api(
+            "POST", f"{installed.kube.url}/apis/{names.GROUP_VERSION}/namespaces/"
+            f"{WORKLOAD_NAMESPACE}/computedomains",
+            header_params={"Content-Type": "application/json",
+                           "Authorization": f"Bearer {installed.kube.admin_token}"},
+            body=body,
+        )
+        response.read()
+        assert response.status == 201, "the policy must warn, never refuse"
+        warning = response.getheader("Warning") or ""
+        return warning if "is not a valid object name" in warning else None
+
+    # NB: the API server loads new admission policies within a second or so.
+    assert "Delete it and create it again" in wait_for(warned, what="the warning", timeout_s=30)
