@@ -438,14 +438,13 @@ def _report_condition(
     """Set (with a Warning event) or clear the condition of type `kind`; nothing if it already
     reads so."""
     current = next((c for c in observed.conditions if c.type == kind), None)
-    if current == condition:
+    if current is None and condition is None:
         return ()
-    if (
-        condition is not None and current is not None
-        and (current.status, current.reason, current.message)
+    if current is not None and condition is not None and (
+        (current.status, current.reason, current.message)
         == (condition.status, condition.reason, condition.message)
     ):
-        return ()
+        return ()  # the same report; lastTransitionTime is not compared
     actions: list[models.ClusterAction] = []
     if condition is not None:
         actions.append(

@@ -1,7 +1,8 @@
 """Adapter: the real Kubernetes API server through the official `kubernetes` client.
 
-`KubeCluster` implements `core.ports.Cluster`; `retrying`, `leader` and `slices` build the
-informer loop, leader election and ResourceSlice publishing on top of any such port.
+`KubeCluster` implements `core.ports.Cluster`; `retrying`, `informer`, `workqueue`, `leader`
+and `slices` build the list-watch loop, informer caches, the controller's rate-limited work
+queue, leader election and ResourceSlice publishing on top of any such port.
 """
 
 from adapters.kube.cluster import KubeCluster
