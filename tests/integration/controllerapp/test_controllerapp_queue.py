@@ -5,6 +5,8 @@ a CD the API server keeps refusing backs off alone (its key's delays grow, other
 reported once (one Warning event, a Reconciled=False condition) and recovers when the cause
 goes; deletion finishes; a CD refused because another holds its RCT name is served once that
 one is gone (RCT events map to every CD naming it); stale node labels are removed.
+Error paths: a bug on one key is logged and retried, a failure whose report fails too is still
+retried, a controller that cannot list stops promptly without syncing.
 Every wait is a poll with a deadline that returns as soon as the condition holds.
 """
 
@@ -252,3 +254,63 @@ def test_stale_node_labels_are_removed(cluster: _Cluster) -> None:
             return names.COMPUTE_DOMAIN_LABEL not in (node["metadata"].get("labels") or {})
 
         _eventually(unlabelled, what="the stale label removed")
+
+
+def test_a_bug_on_one_key_is_logged_and_retried_not_fatal() -> None:
+    crashes = threading.Event()
+
+    class Crashing(_Cluster):
+        def get(self, kind: str, *, namespace: str, name: str) -> Mapping[str, Any]:
+            if name == "crash-channel" and not crashes.is_set():
+                crashes.set()
+                raise RuntimeError("a bug in a read")
+            return super().get(kind, namespace=namespace, name=name)
+
+    crashing = Crashing()
+    try:
+        for _ in _run(crashing):
+            crashing.create(CD, _cd("crash"))
+            assert crashes.wait(10)
+            _eventually(lambda: _ready(crashing, "crash"), what="the CD Ready after the crash")
+    finally:
+        crashing.close()
+
+
+def test_a_controller_that_cannot_list_stops_promptly_without_syncing() -> None:
+    class Forbidden(memory_cluster.InMemoryCluster):
+        def list(self, kind: str, *, namespace: str = "",
+                 label_selector: Mapping[str, str] | None = None) -> ports.ListResult:
+            raise errors.ClusterError(f"{kind} is forbidden: missing RBAC rule")
+
+    cluster = Forbidden()
+    reconciler = controller_reconciler.Reconciler(cluster=cluster, config=_host_config())
+    controller = running.Controller(reconciler, workers=1, watch_timeout_s=1)
+    stop = threading.Event()
+    threading.Thread(target=controller.run, args=(stop,), daemon=True).start()
+    stop.set()
+    assert controller.stopped.wait(10), "the controller did not stop"
+    assert not controller.synced.is_set()
+    cluster.close()
+
+
+def test_a_failure_that_cannot_even_be_reported_is_still_retried() -> None:
+    class NoStatus(_Cluster):
+        def patch(self, kind: str, *, namespace: str, name: str, patch: Mapping[str, Any],
+                  subresource: str = "", resource_version: str = "") -> Mapping[str, Any]:
+            if subresource == "status" and name == "broken":
+                raise _WebhookDown("status writes fail too")
+            return super().patch(kind, namespace=namespace, name=name, patch=patch,
+                                 subresource=subresource, resource_version=resource_version)
+
+    quiet = NoStatus()
+    quiet.refused.add("broken-channel")
+    try:
+        for _ in _run(quiet, backoff=workqueue.WorkQueue(
+                backoff=workqueue.per_key_backoff(initial_s=0.01, max_s=0.05))):
+            quiet.create(CD, _cd("broken"))
+            assert quiet.refused_enough.wait(10), "the CD was not retried"
+            quiet.refused.clear()
+            _eventually(lambda: _exists(quiet, RCT, NS, "broken-channel"),
+                        what="the RCT once the webhook is up")
+    finally:
+        quiet.close()

@@ -89,3 +89,26 @@ def test_a_relist_after_gone_drops_what_vanished_and_a_transform_slims(
         assert gone == ["b"] and leases.object_keys() == (("ns", "a"),)
     finally:
         stop.set()
+
+
+def test_a_failing_handler_does_not_stop_the_cache(
+    cluster: memory_cluster.InMemoryCluster,
+) -> None:
+    leases = informer.Informer(cluster, "Lease", namespace="ns", watch_timeout_s=1)
+    later: list[str] = []
+
+    def broken(old: Mapping[str, Any] | None, new: Mapping[str, Any] | None) -> None:
+        raise RuntimeError("handler bug")
+
+    leases.add_handler(broken)
+    leases.add_handler(lambda old, new: later.append(new["metadata"]["name"]) if new else None)
+    stop = threading.Event()
+    leases.start(stop)
+    try:
+        assert leases.synced.wait(10)
+        cluster.create("Lease", _lease("a"))
+        cluster.create("Lease", _lease("b"))
+        _eventually(lambda: later == ["a", "b"], what="both events past the broken handler")
+        assert leases.object_keys() == (("ns", "a"), ("ns", "b"))
+    finally:
+        stop.set()
