@@ -133,13 +133,10 @@ def test_the_summary_counts_inconsistent_cases_and_main_fails_on_any(
         "mode=hostManaged op=unprepare point=x hit=1: INCONSISTENT: a; b")
 
 
-# Known plugin defects of issue 8 (item 4), fixed by the kubelet-plugin owner: these reproduce
-# them through the harness. NB: not strict, so the fix can land without touching this file;
-# an XPASS in the report means the marker should go.
-_ITEM_4 = "issue 8 item 4 (plugin owner): "
+# Two defects of issue 8 (item 4) this harness found, fixed in the plugin (615e9fc): kept as
+# regression tests at the exact kill points that showed them.
 
 
-@pytest.mark.xfail(reason=_ITEM_4 + "unprepare deletes the CDI file before the checkpoint")
 def test_a_kill_after_the_cdi_delete_of_an_unprepare_leaves_no_answer_without_its_file() -> None:
     case = faults.Case(mode="hostManaged", operation=faults.Operation.UNPREPARE,
                        point=_atomic.UNLINKED_DIR_FSYNC, hit=1)
@@ -150,7 +147,6 @@ def test_a_kill_after_the_cdi_delete_of_an_unprepare_leaves_no_answer_without_it
     assert verdict.consistent, verdict.line()
 
 
-@pytest.mark.xfail(reason=_ITEM_4 + "temp files of killed writes are not removed at start-up")
 def test_a_kill_mid_write_leaves_no_temp_file_once_the_plugin_restarted() -> None:
     case = faults.Case(mode="hostManaged", operation=faults.Operation.PREPARE,
                        point="cdi.rename", hit=1)
