@@ -12,6 +12,7 @@ back (downgrade safety); they are not interpreted.
 from __future__ import annotations
 
 import dataclasses
+import enum
 import hashlib
 import json
 from collections.abc import Iterable, Mapping
@@ -359,3 +360,74 @@ def is_expired_tombstone(
     entry: models.CheckpointEntry, *, now: float, ttl_s: float = TOMBSTONE_TTL_S
 ) -> bool:
     return entry.state is models.ClaimState.PREPARE_ABORTED and now - entry.updated_at >= ttl_s
+
+
+# ---------------------------------------------------------------- stale entries
+
+
+class StaleReason(enum.StrEnum):
+    """Why a checkpoint entry no longer belongs to a live claim (what the API server said)."""
+
+    DELETED = "the ResourceClaim no longer exists"
+    RECREATED = "a ResourceClaim of the same name now has another UID"
+    DEALLOCATED = "the ResourceClaim is no longer allocated"
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class StaleEntry:
+    """An entry found stale, as it was when its claim was looked up."""
+
+    entry: models.CheckpointEntry
+    reason: StaleReason
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class StaleCleanup:
+    """Steps that drop stale entries (checkpoint first, then their CDI files) and what went."""
+
+    steps: tuple[models.PluginAction, ...]
+    removed: tuple[StaleEntry, ...]
+
+
+def entries_to_check(cp: models.Checkpoint) -> tuple[models.CheckpointEntry, ...]:
+    """The PrepareStarted/PrepareCompleted entries whose claims the API server must confirm."""
+    holding = (models.ClaimState.PREPARE_STARTED, models.ClaimState.PREPARE_COMPLETED)
+    return tuple(e for _, e in sorted(cp.entries.items()) if e.state in holding)
+
+
+def plan_stale_cleanup(cp: models.Checkpoint, *, stale: Iterable[StaleEntry]) -> StaleCleanup:
+    """Drop the entries found stale, if they are still exactly as they were when looked up.
+
+    An entry that changed since (a prepare or unprepare ran while the API was asked) is kept
+    for the next round: what the API said may no longer be about it. The checkpoint is
+    written before the CDI files are deleted, so a kill in between leaves orphan files
+    (deleted at start-up), never an entry whose file is gone.
+    """
+    removed = tuple(
+        s for s in sorted(stale, key=lambda s: s.entry.claim_uid)
+        if cp.entries.get(s.entry.claim_uid) == s.entry
+    )
+    if not removed:
+        return StaleCleanup(steps=(), removed=())
+    gone = {s.entry.claim_uid for s in removed}
+    after = dataclasses.replace(
+        cp, entries={uid: e for uid, e in cp.entries.items() if uid not in gone}
+    )
+    steps: tuple[models.PluginAction, ...] = (
+        models.WriteCheckpoint(checkpoint=after),
+        *(models.DeleteCDISpec(claim_uid=uid) for uid in sorted(gone)),
+    )
+    return StaleCleanup(steps=steps, removed=removed)
+
+
+def stale_reason(
+    entry: models.CheckpointEntry, claim: models.ResourceClaim | None
+) -> StaleReason | None:
+    """Whether `claim` (None: not found), as the API server returned it, leaves `entry` stale."""
+    if claim is None:
+        return StaleReason.DELETED
+    if claim.uid != entry.claim_uid:
+        return StaleReason.RECREATED
+    if not claim.allocated:
+        return StaleReason.DEALLOCATED
+    return None

@@ -16,6 +16,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Mapping
+from typing import Any
 
 import tenacity
 
@@ -201,6 +202,94 @@ class PluginDriver:
             self._config.isolation.value,
         )
         self._emit_node_event("ClaimsPreparedUnderOtherMode", message)
+
+    # ------------------------------------------------------------ stale entries
+
+    def clean_stale_claims(self) -> tuple[checkpoint_codec.StaleEntry, ...]:
+        """One clean-up round: drop entries whose claims the API server says are gone.
+
+        A PrepareStarted or PrepareCompleted entry whose ResourceClaim was deleted, recreated
+        under another UID or deallocated holds its IMEX channel(s) for nobody (a crash mid-
+        prepare, or a claim deleted while the plugin was down); it goes with its CDI file, a
+        Warning Event on the Node and a metric. Nothing is cleaned in a round where the API
+        server cannot be read: an error there is not evidence that a claim is gone.
+        """
+        with self._ports.checkpoints.locked():
+            snapshot = self.load_checkpoint()
+        entries = checkpoint_codec.entries_to_check(snapshot)
+        if not entries:
+            return ()
+        try:
+            stale = self._find_stale(entries)
+        except errors.ClusterError as exc:
+            log.warning(
+                "event=stale_claim_cleanup_skipped node=%s entries=%d reason=%r",
+                self._node.node_name, len(entries), str(exc),
+            )
+            if self._metrics is not None:
+                self._metrics.count_cleanup_skipped()
+            return ()
+        if not stale:
+            return ()
+        with self._ports.checkpoints.locked():
+            plan = checkpoint_codec.plan_stale_cleanup(self.load_checkpoint(), stale=stale)
+            self._execute(plan.steps)
+            after = self.load_checkpoint()
+        for item in plan.removed:
+            self._report_stale(item)
+        self._publish_prepared_count(after)
+        return plan.removed
+
+    def _find_stale(
+        self, entries: tuple[models.CheckpointEntry, ...]
+    ) -> tuple[checkpoint_codec.StaleEntry, ...]:
+        """Ask the API server about each entry's claim; raises ClusterError if it cannot."""
+        by_uid: dict[str, models.ResourceClaim] | None = None
+        found: list[checkpoint_codec.StaleEntry] = []
+        for entry in entries:
+            if entry.name:
+                claim = self._lookup_claim(entry.namespace, entry.name)
+            else:  # rebuilt from a CDI file: only the UID is known
+                if by_uid is None:
+                    by_uid = self._claims_by_uid()
+                claim = by_uid.get(entry.claim_uid)
+            reason = checkpoint_codec.stale_reason(entry, claim)
+            if reason is not None:
+                found.append(checkpoint_codec.StaleEntry(entry=entry, reason=reason))
+        return tuple(found)
+
+    def _lookup_claim(self, namespace: str, name: str) -> models.ResourceClaim | None:
+        try:
+            raw = self._ports.cluster.get(kinds.RESOURCE_CLAIM.kind, namespace=namespace, name=name)
+        except errors.NotFoundError:
+            return None
+        return _claim_or_placeholder(raw)
+
+    def _claims_by_uid(self) -> dict[str, models.ResourceClaim]:
+        claims = (
+            _claim_or_placeholder(raw)
+            for raw in self._ports.cluster.list(kinds.RESOURCE_CLAIM.kind).items
+        )
+        return {claim.uid: claim for claim in claims}
+
+    def _report_stale(self, item: checkpoint_codec.StaleEntry) -> None:
+        entry = item.entry
+        who = f"{entry.namespace}/{entry.name}" if entry.name else "(name unknown)"
+        channels = ",".join(str(c) for c in entry.channel_ids[:8])
+        if len(entry.channel_ids) > 8:
+            channels += f",... ({len(entry.channel_ids)} in all)"
+        log.warning(
+            "event=stale_claim_cleaned node=%s claim=%s uid=%s state=%s reason=%r",
+            self._node.node_name, who, entry.claim_uid, entry.state.value, item.reason.value,
+        )
+        self._emit_node_event(
+            "StaleClaimCleaned",
+            f"removed the {entry.state.value} entry of claim {who} ({entry.claim_uid}) and its "
+            f"CDI spec: {item.reason.value}; IMEX channel(s) {channels or 'none'} on this node "
+            "are free again",
+        )
+        if self._metrics is not None:
+            self._metrics.count_stale_cleaned(state=entry.state.value, reason=item.reason.name)
 
     # ------------------------------------------------------------ kubelet calls
 
@@ -552,6 +641,20 @@ class PluginDriver:
     def _observe_call(self, operation: str, seconds: float) -> None:
         if self._metrics is not None:
             self._metrics.observe_call(operation=operation, seconds=seconds)
+
+
+def _claim_or_placeholder(raw: Mapping[str, Any]) -> models.ResourceClaim:
+    """The claim; one that does not decode counts as present and allocated (never stale)."""
+    try:
+        return decoding.resource_claim_from_k8s(raw)
+    except errors.DecodeError:
+        meta = raw.get("metadata") or {}
+        return models.ResourceClaim(
+            uid=names.ClaimUID(str(meta.get("uid") or "")),
+            namespace=str(meta.get("namespace") or ""),
+            name=str(meta.get("name") or ""),
+            allocated=True,
+        )
 
 
 def _durable(done: list[models.PluginAction]) -> bool:

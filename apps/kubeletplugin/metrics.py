@@ -37,12 +37,30 @@ class PluginMetrics:
             ["driver", "node"],
             registry=self.registry,
         )
+        self.stale_claims_cleaned_total = prometheus_client.Counter(
+            "nvidia_dra_stale_claims_cleaned_total",
+            "Checkpoint entries (and CDI specs) removed because their ResourceClaim was gone.",
+            ["driver", "node", "state", "reason"],
+            registry=self.registry,
+        )
+        self.stale_claim_cleanup_skipped_total = prometheus_client.Counter(
+            "nvidia_dra_stale_claim_cleanup_skipped_total",
+            "Stale-claim clean-up rounds skipped because the API server could not be read.",
+            ["driver", "node"],
+            registry=self.registry,
+        )
         self.node_prepare_errors_total = prometheus_client.Counter(
             "nvidia_dra_node_prepare_errors_total",
             "Claims whose prepare or unprepare failed, by operation and kind of error.",
             ["driver", "node", "operation", "kind"],
             registry=self.registry,
         )
+
+    def count_stale_cleaned(self, *, state: str, reason: str) -> None:
+        self.stale_claims_cleaned_total.labels(**self._labels, state=state, reason=reason).inc()
+
+    def count_cleanup_skipped(self) -> None:
+        self.stale_claim_cleanup_skipped_total.labels(**self._labels).inc()
 
     def observe_call(self, *, operation: str, seconds: float) -> None:
         self.requests_total.labels(**self._labels, operation=operation).inc()

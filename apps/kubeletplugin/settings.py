@@ -31,6 +31,7 @@ class Settings:
     boot_id_path: str
     retry_budget_s: float
     log_verbosity: int
+    stale_claim_cleanup_interval_s: float = 30.0
 
     @property
     def checkpoint_path(self) -> str:
@@ -80,9 +81,20 @@ def parse(argv: Sequence[str] | None, env: Mapping[str, str]) -> Settings:
     add("--boot-id-path", default=_flag(env, "BOOT_ID_PATH", "/proc/sys/kernel/random/boot_id"))
     add("--retry-budget-seconds", default=_flag(env, "RETRY_BUDGET_SECONDS", "30"))
     add("-v", "--log-verbosity", default=_flag(env, "LOG_VERBOSITY", "2"))
+    add(
+        "--stale-claim-cleanup-interval-seconds",
+        default=_flag(env, "STALE_CLAIM_CLEANUP_INTERVAL_SECONDS", "30"),
+        help="how often checkpoint entries of deleted/deallocated claims are looked for",
+    )
     ns = parser.parse_args(argv)
     if not ns.node_name:
         parser.error("--node-name (or env NODE_NAME) is required: the node this plugin runs on")
+    cleanup_s = _positive_seconds(ns.stale_claim_cleanup_interval_seconds)
+    if cleanup_s is None:
+        parser.error(
+            "--stale-claim-cleanup-interval-seconds (env STALE_CLAIM_CLEANUP_INTERVAL_SECONDS) "
+            f"must be a number of seconds above 0, got {ns.stale_claim_cleanup_interval_seconds!r}"
+        )
     return Settings(
         node_name=ns.node_name,
         namespace=ns.namespace,
@@ -104,4 +116,13 @@ def parse(argv: Sequence[str] | None, env: Mapping[str, str]) -> Settings:
         boot_id_path=ns.boot_id_path,
         retry_budget_s=float(ns.retry_budget_seconds),
         log_verbosity=int(ns.log_verbosity),
+        stale_claim_cleanup_interval_s=cleanup_s,
     )
+
+
+def _positive_seconds(text: str) -> float | None:
+    try:
+        value = float(text)
+    except ValueError:
+        return None
+    return value if 0 < value < float("inf") else None

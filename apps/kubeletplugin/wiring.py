@@ -93,6 +93,40 @@ class SliceResync:
         return True
 
 
+class StaleClaimCleanup:
+    """Runs the driver's stale-claim clean-up at start and then every `interval_s`.
+
+    An entry whose claim disappeared is gone within one interval plus one round. `rounds`
+    counts finished rounds (tests wait on `round_done`, which is set after each).
+    """
+
+    def __init__(
+        self, clean: Callable[[], object], *, node_name: str, interval_s: float
+    ) -> None:
+        self._clean = clean
+        self._node_name = node_name
+        self._interval_s = interval_s
+        self.rounds = 0
+        self.round_done = threading.Event()
+
+    def start(self, stopping: threading.Event) -> threading.Thread:
+        thread = threading.Thread(
+            target=self.run, args=(stopping,), name="stale-claim-cleanup", daemon=True
+        )
+        thread.start()
+        return thread
+
+    def run(self, stopping: threading.Event) -> None:
+        while not stopping.is_set():
+            try:
+                self._clean()
+            except Exception:  # keep going: the next round may succeed
+                log.exception("event=stale_claim_cleanup_failed node=%s", self._node_name)
+            self.rounds += 1
+            self.round_done.set()
+            stopping.wait(self._interval_s)
+
+
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class Plugin:
     driver: plugin_driver.PluginDriver
@@ -101,6 +135,7 @@ class Plugin:
     node: models.NodeFacts
     stopping: threading.Event
     slices: SliceResync
+    cleanup: StaleClaimCleanup
 
     def stop(self, grace_s: float = 2.0) -> None:
         self.stopping.set()
@@ -236,6 +271,12 @@ def start_plugin(
     )
     resync.start(stopping)
     server.start()
+    cleanup = StaleClaimCleanup(
+        driver.clean_stale_claims,
+        node_name=settings.node_name,
+        interval_s=settings.stale_claim_cleanup_interval_s,
+    )
+    cleanup.start(stopping)
     log.info(
         "event=plugin_started node=%s mode=%s isolation=%s clique=%r channel_major=%d "
         "prepared_claims=%d dra_socket=%s",
@@ -243,5 +284,6 @@ def start_plugin(
         node.channel_major, len(recovered.entries), server.dra_socket_path,
     )
     return Plugin(
-        driver=driver, server=server, metrics=metrics, node=node, stopping=stopping, slices=resync
+        driver=driver, server=server, metrics=metrics, node=node, stopping=stopping,
+        slices=resync, cleanup=cleanup,
     )

@@ -14,6 +14,7 @@ import pathlib
 import shutil
 import signal
 import tempfile
+import time
 from collections.abc import Iterator, Sequence
 
 import app_processes
@@ -380,3 +381,68 @@ def test_plugin_process_in_host_managed_mode_without_the_gate_exits_2_naming_the
     assert process.wait() == 2
     assert "requires feature gate HostManagedIMEX=true" in process.output()
     assert not node_paths.registration_socket.exists()
+
+
+# ------------------------------------------------------------------ stale entries
+
+
+def _events(cluster: memory_cluster.InMemoryCluster, reason: str) -> list[str]:
+    return [
+        e["message"] for e in cluster.list(kinds.EVENT.kind, namespace="default").items
+        if e["reason"] == reason
+    ]
+
+
+def test_entry_of_a_claim_deleted_while_the_plugin_was_down_is_cleaned_at_start(
+    served: app_processes.ServedCluster,
+    node_paths: PluginPaths,
+    launch: app_processes.Launch,
+) -> None:
+    node = app_processes.first_node()
+    node_paths.write_node_files(node)
+    cd_uid = str(app_processes.compute_domain(served.cluster, "gone")["metadata"]["uid"])
+    ref = app_processes.resource_claim(served.cluster, "gone", node=node, cd_uid=cd_uid)
+    first = _start(launch, served.kubeconfig, node_paths, node=node)
+    wait_registered(first, node_paths)
+    assert prepare(node_paths, [ref], version="v1")[ref.uid].error == ""
+    first.kill()
+    served.cluster.delete(kinds.RESOURCE_CLAIM.kind, namespace=NAMESPACE, name="gone")
+
+    second = _start(launch, served.kubeconfig, node_paths, node=node)
+    wait_registered(second, node_paths)
+
+    eventually(lambda: not node_paths.cdi_file(ref.uid).exists(), what="the stale CDI file")
+    assert ref.uid not in checkpoint_entries(node_paths)
+    assert any(ref.uid in m for m in _events(served.cluster, "StaleClaimCleaned"))
+
+
+def test_stale_entry_clean_up_latency_after_the_claim_disappears(
+    served: app_processes.ServedCluster,
+    node_paths: PluginPaths,
+    launch: app_processes.Launch,
+) -> None:
+    """Measured, not asserted: printed for the record (interval 5 s here; chart default 30 s)."""
+    node = app_processes.first_node()
+    node_paths.write_node_files(node)
+    cd_uid = str(app_processes.compute_domain(served.cluster, "lat")["metadata"]["uid"])
+    process = launch("apps.kubeletplugin", [
+        *app_processes.plugin_args(
+            node_paths, node=node, kubeconfig=served.kubeconfig,
+            mode_flags=app_processes.host_managed_flags(),
+        ),
+        "--stale-claim-cleanup-interval-seconds", "5",
+    ])
+    wait_registered(process, node_paths)
+    latencies = []
+    for i in range(3):
+        ref = app_processes.resource_claim(served.cluster, f"lat-{i}", node=node, cd_uid=cd_uid)
+        assert prepare(node_paths, [ref], version="v1")[ref.uid].error == ""
+        gone_at = time.monotonic()
+        served.cluster.delete(kinds.RESOURCE_CLAIM.kind, namespace=NAMESPACE, name=f"lat-{i}")
+        eventually(
+            lambda ref=ref: not node_paths.cdi_file(ref.uid).exists(),  # type: ignore[misc]
+            what="the stale CDI file", every_s=0.05,
+        )
+        latencies.append(time.monotonic() - gone_at)
+        assert ref.uid not in checkpoint_entries(node_paths)
+    print(f"stale-claim clean-up latency (interval 5 s): {[round(x, 2) for x in latencies]} s")

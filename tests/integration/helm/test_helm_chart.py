@@ -353,6 +353,14 @@ def test_kubelet_plugin_probes_grpc_health_and_reads_downward_api() -> None:
     assert "IMEX_HOST_SOCKET" not in env
 
 
+def test_kubelet_plugin_stale_claim_cleanup_interval_is_a_chart_setting() -> None:
+    default = cr.container_env(cr.one(cr.render({}), "DaemonSet"))
+    assert default["STALE_CLAIM_CLEANUP_INTERVAL_SECONDS"] == "30"
+    chosen = cr.render({"kubeletPlugin": {"staleClaimCleanupIntervalSeconds": 10}})
+    env = cr.container_env(cr.one(chosen, "DaemonSet"))
+    assert env["STALE_CLAIM_CLEANUP_INTERVAL_SECONDS"] == "10"
+
+
 def test_host_imex_check_and_socket_reach_the_plugin_in_host_managed_mode() -> None:
     values = cr.host_managed()
     values["resources"]["computeDomains"]["imex"].update(

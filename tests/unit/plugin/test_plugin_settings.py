@@ -1,0 +1,31 @@
+"""The kubelet plugin's flags: the stale-claim clean-up interval and its validation."""
+
+from __future__ import annotations
+
+import pytest
+
+from apps.kubeletplugin import settings as plugin_settings
+
+
+def test_the_clean_up_interval_defaults_to_30_seconds() -> None:
+    parsed = plugin_settings.parse(["--node-name", "n"], {})
+    assert parsed.stale_claim_cleanup_interval_s == 30.0
+
+
+def test_the_clean_up_interval_comes_from_the_environment_the_chart_sets() -> None:
+    parsed = plugin_settings.parse(
+        ["--node-name", "n"], {"STALE_CLAIM_CLEANUP_INTERVAL_SECONDS": "2.5"}
+    )
+    assert parsed.stale_claim_cleanup_interval_s == 2.5
+
+
+@pytest.mark.parametrize("bad", ["0", "-1", "soon", "inf", "nan"])
+def test_a_clean_up_interval_that_is_not_positive_seconds_is_refused(
+    bad: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exited:
+        plugin_settings.parse(
+            ["--node-name", "n", "--stale-claim-cleanup-interval-seconds", bad], {}
+        )
+    assert exited.value.code == 2
+    assert "must be a number of seconds above 0" in capsys.readouterr().err
