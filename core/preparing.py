@@ -104,6 +104,34 @@ def _is_reusable(entry: models.CheckpointEntry) -> bool:
     )
 
 
+# Kubernetes UIDs are UUIDs (36 characters); this leaves room for other generators while
+# refusing anything that could name a path or flood a log.
+_MAX_UID_LENGTH = 128
+_UID_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.")
+
+
+def claim_uid_error(uid: str) -> errors.PermanentError | None:
+    """Refuse a claim UID that cannot come from the API server (it names files on the node)."""
+    if (
+        0 < len(uid) <= _MAX_UID_LENGTH
+        and set(uid) <= _UID_CHARS
+        and uid[0].isalnum()
+    ):
+        return None
+    return errors.PermanentError(
+        f"claim UID {shown(uid)} ({len(uid)} characters) is not a valid Kubernetes UID (1 to "
+        f"{_MAX_UID_LENGTH} letters, digits, '-', '_' or '.', starting with a letter or digit); "
+        "the kubelet's request is malformed: check what sends NodePrepareResources to this plugin"
+    )
+
+
+def shown(text: str, limit: int = 64) -> str:
+    """`text` quoted for a message or log line, cut to `limit` characters."""
+    if len(text) <= limit:
+        return repr(text)
+    return repr(text[:limit]) + "..."
+
+
 def reservation_error(
     claim: models.ResourceClaim,
     *,

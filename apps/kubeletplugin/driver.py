@@ -331,6 +331,16 @@ class PluginDriver:
             deadline = min(deadline, time.monotonic() + remaining - _ANSWER_MARGIN_S)
         results: dict[names.ClaimUID, models.ClaimResult] = {}
         for ref in claims:
+            invalid = preparing.claim_uid_error(ref.uid)
+            if invalid is not None:  # bad input, not a bug: no traceback, no huge log line
+                log.warning(
+                    "event=%s_failed claim=%s/%s uid=%s kind=permanent error=invalid_claim_uid",
+                    operation, preparing.shown(ref.namespace), preparing.shown(ref.name),
+                    preparing.shown(ref.uid),
+                )
+                self._count_error(operation, "permanent")
+                results[ref.uid] = models.ClaimResult(error=invalid.message)
+                continue
             try:
                 results[ref.uid] = models.ClaimResult(devices=handle(ref, deadline))
             except errors.DriverError as exc:
