@@ -1,6 +1,7 @@
 """`make faults`: SIGKILL the real kubelet plugin at every durable step, restart it, check.
 
-For each IMEX mode and each operation (prepare, unprepare, recovery at start-up) the
+For each IMEX mode and each operation (prepare, unprepare, recovery of a corrupt
+checkpoint at start-up, clean-up of a claim deleted while the plugin was down) the
 harness first runs the operation once with `CD_DRA_FAULT_TRACE` set, which lists every
 durable step the plugin takes (`adapters.fs._atomic.FAULT_POINTS`) in order. Then, for
 every step the operation took, it runs the operation again in a fresh node with
@@ -8,7 +9,8 @@ every step the operation took, it runs the operation again in a fresh node with
 restarts the plugin without the fault, and checks what a kubelet relies on:
 
 - an acked prepare is kept: a new prepare answers the same CDI ids and the file exists;
-- an acked unprepare never comes back (no CDI file, no checkpoint entry);
+- an acked unprepare never comes back (no CDI file, no checkpoint entry), nor does the
+  entry of a claim deleted from the API once it was cleaned;
 - every answer's CDI ids resolve to a device in a CDI file;
 - no `.*.tmp` file is left once the plugin has started;
 - the checkpoint and the CDI directory agree;
@@ -65,6 +67,7 @@ class Operation(enum.StrEnum):
     PREPARE = "prepare"
     UNPREPARE = "unprepare"
     RECOVERY = "recovery"
+    CLEANUP = "cleanup"
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -251,6 +254,11 @@ class Node:
         return models.ClaimRef(uid=names.ClaimUID(created["metadata"]["uid"]),
                                namespace=NAMESPACE, name=name)
 
+    def delete_claim(self, ref: models.ClaimRef) -> None:
+        """The claim and its pod leave the API (as while the plugin is down)."""
+        self.cluster.delete(kinds.POD.kind, namespace=NAMESPACE, name=f"{ref.name}-pod")
+        self.cluster.delete(kinds.RESOURCE_CLAIM.kind, namespace=NAMESPACE, name=ref.name)
+
     # ------------------------------------------------------------ the plugin
 
     def start(self, *, fault: str = "", trace: pathlib.Path | None = None) -> PluginProcess:
@@ -319,6 +327,26 @@ class Node:
         except grpc_client.PluginCallError as exc:
             raise PluginDied(exc.message) from exc
 
+    def wait_cleaned(self, ref: models.ClaimRef, process: PluginProcess) -> None:
+        """Until `process` logs that it cleaned `ref`; PluginDied if it exits first."""
+        deadline = time.monotonic() + START_TIMEOUT_S
+        wanted = f"uid={ref.uid}"
+        while True:
+            text = process.log_path.read_text(encoding="utf-8", errors="replace")
+            if any("event=stale_claim_cleaned" in line and wanted in line
+                   for line in text.splitlines()):
+                return
+            if not process.running:
+                raise PluginDied(f"plugin exited with {process.popen.returncode} while cleaning")
+            if time.monotonic() > deadline:
+                raise AssertionError(
+                    f"stale claim {ref.name} not cleaned within {START_TIMEOUT_S:.0f}s")
+            time.sleep(0.05)
+
+    def holds(self, ref: models.ClaimRef) -> bool:
+        """Whether the node still has a CDI file or a live checkpoint entry for `ref`."""
+        return os.path.exists(self.cdi.spec_path(ref.uid)) or str(ref.uid) in _safe_entries(self)
+
     # ------------------------------------------------------------ what is on disk
 
     def temp_files(self) -> list[str]:
@@ -363,6 +391,8 @@ class Ledger:
     prepared: dict[str, tuple[models.ClaimRef, tuple[str, ...]]] = dataclasses.field(
         default_factory=dict)
     unprepared: dict[str, models.ClaimRef] = dataclasses.field(default_factory=dict)
+    # Claims deleted from the API while prepared: the plugin must clean them, for good.
+    deleted: dict[str, models.ClaimRef] = dataclasses.field(default_factory=dict)
     in_flight: tuple[Operation, models.ClaimRef] | None = None
 
 
@@ -392,6 +422,21 @@ def _setup(node: Node, operation: Operation, ledger: Ledger, *, traced: Callable
             checkpoint_file.write(b"#")
         traced()
         node.start(fault=fault, trace=trace)
+        return
+    if operation is Operation.CLEANUP:
+        # A claim acked, the plugin down, the claim deleted meanwhile: the next start cleans
+        # its entry and CDI file (and must keep the other claim).
+        clean = node.start()
+        _acked_prepare(node, node.claim("kept"), ledger)
+        gone = node.claim("gone")
+        _acked_prepare(node, gone, ledger)
+        clean.popen.kill()
+        clean.popen.wait(timeout=EXIT_TIMEOUT_S)
+        node.delete_claim(gone)
+        ledger.prepared.pop(str(gone.uid))
+        ledger.deleted[str(gone.uid)] = gone
+        traced()
+        node.wait_cleaned(gone, node.start(fault=fault, trace=trace))
         return
     node.start(fault=fault, trace=trace)
     if operation is Operation.PREPARE:
@@ -439,19 +484,28 @@ def _check(node: Node, ledger: Ledger) -> list[str]:
         ledger.in_flight = None
     problems += _reprepare(node, node.claim("fresh"), expect_ids=None,
                            what="prepare of a new claim")
-    if ledger.unprepared:
+    if ledger.unprepared or ledger.deleted:
         node.last_process.reap()
-        problems += [p for p in _restart_and_look(node, ledger) if p not in problems]
+        again = _restart_and_look(node, ledger, cleaned_before=True)
+        problems += [p for p in again if p not in problems]
     return problems
 
 
-def _restart_and_look(node: Node, ledger: Ledger) -> list[str]:
+def _restart_and_look(node: Node, ledger: Ledger, *, cleaned_before: bool = False) -> list[str]:
     """Start the plugin without a fault; check the files and that acked unprepares stay gone."""
     try:
         node.start()
     except PluginDied as exc:
         return [f"restarted plugin did not come up: {exc}"]
     problems: list[str] = []
+    # NB: the clean-up runs in the background from start-up: look once it has let go.
+    if cleaned_before:
+        problems += [f"cleaned claim {ref.name} came back after a restart"
+                     for ref in ledger.deleted.values() if node.holds(ref)]
+    else:
+        problems += [f"claim {ref.name}, deleted from the API, is still held on the node "
+                     f"{START_TIMEOUT_S:.0f}s after start-up"
+                     for ref in ledger.deleted.values() if not _released(node, ref)]
     leftovers = node.temp_files()
     if leftovers:
         problems.append(f"temp files left after start-up: {', '.join(leftovers)}")
@@ -463,6 +517,16 @@ def _restart_and_look(node: Node, ledger: Ledger) -> list[str]:
         if uid in entries:
             problems.append(f"acked unprepare of {ref.name} came back in the checkpoint")
     return problems
+
+
+def _released(node: Node, ref: models.ClaimRef) -> bool:
+    """Whether the node lets go of `ref` (no CDI file, no entry) before the deadline."""
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while node.holds(ref):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
 
 
 def _safe_entries(node: Node) -> dict[str, models.ClaimState]:

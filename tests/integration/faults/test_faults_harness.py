@@ -155,3 +155,13 @@ def test_a_kill_mid_write_leaves_no_temp_file_once_the_plugin_restarted() -> Non
 
     assert verdict.killed
     assert verdict.consistent, verdict.line()
+
+
+def test_a_kill_while_cleaning_a_deleted_claim_at_start_up_still_cleans_it_for_good() -> None:
+    case = faults.Case(mode="hostManaged", operation=faults.Operation.CLEANUP,
+                       point=_atomic.UNLINKED_DIR_FSYNC, hit=1)
+
+    verdict = faults.run_case(case)
+
+    assert verdict.killed
+    assert verdict.consistent, verdict.line()
