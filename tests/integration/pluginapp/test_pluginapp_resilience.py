@@ -125,9 +125,13 @@ def _corrupt_checkpoint(env: embedded.Embedded) -> None:
 def test_unreadable_cdi_spec_during_rebuild_holds_every_channel_instead_of_losing_state(
     env: embedded.Embedded,
 ) -> None:
-    ref = create_claim(env, "a", domain_id=create_domain(env))
+    domain = create_domain(env)
+    ref = create_claim(env, "a", domain_id=domain)
     assert not prepare(env, ref).error
-    bad = names.ClaimUID("bad-spec")
+    # A live claim whose spec file is torn (the start-up clean-up keeps its entry).
+    torn = create_claim(env, "torn", domain_id=domain)
+    assert not prepare(env, torn).error
+    bad = torn.uid
     with open(_cdi(env).spec_path(bad), "w", encoding="utf-8") as f:
         f.write("{not json")
     _corrupt_checkpoint(env)
@@ -136,7 +140,7 @@ def test_unreadable_cdi_spec_during_rebuild_holds_every_channel_instead_of_losin
     assert ref.uid in entries
     assert entries[bad].channel_ids == tuple(range(names.MAX_CHANNEL_ID + 1))
     events = env.cluster.list(kinds.EVENT.kind, namespace="default").items
-    assert any(e["reason"] == "CheckpointCorrupt" and "bad-spec" in e["message"] for e in events)
+    assert any(e["reason"] == "CheckpointCorrupt" and bad in e["message"] for e in events)
 
 
 def test_a_failed_rebuild_leaves_the_corrupt_checkpoint_in_place(env: embedded.Embedded) -> None:
