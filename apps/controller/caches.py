@@ -7,9 +7,12 @@ namespace; Nodes cluster-wide (any node may carry the label), slimmed to their m
 Indexes map every related object back to its ComputeDomain (label value = CD UID), so an event
 costs a dictionary lookup, and observing one CD costs O(its own objects).
 
-A miss for a child the planner is about to create or retire is read through with one GET
-(a foreign object holding the RCT name carries none of our labels, and a just-created child
-may not have reached the cache yet): never a list.
+What the controller itself just wrote (create and patch answers) is kept beside the caches
+until its watch event arrives (`remember`), so the next sync of the same CD plans from what it
+did, not from a cache a few milliseconds behind: no duplicate writes, no conflicts with itself.
+A miss is read through with one GET (never a list) only where the cache cannot be trusted: a
+CD being deleted (its children must really be gone), or an object a create found already there
+(`must_read`: a foreign RCT holding the name carries none of our labels).
 """
 
 from __future__ import annotations
@@ -61,6 +64,19 @@ def cd_rct_key(obj: Obj) -> str:
     return f"{_meta(obj).get('namespace') or ''}/{name}"
 
 
+def _newer(a: Obj, b: Obj) -> bool:
+    """True when `a` is a later version of the same object than `b`.
+
+    NB: resourceVersions are opaque to clients in general, but etcd's (and the embedded
+    cluster's) are increasing integers, as client-go's mutation cache also assumes; anything
+    else counts as not newer, so the cache wins.
+    """
+    try:
+        return int(str(_meta(a).get("resourceVersion"))) > int(str(_meta(b).get("resourceVersion")))
+    except ValueError:
+        return False
+
+
 def _metadata_only(obj: Obj) -> Obj:
     return {"apiVersion": obj.get("apiVersion"), "kind": obj.get("kind"),
             "metadata": obj.get("metadata") or {}}
@@ -95,6 +111,16 @@ class ControllerCaches:
         self.cliques = make(kinds.COMPUTE_DOMAIN_CLIQUE.kind, namespace=ns, indexers={
             BY_CD_INDEX: lambda o: (clique_cd_uid(o),) if clique_cd_uid(o) else (),
         })
+        self._lock = threading.Lock()
+        # (kind, namespace, name) -> what our own create/patch answered, until the cache has it.
+        self._written: dict[tuple[str, str, str], Obj] = {}
+        # (kind, namespace, name) a create found already present: GET it on the next sync.
+        self._must_read: set[tuple[str, str, str]] = set()
+        for each, kind in ((self.domains, kinds.COMPUTE_DOMAIN.kind),
+                           (self.workload_rcts, kinds.RESOURCE_CLAIM_TEMPLATE.kind),
+                           (self.daemon_rcts, kinds.RESOURCE_CLAIM_TEMPLATE.kind),
+                           (self.daemonsets, kinds.DAEMON_SET.kind)):
+            each.add_handler(self._caught_up(kind))
 
     @property
     def all(self) -> tuple[informer.Informer, ...]:
@@ -115,7 +141,63 @@ class ControllerCaches:
     # ------------------------------------------------------------ reads
 
     def domain(self, namespace: str, name: str) -> Obj | None:
-        return self.domains.get(namespace, name)
+        return self._fresher(kinds.COMPUTE_DOMAIN.kind, self.domains.get(namespace, name))
+
+    # ------------------------------------------------------------ our own writes
+
+    def remember(self, kind: str, obj: Obj) -> None:
+        """Keep what a create or patch of ours answered until the cache catches up."""
+        meta = _meta(obj)
+        key = (kind, str(meta.get("namespace") or ""), str(meta.get("name") or ""))
+        with self._lock:
+            self._written[key] = obj
+            self._must_read.discard(key)
+
+    def must_read(self, kind: str, namespace: str, name: str) -> None:
+        """A create found `name` already there: read it on the next sync."""
+        with self._lock:
+            self._must_read.add((kind, namespace, name))
+
+    def _caught_up(self, kind: str) -> informer.Handler:
+        def drop(old: Obj | None, new: Obj | None) -> None:
+            obj = new if new is not None else old
+            if obj is None:
+                return
+            meta = _meta(obj)
+            key = (kind, str(meta.get("namespace") or ""), str(meta.get("name") or ""))
+            with self._lock:
+                written = self._written.get(key)
+                if written is not None and (new is None or not _newer(written, new)):
+                    del self._written[key]
+        return drop
+
+    def _fresher(self, kind: str, cached: Obj | None) -> Obj | None:
+        if cached is None:
+            return None
+        meta = _meta(cached)
+        with self._lock:
+            written = self._written.get(
+                (kind, str(meta.get("namespace") or ""), str(meta.get("name") or ""))
+            )
+        return written if written is not None and _newer(written, cached) else cached
+
+    def _child(self, cache: informer.Informer, kind: str, namespace: str, name: str, *,
+               read_through: bool) -> Obj | None:
+        """A child from the cache, else from our own writes, else (if allowed or required) a
+        GET."""
+        found = self._fresher(kind, cache.get(namespace, name))
+        key = (kind, namespace, name)
+        with self._lock:
+            if found is None:
+                found = self._written.get(key)
+            required = key in self._must_read
+        if found is None and (read_through or required):
+            found = self._read_through(kind, namespace, name)
+            if found is None or owner_uid(found):
+                with self._lock:
+                    self._must_read.discard(key)
+            # NB: a foreign object stays must-read: no event of ours tells when it goes.
+        return found
 
     def domain_keys_by_uid(self, uid: str) -> tuple[informer.Key, ...]:
         return tuple(informer.object_key(o) for o in self.domains.by_index(CD_UID_INDEX, uid))
@@ -134,20 +216,19 @@ class ControllerCaches:
         daemon_name = names.daemonset_name(cd.uid)
         rct_name = cd.spec.channel.resource_claim_template_name
         by_key: dict[tuple[str, str, str], Obj] = {}
-        workload = (self.workload_rcts.get(cd.meta.namespace, rct_name)
-                    or self.daemon_rcts.get(cd.meta.namespace, rct_name))
-        if workload is None and controlling.is_dns1123_subdomain(rct_name):
-            workload = self._read_through(rct_kind, cd.meta.namespace, rct_name)
+        # NB: a deleting CD's children must really be gone before its finalizer goes.
+        deleting = cd.meta.deleting
+        workload = self._child(self.workload_rcts, rct_kind, cd.meta.namespace, rct_name,
+                               read_through=deleting)
+        if workload is None and cd.meta.namespace == ns:
+            workload = self._child(self.daemon_rcts, rct_kind, ns, rct_name, read_through=False)
         if workload is not None:
             by_key[(rct_kind, cd.meta.namespace, rct_name)] = workload
-        # Daemon-side children: looked up in host-managed mode only for a deletion (a CD
+        # Daemon-side children: looked up in host-managed mode too for a deletion (a CD
         # admitted under driver-managed mode before a switch is still cleaned up).
-        daemon_side = not self._config.host_managed or cd.meta.deleting
-        for kind, cache in ((rct_kind, self.daemon_rcts), (kinds.DAEMON_SET.kind,
-                                                           self.daemonsets)):
-            child = cache.get(ns, daemon_name)
-            if child is None and daemon_side:
-                child = self._read_through(kind, ns, daemon_name)
+        for kind, cache in ((rct_kind, self.daemon_rcts),
+                            (kinds.DAEMON_SET.kind, self.daemonsets)):
+            child = self._child(cache, kind, ns, daemon_name, read_through=deleting)
             if child is not None:
                 by_key[(kind, ns, daemon_name)] = child
         index = controlling.ClusterIndex(
@@ -164,6 +245,7 @@ class ControllerCaches:
         return tuple(n for v in sorted(values) for n in self.nodes.by_index(BY_CD_INDEX, v))
 
     def _read_through(self, kind: str, namespace: str, name: str) -> Obj | None:
+        """One GET of an object the cache cannot vouch for (None when it does not exist)."""
         try:
             return self._cluster.get(kind, namespace=namespace, name=name)
         except errors.NotFoundError:

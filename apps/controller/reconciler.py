@@ -115,11 +115,15 @@ class Reconciler:
 
     # ------------------------------------------------------------ one ComputeDomain
 
-    def sync_domain(self, raw: Mapping[str, Any], *, observe: Observe) -> int:
+    def sync_domain(
+        self, raw: Mapping[str, Any], *, observe: Observe, writer: ports.Cluster | None = None
+    ) -> int:
         """Reconcile one CD (raw JSON as cached or listed); returns the actions applied.
 
-        Raises ClusterError when an action failed: a conflict or a vanished object (a stale
-        observation) as is, anything else after reporting it on the CD.
+        `writer` is the cluster the actions are applied through (default: the cluster itself;
+        the controller passes one that reports writes back to its caches). Raises ClusterError
+        when an action failed: a conflict or a vanished object (a stale observation) as is,
+        anything else after reporting it on the CD.
         """
         try:
             cd = decoding.compute_domain_from_k8s(raw)
@@ -129,7 +133,7 @@ class Reconciler:
         observed = observe(cd, raw)
         actions = controlling.plan_compute_domain(cd, observed=observed, config=self._config)
         try:
-            applied = self._apply(actions)
+            applied = self._apply(actions, writer=writer)
         except (errors.ConflictError, errors.NotFoundError) as exc:
             log.debug("event=reconcile_retry cd=%s/%s reason=%r",
                       cd.meta.namespace, cd.meta.name, exc.message)
@@ -145,7 +149,7 @@ class Reconciler:
             )
         recovered = controlling.plan_reconcile_recovered(cd, observed=observed)
         if recovered:
-            applied += self._apply(recovered)
+            applied += self._apply(recovered, writer=writer)
             log.info("event=compute_domain_recovered cd=%s/%s uid=%s",
                      cd.meta.namespace, cd.meta.name, cd.meta.uid)
         self._reported_failure.pop(cd.uid, None)
@@ -221,11 +225,13 @@ class Reconciler:
         if events:
             self._reported_failure[cd.uid] = events[0].message
 
-    def _apply(self, actions: Iterable[models.ClusterAction]) -> int:
+    def _apply(
+        self, actions: Iterable[models.ClusterAction], *, writer: ports.Cluster | None = None
+    ) -> int:
         batch = tuple(actions)
         if not batch:
             return 0
-        executing.execute_cluster_actions(self._cluster, batch)
+        executing.execute_cluster_actions(writer or self._cluster, batch)
         if self._metrics is not None:
             for action in batch:
                 self._metrics.count_action(action)

@@ -18,6 +18,7 @@ from typing import Any, Final
 from adapters.kube import informer, workqueue
 from apps.controller import caches as controller_caches
 from apps.controller import reconciler as controller_reconciler
+from apps.controller import writes
 from core import errors, kinds
 
 log = logging.getLogger(__name__)
@@ -47,6 +48,9 @@ class Controller:
             reconciler.cluster, config=reconciler.config, watch_timeout_s=watch_timeout_s
         )
         self.queue: workqueue.WorkQueue[Key] = queue if queue is not None else workqueue.WorkQueue()
+        self._writer = writes.WriteReporting(
+            reconciler.cluster, on_written=self.caches.remember, on_exists=self.caches.must_read
+        )
         self._workers = workers
         self._resync_s = resync_s
         self.synced = threading.Event()
@@ -114,7 +118,7 @@ class Controller:
         raw = self.caches.domain(*key)
         if raw is None:
             return  # deleted: its handler already forgot it
-        self.reconciler.sync_domain(raw, observe=self.caches.observe)
+        self.reconciler.sync_domain(raw, observe=self.caches.observe, writer=self._writer)
 
     def _sync_stale_node_labels(self) -> None:
         nodes = self.caches.labelled_nodes()

@@ -97,6 +97,7 @@ class _Cluster(memory_cluster.InMemoryCluster):
     def __init__(self) -> None:
         super().__init__()
         self.lists = 0
+        self.writes: list[tuple[str, str, str]] = []  # (verb, kind, name)
         self.refused: set[str] = set()
         self.refusals = 0
         self.refused_enough = threading.Event()
@@ -106,8 +107,15 @@ class _Cluster(memory_cluster.InMemoryCluster):
         self.lists += 1
         return super().list(kind, namespace=namespace, label_selector=label_selector)
 
+    def patch(self, kind: str, *, namespace: str, name: str, patch: Mapping[str, Any],
+              subresource: str = "", resource_version: str = "") -> Mapping[str, Any]:
+        self.writes.append(("patch" + (f"/{subresource}" if subresource else ""), kind, name))
+        return super().patch(kind, namespace=namespace, name=name, patch=patch,
+                             subresource=subresource, resource_version=resource_version)
+
     def create(self, kind: str, obj: Mapping[str, Any]) -> Mapping[str, Any]:
         name = str((obj.get("metadata") or {}).get("name") or "")
+        self.writes.append(("create", kind, name))
         if kind == RCT and name in self.refused:
             self.refusals += 1
             if self.refusals >= 4:
@@ -171,6 +179,41 @@ def test_no_list_call_after_the_initial_sync(
     cluster.delete(CD, namespace=NS, name="cd-0")
     _eventually(lambda: not _exists(cluster, CD, NS, "cd-0"), what="cd-0 gone")
     assert cluster.lists == before, "the controller listed after its initial sync"
+
+
+def test_each_write_a_new_cd_needs_is_made_once_despite_the_caches_lag(
+    cluster: _Cluster, controller: running.Controller
+) -> None:
+    for i in range(10):
+        cluster.create(CD, _cd(f"w-{i}"))
+    _eventually(lambda: all(_ready(cluster, f"w-{i}") for i in range(10)), what="10 CDs Ready")
+    mine = sorted(w for w in cluster.writes if w[2].startswith("w-") and w[:2] != ("create", CD))
+    assert mine == sorted(
+        [("patch", CD, f"w-{i}") for i in range(10)]
+        + [("patch/status", CD, f"w-{i}") for i in range(10)]
+        + [("create", RCT, f"w-{i}-channel") for i in range(10)]
+    )
+
+
+def test_a_foreign_rct_holding_the_name_refuses_the_cd_once_until_it_goes(
+    cluster: _Cluster, controller: running.Controller
+) -> None:
+    cluster.create(RCT, {"metadata": {"name": "users-own", "namespace": NS},
+                         "spec": {"spec": {"devices": {}}}})
+    cluster.create(CD, _cd("late", rct="users-own"))
+    _eventually(lambda: controlling.ADMITTED_CONDITION in _conditions(cluster, "late"),
+                what="the refusal")
+    for i in range(3):  # more syncs of the refused CD: no flip-flop, no second event
+        cluster.patch(CD, namespace=NS, name="late", patch={"metadata": {"labels": {"n": str(i)}}})
+        _eventually(lambda i=i: controller.queue.failures(("ml", "late")) == 0
+                    and len(controller.queue) == 0, what="the queue drained")
+    [event] = _events(cluster, "ResourceClaimTemplateNameTaken")
+    assert event.get("count", 1) == 1 and "not created by this driver" in event["message"]
+    assert controlling.ADMITTED_CONDITION in _conditions(cluster, "late")
+
+    cluster.delete(RCT, namespace=NS, name="users-own")
+    cluster.patch(CD, namespace=NS, name="late", patch={"metadata": {"labels": {"n": "go"}}})
+    _eventually(lambda: _ready(cluster, "late"), what="the CD served once the RCT is gone")
 
 
 def test_deleting_a_cd_finishes_and_removes_its_rct(
@@ -260,11 +303,11 @@ def test_a_bug_on_one_key_is_logged_and_retried_not_fatal() -> None:
     crashes = threading.Event()
 
     class Crashing(_Cluster):
-        def get(self, kind: str, *, namespace: str, name: str) -> Mapping[str, Any]:
-            if name == "crash-channel" and not crashes.is_set():
+        def create(self, kind: str, obj: Mapping[str, Any]) -> Mapping[str, Any]:
+            if obj["metadata"]["name"] == "crash-channel" and not crashes.is_set():
                 crashes.set()
-                raise RuntimeError("a bug in a read")
-            return super().get(kind, namespace=namespace, name=name)
+                raise RuntimeError("a bug under a write")
+            return super().create(kind, obj)
 
     crashing = Crashing()
     try:
