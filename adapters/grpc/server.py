@@ -2,7 +2,8 @@
 
 Three servers, because the kubelet reaches them at three places:
 - `<plugin_dir>/dra.sock`: `DRAPlugin` in packages `k8s.io.kubelet.pkg.apis.dra.v1` and
-  `...v1beta1` (same servicer behind both), plus the optional `v1alpha1.DRAResourceHealth`;
+  `...v1beta1` (same servicer behind both); the optional `v1alpha1.DRAResourceHealth` is not
+  served (nothing to report, and its streams would hold worker threads);
 - `<registry_dir>/<driver>-reg.sock`: `pluginregistration.Registration`, which the kubelet's
   plugin watcher finds, asks `GetInfo` and answers with `NotifyRegistrationStatus`;
 - TCP `<health_host>:<health_port>`: `grpc.health.v1.Health` for liveness/readiness probes.
@@ -20,7 +21,7 @@ import os
 import pathlib
 import stat
 import threading
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
 import grpc
@@ -28,8 +29,6 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from adapters.grpc import _codec
 from adapters.grpc.generated import (
-    dra_health_v1alpha1_pb2,
-    dra_health_v1alpha1_pb2_grpc,
     dra_v1_pb2,
     dra_v1_pb2_grpc,
     dra_v1beta1_pb2,
@@ -43,8 +42,6 @@ log = logging.getLogger(__name__)
 
 DRA_SOCKET_NAME = "dra.sock"
 REGISTRATION_SOCKET_SUFFIX = "-reg.sock"
-# Health-stream threads poll this often for server shutdown.
-_STREAM_POLL_S = 0.5
 
 Results = Mapping[names.ClaimUID, models.ClaimResult]
 
@@ -162,28 +159,6 @@ class _DRAV1Beta1Servicer(dra_v1beta1_pb2_grpc.DRAPluginServicer):
         return _codec.convert(v1_response, dra_v1beta1_pb2.NodeUnprepareResourcesResponse)
 
 
-class _ResourceHealthServicer(dra_health_v1alpha1_pb2_grpc.DRAResourceHealthServicer):
-    """`v1alpha1.DRAResourceHealth`: an open stream that reports nothing.
-
-    NB: we have no per-device health to report yet. Ending the stream at once would make a
-    kubelet with ResourceHealthStatus enabled treat it as a broken stream and reconnect in a loop,
-    and an UNIMPLEMENTED answer gets logged on every registration; an open, silent stream means
-    "no health news", which is the truth. It ends when the kubelet cancels or the server stops.
-    """
-
-    def __init__(self, stopping: threading.Event) -> None:
-        self._stopping = stopping
-
-    def NodeWatchResources(
-        self,
-        request: dra_health_v1alpha1_pb2.NodeWatchResourcesRequest,
-        context: grpc.ServicerContext,
-    ) -> Iterator[dra_health_v1alpha1_pb2.NodeWatchResourcesResponse]:
-        while context.is_active() and not self._stopping.wait(_STREAM_POLL_S):
-            pass
-        yield from ()
-
-
 class _RegistrationServicer(pluginregistration_v1_pb2_grpc.RegistrationServicer):
     """`pluginregistration.Registration`: who we are, and the kubelet's verdict."""
 
@@ -249,7 +224,6 @@ class PluginServer:
         self._health_host = health_host
         self._max_workers = max_workers
         self._health_port: int | None = None
-        self._stopping = threading.Event()
         self._stopped = threading.Event()
         self._servers: list[Any] = []
         self._health_server: Any = None
@@ -282,9 +256,10 @@ class PluginServer:
         dra = self._new_server()
         dra_v1_pb2_grpc.add_DRAPluginServicer_to_server(v1, dra)  # type: ignore[no-untyped-call]
         dra_v1beta1_pb2_grpc.add_DRAPluginServicer_to_server(_DRAV1Beta1Servicer(v1), dra)  # type: ignore[no-untyped-call]
-        dra_health_v1alpha1_pb2_grpc.add_DRAResourceHealthServicer_to_server(  # type: ignore[no-untyped-call]
-            _ResourceHealthServicer(self._stopping), dra
-        )
+        # NB: no v1alpha1.DRAResourceHealth: we have no device health to report and do not
+        # advertise it. A kubelet that asks gets UNIMPLEMENTED from gRPC core at once; served,
+        # each open stream would hold one of the server's worker threads (prepares included)
+        # for as long as the kubelet keeps it open.
         self._listen_unix(dra, self.dra_socket_path)
 
         registration = self._new_server()
@@ -321,7 +296,6 @@ class PluginServer:
         """Report NOT_SERVING, let in-flight calls finish for up to `grace` s, remove sockets."""
         if self._health_servicer is not None:
             self._health_servicer.enter_graceful_shutdown()
-        self._stopping.set()
         done = [server.stop(grace) for server in self._servers]
         for event in done:
             event.wait()

@@ -12,6 +12,7 @@ import os
 import pathlib
 import socket
 import threading
+import time
 
 import grpc
 import pytest
@@ -137,23 +138,53 @@ def test_health_is_serving_while_started_and_not_serving_on_stop(
     assert plugin.wait(0)
 
 
-def test_health_stream_stays_open_and_silent_until_stop(plugin: server.PluginServer) -> None:
+def _watch_resources(channel: grpc.Channel) -> object:
+    return channel.unary_stream(
+        "/v1alpha1.DRAResourceHealth/NodeWatchResources",
+        request_serializer=dra_health_v1alpha1_pb2.NodeWatchResourcesRequest.SerializeToString,
+        response_deserializer=dra_health_v1alpha1_pb2.NodeWatchResourcesResponse.FromString,
+    )
+
+
+def test_the_unadvertised_resource_health_service_is_not_served(
+    plugin: server.PluginServer,
+) -> None:
     with grpc.insecure_channel(f"unix://{plugin.dra_socket_path}") as channel:
-        call = channel.unary_stream(
-            "/v1alpha1.DRAResourceHealth/NodeWatchResources",
-            request_serializer=dra_health_v1alpha1_pb2.NodeWatchResourcesRequest.SerializeToString,
-            response_deserializer=dra_health_v1alpha1_pb2.NodeWatchResourcesResponse.FromString,
+        stream = _watch_resources(channel)(  # type: ignore[operator]
+            dra_health_v1alpha1_pb2.NodeWatchResourcesRequest(), timeout=10
         )
-        stream = call(dra_health_v1alpha1_pb2.NodeWatchResourcesRequest(), timeout=30)
-        received: list[object] = []
-        reader = threading.Thread(target=lambda: received.extend(stream))
-        reader.start()
-        reader.join(1.0)
-        assert reader.is_alive(), "the stream must not end on its own"
-        plugin.stop(2.0)
-        reader.join(5.0)
-        assert not reader.is_alive()
-    assert received == []
+        with pytest.raises(grpc.RpcError) as failed:
+            list(stream)
+    assert failed.value.code() == grpc.StatusCode.UNIMPLEMENTED
+
+
+def test_resource_health_streams_never_starve_prepares(
+    plugin: server.PluginServer, fake_service: FakePluginService
+) -> None:
+    """Sixteen kubelets' watch streams once took all 16 worker threads of the DRA server."""
+    with grpc.insecure_channel(f"unix://{plugin.dra_socket_path}") as channel:
+        streams = [
+            _watch_resources(channel)(  # type: ignore[operator]
+                dra_health_v1alpha1_pb2.NodeWatchResourcesRequest(), timeout=60
+            )
+            for _ in range(32)
+        ]
+
+        def settled() -> bool:
+            # Either every stream was answered, or they hold every worker the server has.
+            workers = [t for t in threading.enumerate() if t.name.startswith("kubelet-grpc")]
+            return all(s.done() for s in streams) or len(workers) >= 16  # type: ignore[attr-defined]
+
+        deadline = time.monotonic() + 10
+        while not settled() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        try:
+            with client.DRAClient(plugin.dra_socket_path, timeout_s=10) as dra:
+                ref = models.ClaimRef(uid=names.ClaimUID("after-streams"), namespace="ns", name="c")
+                assert dra.prepare([ref])[ref.uid].error == ""
+        finally:
+            for stream in streams:
+                stream.cancel()  # type: ignore[attr-defined]
 
 
 def test_sockets_are_removed_on_stop(plugin: server.PluginServer) -> None:
