@@ -57,6 +57,8 @@ class SliceResync:
         self._retry_s = retry_s
         self._wake = threading.Event()
         self.published = threading.Event()
+        # Set while the loop waits for the first registration (nothing is published then).
+        self.waiting_for_registration = threading.Event()
 
     def registered(self) -> None:
         """The kubelet confirmed (again) that we are registered: publish now."""
@@ -73,7 +75,10 @@ class SliceResync:
         next_at: float | None = None  # None: not registered yet
         while not stopping.is_set():
             wait_s = 1.0 if next_at is None else min(1.0, max(0.0, next_at - time.monotonic()))
+            if next_at is None:
+                self.waiting_for_registration.set()
             if self._wake.wait(wait_s):
+                self.waiting_for_registration.clear()
                 self._wake.clear()
             elif next_at is None or time.monotonic() < next_at:
                 continue

@@ -63,7 +63,7 @@ def test_resync_waits_for_registration_then_republishes_periodically() -> None:
     )
     resync.start(stopping)
     try:
-        time.sleep(0.3)
+        assert resync.waiting_for_registration.wait(5), "the loop never started waiting"
         assert published == [], "nothing may be published before the kubelet registered us"
         resync.registered()
         _eventually(lambda: len(published) >= 3, "periodic republishing")
