@@ -23,6 +23,8 @@ from core import errors, kinds, models, ports
 log = logging.getLogger(__name__)
 
 DEFAULT_COMPONENT = "compute-domain-driver"
+# Enough for the controller's 16 workers plus its 6 informer watches.
+POOL_CONNECTIONS = 32
 
 
 def _utc_now() -> datetime.datetime:
@@ -80,6 +82,11 @@ class KubeCluster:
                 f"cannot load Kubernetes credentials from {where}: {exc}; pass --kubeconfig "
                 "with a readable file, or run in a pod with a service account"
             ) from exc
+        # NB: one connection per concurrent call: the controller's workers and informer
+        # watches run at once, beyond the client's default pool of 5 per CPU.
+        configuration.connection_pool_maxsize = max(
+            configuration.connection_pool_maxsize, POOL_CONNECTIONS
+        )
         api_client = client.ApiClient(configuration)
         # NB: the API server's audit log and APF classify requests by user agent.
         api_client.user_agent = component

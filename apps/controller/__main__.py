@@ -101,7 +101,7 @@ def run_controller(
     stop: threading.Event,
     resync_s: float,
     elector: leader.LeaderElector | None = None,
-    workers: int = 4,
+    workers: int = 16,
     on_controller: Callable[[running.Controller], None] | None = None,
 ) -> int:
     """Reconcile until `stop` (returns 0) or until the lease is lost (returns 1).

@@ -38,7 +38,7 @@ class Controller:
         self,
         reconciler: controller_reconciler.Reconciler,
         *,
-        workers: int = 4,
+        workers: int = 16,
         resync_s: float = 300.0,
         queue: workqueue.WorkQueue[Key] | None = None,
         watch_timeout_s: float = 300.0,

