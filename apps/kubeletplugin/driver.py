@@ -69,6 +69,7 @@ class PluginDriver:
         self._recording = _RecordingCheckpointStore(ports.checkpoints)
         self._written: _Written | None = None
         self._unprepares = _UnprepareCounter()
+        self._degraded: _Degraded | None = None
 
     # ------------------------------------------------------------ startup
 
@@ -78,14 +79,10 @@ class PluginDriver:
         Also applies the boot-ID rule (a reboot drops prepared state) and expires old
         tombstones. Call with the checkpoint lock held.
         """
-        raw = self._ports.checkpoints.read()
-        if raw is None:
-            current = self._start_without_checkpoint()
+        if self._degraded is not None:
+            current = self._degraded.checkpoint
         else:
-            try:
-                current = self._decode(raw)
-            except errors.CheckpointCorruptError as exc:
-                current = self._recover_corrupt_checkpoint(exc)
+            current = self._read_checkpoint()
         fresh = checkpoint_codec.after_boot(current, boot_id=self._node.boot_id)
         if fresh.entries.keys() != current.entries.keys():
             log.warning(
@@ -93,6 +90,64 @@ class PluginDriver:
                 self._node.node_name, len(current.entries) - len(fresh.entries),
             )
         return checkpoint_codec.expire_tombstones(fresh, now=self._clock())
+
+    def _read_checkpoint(self) -> models.Checkpoint:
+        try:
+            raw = self._ports.checkpoints.read()
+        except OSError as exc:  # a directory in its place, no permission, an I/O error
+            return self._recover_unreadable_checkpoint(exc)
+        if raw is None:
+            return self._start_without_checkpoint()
+        try:
+            return self._decode(raw)
+        except errors.CheckpointCorruptError as exc:
+            return self._recover_corrupt_checkpoint(exc)
+
+    def _recover_unreadable_checkpoint(self, exc: OSError) -> models.Checkpoint:
+        """Same rule as a corrupt file: move it aside, rebuild from CDI files, keep serving.
+
+        Where nothing can be moved or written, the rebuilt state is kept in memory and the
+        node serves no prepares (unprepares still work) until the path is fixed.
+        """
+        rebuilt, unreadable = self._rebuild_from_cdi()
+        problem = f"{type(exc).__name__}: {exc.strerror or exc}"
+        try:
+            moved_to = self._ports.checkpoints.quarantine(suffix=f"{int(self._clock())}")
+            self._ports.checkpoints.write(checkpoint_codec.encode(rebuilt))
+        except OSError as write_exc:
+            self._enter_degraded(rebuilt, path=exc.filename, problem=problem, cause=write_exc)
+            return rebuilt
+        log.error(
+            "event=checkpoint_unreadable node=%s path=%s moved_to=%s rebuilt_claims=%d "
+            "unreadable_specs=%d error=%r",
+            self._node.node_name, exc.filename, moved_to, len(rebuilt.entries), len(unreadable),
+            problem,
+        )
+        self._emit_node_event(
+            "CheckpointUnreadable",
+            f"checkpoint {exc.filename} could not be read ({problem}); it was moved to "
+            f"{moved_to} and prepared state rebuilt from {len(rebuilt.entries)} CDI spec "
+            f"file(s){_unreadable_note(unreadable)}",
+        )
+        return rebuilt
+
+    def _enter_degraded(
+        self, current: models.Checkpoint, *, path: object, problem: str, cause: OSError
+    ) -> None:
+        where = path or "the plugin checkpoint"
+        reason = (
+            f"the plugin checkpoint {where} cannot be written ({problem}; then "
+            f"{type(cause).__name__}: {cause.strerror or cause}), so this node serves no "
+            "prepares: make the plugin directory writable by the plugin (a read-only mount, an "
+            "immutable or foreign-owned path, or a full disk causes this), then restart the "
+            "plugin pod; unprepares still work"
+        )
+        self._degraded = _Degraded(checkpoint=current, reason=reason)
+        log.error(
+            "event=checkpoint_unwritable node=%s path=%s action=serving_no_prepares error=%r",
+            self._node.node_name, where, problem,
+        )
+        self._emit_node_event("CheckpointUnwritable", reason)
 
     def _decode(self, raw: bytes) -> models.Checkpoint:
         # NB: we are the only writer (under the node lock), so bytes equal to what we last
@@ -124,8 +179,12 @@ class PluginDriver:
         # NB: rebuild before moving the file aside: if reading the CDI root fails, the corrupt
         # checkpoint stays in place and the next call tries again instead of starting empty.
         rebuilt, unreadable = self._rebuild_from_cdi()
-        moved_to = self._ports.checkpoints.quarantine(suffix=f"{int(self._clock())}")
-        self._ports.checkpoints.write(checkpoint_codec.encode(rebuilt))
+        try:
+            moved_to = self._ports.checkpoints.quarantine(suffix=f"{int(self._clock())}")
+            self._ports.checkpoints.write(checkpoint_codec.encode(rebuilt))
+        except OSError as write_exc:
+            self._enter_degraded(rebuilt, path=None, problem=exc.message, cause=write_exc)
+            return rebuilt
         log.error(
             "event=checkpoint_corrupt node=%s moved_to=%s rebuilt_claims=%d unreadable_specs=%d "
             "reason=%r",
@@ -177,7 +236,11 @@ class PluginDriver:
         """
         with self._ports.checkpoints.locked():
             current = self.load_checkpoint()
-            self._ports.checkpoints.write(checkpoint_codec.encode(current))
+            try:
+                self._execute((models.WriteCheckpoint(checkpoint=current),))
+            except OSError as exc:
+                problem = "it can be read but not replaced"
+                self._enter_degraded(current, path=exc.filename, problem=problem, cause=exc)
             orphans = checkpoint_codec.orphan_cdi_specs(
                 current, spec_claim_uids=self._ports.cdi.claim_uids()
             )
@@ -439,6 +502,8 @@ class PluginDriver:
         # the API server (which may be down while the kubelet re-prepares after a restart).
         with self._ports.checkpoints.locked():
             current = self.load_checkpoint()
+            if self._degraded is not None:
+                raise errors.PermanentError(self._degraded.reason)
             reused = preparing.reusable_devices(current, ref.uid)
             if reused is not None:
                 self._ensure_spec_file(current.entries[ref.uid])
@@ -607,6 +672,12 @@ class PluginDriver:
             done.append(step)
 
     def _execute(self, steps: tuple[models.PluginAction, ...]) -> None:
+        if self._degraded is not None:
+            # Nothing can be written: the checkpoint lives in memory; files and API still act.
+            for step in steps:
+                if isinstance(step, models.WriteCheckpoint):
+                    self._degraded = dataclasses.replace(self._degraded, checkpoint=step.checkpoint)
+            steps = tuple(s for s in steps if not isinstance(s, models.WriteCheckpoint))
         executing.execute_plugin_steps(
             steps,
             checkpoints=self._recording,
@@ -700,6 +771,14 @@ def _unreadable_note(unreadable: tuple[names.ClaimUID, ...]) -> str:
         "IMEX channel until their claims are unprepared: inspect and delete those files if "
         "the claims are gone"
     )
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class _Degraded:
+    """The checkpoint cannot be written: its state in memory, and why no prepare is served."""
+
+    checkpoint: models.Checkpoint
+    reason: str
 
 
 class _AbandonedError(errors.PermanentError):

@@ -13,6 +13,7 @@ import json
 import pathlib
 import shutil
 import signal
+import subprocess
 import tempfile
 import time
 from collections.abc import Iterator, Sequence
@@ -446,3 +447,71 @@ def test_stale_entry_clean_up_latency_after_the_claim_disappears(
         latencies.append(time.monotonic() - gone_at)
         assert ref.uid not in checkpoint_entries(node_paths)
     print(f"stale-claim clean-up latency (interval 5 s): {[round(x, 2) for x in latencies]} s")
+
+
+# ------------------------------------------------------------------ unreadable checkpoint path
+
+
+def test_a_directory_in_place_of_the_checkpoint_is_moved_aside_and_the_plugin_serves(
+    served: app_processes.ServedCluster,
+    node_paths: PluginPaths,
+    launch: app_processes.Launch,
+) -> None:
+    node = app_processes.first_node()
+    node_paths.write_node_files(node)
+    cd_uid = str(app_processes.compute_domain(served.cluster, "dir")["metadata"]["uid"])
+    kept = app_processes.resource_claim(served.cluster, "kept", node=node, cd_uid=cd_uid)
+    first = _start(launch, served.kubeconfig, node_paths, node=node)
+    wait_registered(first, node_paths)
+    assert prepare(node_paths, [kept], version="v1")[kept.uid].error == ""
+    first.kill()
+    node_paths.checkpoint.unlink()
+    node_paths.checkpoint.mkdir()  # IsADirectoryError at every read
+
+    second = _start(launch, served.kubeconfig, node_paths, node=node)
+    wait_registered(second, node_paths)
+
+    assert node_paths.checkpoint.is_file()
+    assert [p.name for p in node_paths.plugin_dir.glob("checkpoint.json.corrupt-*")] != []
+    assert kept.uid in checkpoint_entries(node_paths), "rebuilt from its CDI file"
+    fresh = app_processes.resource_claim(served.cluster, "fresh", node=node, cd_uid=cd_uid)
+    assert prepare(node_paths, [fresh], version="v1")[fresh.uid].error == ""
+    assert any("moved" in m for m in _events(served.cluster, "CheckpointUnreadable"))
+
+
+def test_a_checkpoint_path_nothing_can_be_written_to_serves_no_prepares_but_stays_up(
+    served: app_processes.ServedCluster,
+    node_paths: PluginPaths,
+    launch: app_processes.Launch,
+) -> None:
+    """An immutable directory (chattr +i) where the file goes: it can be neither read, moved
+    aside nor replaced, even by root (what a read-only or foreign-owned path is to the plugin)."""
+    if shutil.which("chattr") is None:
+        pytest.skip("chattr is not installed")
+    node = app_processes.first_node()
+    node_paths.write_node_files(node)
+    cd_uid = str(app_processes.compute_domain(served.cluster, "ro")["metadata"]["uid"])
+    held = app_processes.resource_claim(served.cluster, "held", node=node, cd_uid=cd_uid)
+    first = _start(launch, served.kubeconfig, node_paths, node=node)
+    wait_registered(first, node_paths)
+    assert prepare(node_paths, [held], version="v1")[held.uid].error == ""
+    first.kill()
+    node_paths.checkpoint.unlink()
+    node_paths.checkpoint.mkdir()
+    subprocess.run(["chattr", "+i", str(node_paths.checkpoint)], check=True)
+    try:
+        second = _start(launch, served.kubeconfig, node_paths, node=node)
+        info = wait_registered(second, node_paths)
+        assert info.name == names.DRIVER_NAME
+
+        fresh = app_processes.resource_claim(served.cluster, "fresh", node=node, cd_uid=cd_uid)
+        refused = prepare(node_paths, [fresh], version="v1")[fresh.uid]
+        assert "cannot be written" in refused.error and "serves no prepares" in refused.error
+        assert not node_paths.cdi_file(fresh.uid).exists()
+        assert unprepare(node_paths, [held], version="v1") == {held.uid: models.ClaimResult()}
+        assert not node_paths.cdi_file(held.uid).exists()
+        assert second.running
+        (message,) = _events(served.cluster, "CheckpointUnwritable")
+        assert str(node_paths.checkpoint) in message
+    finally:
+        subprocess.run(["chattr", "-i", str(node_paths.checkpoint)], check=True)
