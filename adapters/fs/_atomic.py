@@ -68,9 +68,12 @@ _hits_lock = threading.Lock()  # gRPC threads may write concurrently
 def fault_point(point: str) -> None:
     """Mark one durable step: trace it, and SIGKILL this process if it is the armed hit.
 
-    A no-op unless `CD_DRA_FAULT` or `CD_DRA_FAULT_TRACE` was set when this module loaded.
+    A no-op unless `CD_DRA_FAULT` or `CD_DRA_FAULT_TRACE` was set when this module loaded;
+    then a name outside `FAULT_POINTS` is a ValueError (a typo would never fire).
     """
     if _ARMED:
+        if point not in FAULT_POINTS:
+            raise ValueError(f"unknown fault point {point!r}: use one of {', '.join(FAULT_POINTS)}")
         _hit(point)
 
 

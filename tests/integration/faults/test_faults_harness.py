@@ -165,3 +165,18 @@ def test_a_kill_while_cleaning_a_deleted_claim_at_start_up_still_cleans_it_for_g
 
     assert verdict.killed
     assert verdict.consistent, verdict.line()
+
+
+def test_an_armed_process_refuses_an_unknown_fault_point_name(tmp_path: pathlib.Path) -> None:
+    code = ("from adapters.fs import _atomic\n"
+            "_atomic.fault_point(_atomic.CDI_UNLINK)\n"
+            "_atomic.fault_point('cdi.unlnik')\n")
+    clean = {k: v for k, v in os.environ.items() if k != _atomic.FAULT_ENV}
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False,
+        env={**clean, _atomic.FAULT_TRACE_ENV: str(tmp_path / "trace")},
+    )
+
+    assert done.returncode == 1
+    assert "unknown fault point 'cdi.unlnik'" in done.stderr
+    assert (tmp_path / "trace").read_text().split() == [_atomic.CDI_UNLINK]
