@@ -19,12 +19,18 @@ _SLICE_KIND = "ResourceSlice"
 _MAX_NAME_LENGTH = 253
 
 
-def plan_slice_devices(config: models.DriverConfig) -> tuple[models.JSONObject, ...]:
+def plan_slice_devices(
+    config: models.DriverConfig, *, node: models.NodeFacts | None = None
+) -> tuple[models.JSONObject, ...]:
     """Devices this node publishes: `channel-0`, plus `daemon-0` when the driver runs IMEX daemons.
 
     In v1 an attribute key without a domain is qualified by the driver name, so the DeviceClass
     selector `device.attributes['compute-domain.nvidia.com'].type` sees the plain `type` below.
+    A host-managed `node` without an NVLink clique publishes nothing: every prepare there
+    would fail, so offering the channel would only make the scheduler keep placing pods on it.
     """
+    if config.host_managed and node is not None and not node.clique_id:
+        return ()
     devices = [_device(names.DEVICE_TYPE_CHANNEL, names.channel_device_name(0))]
     if not config.host_managed:
         devices.append(_device(names.DEVICE_TYPE_DAEMON, names.daemon_device_name(0)))

@@ -37,6 +37,7 @@ class Report:
     pod_nodes: dict[str, str] = dataclasses.field(default_factory=dict)
     cdi_device_nodes: list[Mapping[str, Any]] = dataclasses.field(default_factory=list)
     prepare_errors: dict[str, str] = dataclasses.field(default_factory=dict)
+    schedule_errors: dict[str, str] = dataclasses.field(default_factory=dict)
     negative_error: str = ""
     negative_events: list[str] = dataclasses.field(default_factory=list)
     cd_deleted: bool = False
@@ -140,7 +141,13 @@ def run(env: embedded_mod.Embedded, *, say: Say, workers: int = 4) -> Report:
     scheduled: list[memory_allocator.ScheduledPod] = []
     # One channel-0 per node: leave a node free for the negative case when there is one.
     for i in range(min(workers, max(1, len(node_names) - 1))):
-        pod = env.allocator.schedule_pod(_pod(f"worker-{i}", RCT_NAME))
+        try:
+            pod = env.allocator.schedule_pod(_pod(f"worker-{i}", RCT_NAME))
+        except memory_allocator.AllocationError as exc:
+            # E.g. a host-managed node without an NVLink clique publishes no channel device.
+            report.schedule_errors[f"worker-{i}"] = str(exc)
+            say(f"pod {NAMESPACE}/worker-{i} cannot be scheduled: {exc}")
+            continue
         scheduled.append(pod)
         claim = pod.claims[0]
         result = claim["status"]["allocation"]["devices"]["results"][0]
@@ -161,7 +168,7 @@ def run(env: embedded_mod.Embedded, *, say: Say, workers: int = 4) -> Report:
         _show_cdi_edits(env, scheduled[0], say=say, report=report)
 
     # -- the negative case
-    if len(node_names) > len(scheduled):
+    if len(node_names) > len(scheduled) and not report.schedule_errors:
         _negative_case(env, cd_uid=cd_uid, say=say, report=report)
 
     # -- clean-up: pods go, claims are unprepared, the CD is deleted

@@ -15,7 +15,7 @@ from adapters.kube import cluster as kube_cluster
 from adapters.nvml import inventory as nvml_inventory
 from apps.kubeletplugin import settings as plugin_settings
 from apps.kubeletplugin import wiring
-from core import errors, gates, modes
+from core import cliques, errors, gates, modes
 
 log = logging.getLogger("compute-domain-kubelet-plugin")
 
@@ -45,22 +45,27 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         for note in resolved.notes:
             log.info("event=config_note note=%r", note)
+        inventory = nvml_inventory.inventory_from_spec(
+            settings.nvml,
+            node_name=settings.node_name,
+            driver_root=settings.nvidia_driver_root,
+        )
         node = wiring.read_node_facts(
             node_name=settings.node_name,
             files=procfs.ProcNodeFiles(
                 proc_devices_path=settings.proc_devices, boot_id_path=settings.boot_id_path
             ),
-            inventory=nvml_inventory.inventory_from_spec(
-                settings.nvml,
-                node_name=settings.node_name,
-                driver_root=settings.nvidia_driver_root,
-            ),
+            inventory=inventory,
             crash_on_fabric_errors=resolved.config.gates.enabled(
                 gates.CRASH_ON_NVLINK_FABRIC_ERRORS
             ),
         )
         cluster = kube_cluster.KubeCluster.from_config(settings.kubeconfig)
-        plugin = wiring.start_plugin(settings, config=resolved.config, cluster=cluster, node=node)
+        plugin = wiring.start_plugin(
+            settings, config=resolved.config, cluster=cluster, node=node,
+            # A node without a clique looks again at each slice resync.
+            probe_clique=lambda: cliques.clique_id_from_fabric(inventory.fabric_records()),
+        )
     except errors.DriverError as exc:
         log.error("event=startup_failed error=%r", exc.message)
         print(f"error: {exc.message}", file=sys.stderr)

@@ -71,6 +71,15 @@ class PluginDriver:
         self._unprepares = _UnprepareCounter()
         self._degraded: _Degraded | None = None
 
+    @property
+    def node(self) -> models.NodeFacts:
+        """The node facts prepares are planned with now."""
+        return self._node
+
+    def set_node(self, node: models.NodeFacts) -> None:
+        """New node facts (a clique that appeared); later prepares plan with them."""
+        self._node = node
+
     # ------------------------------------------------------------ startup
 
     def load_checkpoint(self) -> models.Checkpoint:

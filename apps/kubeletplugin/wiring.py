@@ -18,11 +18,12 @@ from adapters.kube import slices as kube_slices
 from adapters.nvml import imexctl
 from adapters.nvml import real as nvml_real
 from apps.kubeletplugin import daemon_claims as plugin_daemon_claims
+from apps.kubeletplugin import devices as plugin_devices
 from apps.kubeletplugin import domains as plugin_domains
 from apps.kubeletplugin import driver as plugin_driver
 from apps.kubeletplugin import metrics as plugin_metrics
 from apps.kubeletplugin import settings as plugin_settings
-from core import cliques, errors, models, names, ports, procdevices, slices
+from core import cliques, errors, models, names, ports, procdevices
 
 log = logging.getLogger(__name__)
 
@@ -226,6 +227,7 @@ def start_plugin(
     cluster: ports.Cluster,
     node: models.NodeFacts,
     clock: Callable[[], float] = time.time,
+    probe_clique: plugin_devices.CliqueProbe | None = None,
 ) -> Plugin:
     """Recover state and start serving the kubelet; slices are published once it registers us."""
     os.makedirs(settings.plugin_dir, exist_ok=True)
@@ -263,8 +265,12 @@ def start_plugin(
     publisher = kube_slices.SlicePublisher(
         cluster, driver=names.DRIVER_NAME, node_name=settings.node_name
     )
-    devices = slices.plan_slice_devices(config)
-    resync = SliceResync(lambda: publisher.publish(devices), node_name=settings.node_name)
+    offered = plugin_devices.NodeDevices(
+        driver=driver, config=config, cluster=cluster, probe_clique=probe_clique
+    )
+    resync = SliceResync(
+        lambda: publisher.publish(offered.current()), node_name=settings.node_name
+    )
     server = grpc_server.PluginServer(
         service=driver,
         driver_name=names.DRIVER_NAME,

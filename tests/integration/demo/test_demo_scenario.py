@@ -55,12 +55,13 @@ def test_driver_managed_demo_waits_for_imex_daemons_then_prepares() -> None:
     assert (report.leftover_cdi_files, report.leftover_checkpoint_entries) == (0, 0)
 
 
-def test_host_managed_demo_on_a_node_without_fabric_refuses_with_the_missing_clique() -> None:
+def test_host_managed_demo_on_a_node_without_fabric_offers_no_channel_to_schedule() -> None:
     with embedded.running(workdir="", profile="h100", mode="hostManaged") as env:
         report = scenario.run(env, say=_quiet, workers=4)
     assert report.prepared == {}
-    [error] = report.prepare_errors.values()
-    assert "no NVLink clique" in error
+    # The node without an NVLink clique publishes no channel device: the pod is not placed.
+    [error] = report.schedule_errors.values()
+    assert "no device on node 'h100-node01'" in error
     assert (report.leftover_cdi_files, report.leftover_checkpoint_entries) == (0, 0)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import plugin_factories as f
@@ -108,3 +109,14 @@ def test_slice_sync_deletes_slices_no_longer_wanted() -> None:
             kind="ResourceSlice", namespace="", name="node-a-compute-domain.nvidia.com-1"
         ),
     )
+
+
+def test_host_managed_node_without_an_nvlink_clique_publishes_no_channel() -> None:
+    lonely = dataclasses.replace(f.NODE, clique_id="")
+    assert slices.plan_slice_devices(f.HOST, node=lonely) == ()
+    assert _names(slices.plan_slice_devices(f.HOST, node=f.NODE)) == ["channel-0"]
+
+
+def test_driver_managed_devices_do_not_depend_on_the_clique() -> None:
+    lonely = dataclasses.replace(f.NODE, clique_id="")
+    assert _names(slices.plan_slice_devices(f.DRIVER, node=lonely)) == ["channel-0", "daemon-0"]
