@@ -90,7 +90,8 @@ class Informer:
                 replaying -= 1
                 continue
             if event.type is ports.WatchEventType.DELETED:
-                self._change(object_key(event.obj), None)
+                # Handlers see the object's final state (as client-go's OnDelete does).
+                self._change(object_key(event.obj), None, final=self._slim(event.obj))
             else:
                 self._change(object_key(event.obj), self._slim(event.obj))
 
@@ -131,7 +132,7 @@ class Informer:
         for key, obj in fresh.items():
             self._change(key, obj)
 
-    def _change(self, key: Key, new: Obj | None) -> None:
+    def _change(self, key: Key, new: Obj | None, *, final: Obj | None = None) -> None:
         with self._lock:
             old = self._store.pop(key, None)
             if old is not None:
@@ -141,6 +142,8 @@ class Informer:
                 for name, indexer in self._indexers.items():
                     for value in indexer(new):
                         self._indices[name].setdefault(value, set()).add(key)
+        if new is None and final is not None:
+            old = final
         if old is None and new is None:
             return
         for handler in self._handlers:

@@ -17,6 +17,7 @@ CD being deleted (its children must really be gone), or an object a create found
 
 from __future__ import annotations
 
+import collections
 import threading
 from collections.abc import Mapping
 from typing import Any
@@ -24,6 +25,8 @@ from typing import Any
 from adapters.kube import informer
 from core import controlling, errors, kinds, models, names, ports
 
+# Deletions remembered against late answers to our own writes (one per recent deletion).
+_GONE_REMEMBERED = 4096
 CD_UID_INDEX = "uid"
 CD_RCT_INDEX = "rct"
 BY_CD_INDEX = "cd"
@@ -62,6 +65,12 @@ def cd_rct_key(obj: Obj) -> str:
     if not isinstance(name, str) or not name:
         return ""
     return f"{_meta(obj).get('namespace') or ''}/{name}"
+
+
+def _is_gone(obj: Obj) -> bool:
+    """A deleting object without finalizers: what the API answers as it removes it."""
+    meta = _meta(obj)
+    return bool(meta.get("deletionTimestamp")) and not meta.get("finalizers")
 
 
 def _newer(a: Obj, b: Obj) -> bool:
@@ -116,6 +125,11 @@ class ControllerCaches:
         self._written: dict[tuple[str, str, str], Obj] = {}
         # (kind, namespace, name) a create found already present: GET it on the next sync.
         self._must_read: set[tuple[str, str, str]] = set()
+        # (kind, namespace, name) -> last state of objects seen deleted, so an answer to our
+        # own write that arrives after the deletion's event cannot bring the object back.
+        self._gone: collections.OrderedDict[tuple[str, str, str], Obj] = (
+            collections.OrderedDict()
+        )
         for each, kind in ((self.domains, kinds.COMPUTE_DOMAIN.kind),
                            (self.workload_rcts, kinds.RESOURCE_CLAIM_TEMPLATE.kind),
                            (self.daemon_rcts, kinds.RESOURCE_CLAIM_TEMPLATE.kind),
@@ -150,8 +164,13 @@ class ControllerCaches:
         meta = _meta(obj)
         key = (kind, str(meta.get("namespace") or ""), str(meta.get("name") or ""))
         with self._lock:
-            self._written[key] = obj
             self._must_read.discard(key)
+            gone = self._gone.get(key)
+            if _is_gone(obj) or (gone is not None and not _newer(obj, gone)):
+                # The answer to removing the last finalizer, or older than a deletion seen.
+                self._written.pop(key, None)
+                return
+            self._written[key] = obj
 
     def must_read(self, kind: str, namespace: str, name: str) -> None:
         """A create found `name` already there: read it on the next sync."""
@@ -169,6 +188,13 @@ class ControllerCaches:
                 written = self._written.get(key)
                 if written is not None and (new is None or not _newer(written, new)):
                     del self._written[key]
+                if new is None:
+                    self._gone[key] = obj
+                    self._gone.move_to_end(key)
+                    while len(self._gone) > _GONE_REMEMBERED:
+                        self._gone.popitem(last=False)
+                else:
+                    self._gone.pop(key, None)
         return drop
 
     def _fresher(self, kind: str, cached: Obj | None) -> Obj | None:
