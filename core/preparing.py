@@ -434,7 +434,8 @@ def _node_label_steps(
         raise errors.RetryableError(
             f"node {node.node_name} is labelled for ComputeDomain {label} "
             f"({names.COMPUTE_DOMAIN_LABEL}); a node serves one ComputeDomain at a time in "
-            "driver-managed mode: waiting until that ComputeDomain's workloads leave the node"
+            "driver-managed mode: waiting until that ComputeDomain's last claim on this node is "
+            "unprepared (the plugin then removes the label)"
         )
     return ()
 
@@ -562,6 +563,42 @@ def plan_unprepare(
         models.DeleteCDISpec(claim_uid=ref.uid),
     )
     return models.ClaimOutcome(steps=steps, checkpoint=after)
+
+
+def plan_label_release(
+    entry: models.CheckpointEntry,
+    *,
+    after: models.Checkpoint,
+    node: models.NodeFacts,
+    node_labels: Mapping[str, str],
+    resource_version: str,
+) -> models.PatchObject | None:
+    """The patch that unpins the node from a ComputeDomain once its last claim here is gone.
+
+    Only for a driver-managed channel claim (what set the label), only while the label still
+    names that domain, and only when no other claim of it is still prepared on this node.
+    `resource_version` makes the patch fail rather than remove a label changed meanwhile.
+    """
+    if (
+        entry.mode is not models.IMEXMode.DRIVER_MANAGED
+        or not entry.channel_ids
+        or not entry.domain_id
+        or node_labels.get(names.COMPUTE_DOMAIN_LABEL) != entry.domain_id
+    ):
+        return None
+    if any(
+        e.domain_id == entry.domain_id and e.state in _HOLDING_STATES
+        for uid, e in after.entries.items()
+        if uid != entry.claim_uid
+    ):
+        return None
+    return models.PatchObject(
+        kind="Node",
+        namespace="",
+        name=node.node_name,
+        patch={"metadata": {"labels": {names.COMPUTE_DOMAIN_LABEL: None}}},
+        resource_version=resource_version,
+    )
 
 
 def plan_restore_spec(

@@ -571,7 +571,42 @@ class PluginDriver:
         if outcome.error is not None:
             self._report(ref, outcome.error)
         log.info("event=claim_unprepared claim=%s/%s uid=%s", ref.namespace, ref.name, ref.uid)
+        entry = current.entries.get(ref.uid)
+        if entry is not None and entry.mode is models.IMEXMode.DRIVER_MANAGED and entry.channel_ids:
+            self._release_node_label(entry, after=outcome.checkpoint)
         return ()
+
+    def _release_node_label(
+        self, entry: models.CheckpointEntry, *, after: models.Checkpoint
+    ) -> None:
+        """Unpin the node from the entry's ComputeDomain if that was its last claim here.
+
+        Best effort: the unprepare is done either way; a label left behind (API down, a
+        conflicting change) is the controller's stale-label clean-up's to remove.
+        """
+        try:
+            node_obj = self._ports.cluster.get(
+                kinds.NODE.kind, namespace="", name=self._node.node_name
+            )
+            meta = node_obj.get("metadata") or {}
+            labels = meta.get("labels") or {}
+            patch = preparing.plan_label_release(
+                entry, after=after, node=self._node,
+                node_labels=dict(labels) if isinstance(labels, Mapping) else {},
+                resource_version=str(meta.get("resourceVersion") or ""),
+            )
+            if patch is None:
+                return
+            self._execute((patch,))
+        except errors.ClusterError as exc:
+            log.warning(
+                "event=node_label_release_failed node=%s domain=%s error=%r",
+                self._node.node_name, entry.domain_id, str(exc),
+            )
+            return
+        log.info(
+            "event=node_label_released node=%s domain=%s", self._node.node_name, entry.domain_id
+        )
 
     # ------------------------------------------------------------ observations
 

@@ -420,3 +420,49 @@ def test_prepare_rejects_two_channel_results_in_one_claim() -> None:
         configs=(dataclasses.replace(f.claim().configs[0], requests=("a", "b")),),
     )
     assert "exactly one" in _permanent(f.prepare(claim))
+
+
+def test_unpreparing_the_last_claim_of_a_domain_releases_the_node_label() -> None:
+    labels = {names.COMPUTE_DOMAIN_LABEL: f.CD_UID}
+    prepared = f.prepare(f.claim(), config=f.DRIVER, labels=labels).checkpoint
+    entry = prepared.entries[f.CLAIM_UID]
+    after = preparing.plan_unprepare(f.ref(f.claim()), checkpoint=prepared, now=f.NOW).checkpoint
+    release = preparing.plan_label_release(
+        entry, after=after, node=f.NODE, node_labels=labels, resource_version="7"
+    )
+    assert release == models.PatchObject(
+        kind="Node", namespace="", name=f.NODE_NAME,
+        patch={"metadata": {"labels": {names.COMPUTE_DOMAIN_LABEL: None}}},
+        resource_version="7",
+    )
+
+
+def test_the_node_label_stays_while_another_claim_of_the_domain_is_prepared() -> None:
+    labels = {names.COMPUTE_DOMAIN_LABEL: f.CD_UID}
+    first = f.prepare(f.claim(), config=f.DRIVER, labels=labels).checkpoint
+    both = f.prepare(
+        f.claim(f.OTHER_CLAIM_UID, name="job-1-channel"), checkpoint=first, config=f.DRIVER,
+        labels=labels,
+    ).checkpoint
+    entry = both.entries[f.CLAIM_UID]
+    after = preparing.plan_unprepare(f.ref(f.claim()), checkpoint=both, now=f.NOW).checkpoint
+    assert preparing.plan_label_release(
+        entry, after=after, node=f.NODE, node_labels=labels, resource_version="7"
+    ) is None
+
+
+def test_a_label_naming_another_domain_or_a_host_managed_entry_is_left_alone() -> None:
+    prepared = f.prepare(
+        f.claim(), config=f.DRIVER, labels={names.COMPUTE_DOMAIN_LABEL: f.CD_UID}
+    ).checkpoint
+    entry = prepared.entries[f.CLAIM_UID]
+    empty = dataclasses.replace(prepared, entries={})
+    other = {names.COMPUTE_DOMAIN_LABEL: f.OTHER_CD_UID}
+    assert preparing.plan_label_release(
+        entry, after=empty, node=f.NODE, node_labels=other, resource_version="7"
+    ) is None
+    host_entry = f.prepare(f.claim()).checkpoint.entries[f.CLAIM_UID]
+    assert preparing.plan_label_release(
+        host_entry, after=empty, node=f.NODE,
+        node_labels={names.COMPUTE_DOMAIN_LABEL: f.CD_UID}, resource_version="7",
+    ) is None
