@@ -8,7 +8,6 @@ returned steps in order under the node-wide checkpoint lock. It decides nothing 
 
 from __future__ import annotations
 
-import collections
 import collections.abc
 import contextlib
 import dataclasses
@@ -68,7 +67,7 @@ class PluginDriver:
         self._domains = domains or (lambda: plugin_domains.list_domains(ports.cluster))
         self._recording = _RecordingCheckpointStore(ports.checkpoints)
         self._written: _Written | None = None
-        self._unprepares = _UnprepareCounter()
+        self._in_flight = _InFlightPrepares()
         self._degraded: _Degraded | None = None
 
     @property
@@ -368,20 +367,24 @@ class PluginDriver:
     def node_prepare(
         self, claims: tuple[models.ClaimRef, ...], *, call: ports.KubeletCall | None = None
     ) -> Mapping[names.ClaimUID, models.ClaimResult]:
-        seen = self._unprepares.counts(ref.uid for ref in claims)
+        # Every claim of the call is in flight from now: the kubelet may unprepare the last
+        # one while the first is still being prepared.
+        with self._in_flight.tracking(ref.uid for ref in claims) as tickets:
 
-        def handle(ref: models.ClaimRef, deadline: float) -> tuple[models.PreparedDevice, ...]:
-            flight = _InFlight(ref=ref, call=call, unprepares_seen=seen[ref.uid])
-            return self._prepare_with_retries(flight, deadline)
+            def handle(
+                ref: models.ClaimRef, deadline: float
+            ) -> tuple[models.PreparedDevice, ...]:
+                flight = _InFlight(ref=ref, call=call, overtaken=tickets[ref.uid])
+                return self._prepare_with_retries(flight, deadline)
 
-        return self._per_claim("prepare", claims, handle, call=call)
+            return self._per_claim("prepare", claims, handle, call=call)
 
     def node_unprepare(
         self, claims: tuple[models.ClaimRef, ...], *, call: ports.KubeletCall | None = None
     ) -> Mapping[names.ClaimUID, models.ClaimResult]:
-        # NB: counted before anything else, so a prepare of these claims still in flight (in an
-        # API call, or waiting for the lock we are about to take) sees it and gives up.
-        self._unprepares.record(ref.uid for ref in claims)
+        # NB: before anything else, so a prepare of these claims still in flight (in an API
+        # call, or waiting for the lock we are about to take) sees it and gives up.
+        self._in_flight.overtake(ref.uid for ref in claims)
         return self._per_claim(
             "unprepare", claims, lambda ref, _deadline: self._unprepare_one(ref), call=call
         )
@@ -486,7 +489,7 @@ class PluginDriver:
     def _abandonment(self, flight: _InFlight) -> _AbandonedError | None:
         """Why the prepare in `flight` must stop before its next durable step, if it must."""
         ref = flight.ref
-        if self._unprepares.count(ref.uid) != flight.unprepares_seen:
+        if flight.overtaken.is_set():
             return _AbandonedError(
                 f"claim {ref.namespace}/{ref.name} was unprepared while its prepare was in "
                 "flight; the unprepare wins and nothing is kept (the kubelet prepares the "
@@ -831,36 +834,50 @@ class _AbandonedError(errors.PermanentError):
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class _InFlight:
-    """One claim's prepare as it runs: its kubelet call and the unprepares seen at its start."""
+    """One claim's prepare as it runs: its kubelet call, and whether an unprepare overtook it."""
 
     ref: models.ClaimRef
     call: ports.KubeletCall | None
-    unprepares_seen: int
+    overtaken: threading.Event
 
 
-class _UnprepareCounter:
-    """How many unprepares of each claim this process has received (thread-safe).
+class _InFlightPrepares:
+    """The prepares running now, by claim, so that an unprepare can tell them to give up.
 
-    A prepare notes the count when its kubelet call arrives; a different count before a
-    durable step means an unprepare overtook it. In memory only: a restart ends every
-    in-flight prepare anyway.
+    In memory only, and only for calls in progress (a restart ends every in-flight prepare
+    anyway): nothing is kept about claims once their prepare calls returned.
     """
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._counts: collections.Counter[names.ClaimUID] = collections.Counter()
+        self._tickets: dict[names.ClaimUID, list[threading.Event]] = {}
 
-    def record(self, uids: collections.abc.Iterable[names.ClaimUID]) -> None:
+    @contextlib.contextmanager
+    def tracking(
+        self, uids: collections.abc.Iterable[names.ClaimUID]
+    ) -> collections.abc.Iterator[dict[names.ClaimUID, threading.Event]]:
+        """Register one prepare call's claims; yields each claim's "overtaken" flag."""
+        tickets = {uid: threading.Event() for uid in uids}
         with self._lock:
-            self._counts.update(uids)
+            for uid, ticket in tickets.items():
+                self._tickets.setdefault(uid, []).append(ticket)
+        try:
+            yield tickets
+        finally:
+            with self._lock:
+                for uid, ticket in tickets.items():
+                    held = self._tickets.get(uid, [])
+                    if ticket in held:
+                        held.remove(ticket)
+                    if not held:
+                        self._tickets.pop(uid, None)
 
-    def count(self, uid: names.ClaimUID) -> int:
+    def overtake(self, uids: collections.abc.Iterable[names.ClaimUID]) -> None:
+        """An unprepare of these claims arrived: every prepare of them in flight gives up."""
         with self._lock:
-            return self._counts[uid]
-
-    def counts(self, uids: collections.abc.Iterable[names.ClaimUID]) -> dict[names.ClaimUID, int]:
-        with self._lock:
-            return {uid: self._counts[uid] for uid in uids}
+            for uid in uids:
+                for ticket in self._tickets.get(uid, ()):
+                    ticket.set()
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
