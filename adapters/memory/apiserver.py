@@ -18,6 +18,7 @@ import http.server
 import json
 import logging
 import socket
+import sys
 import threading
 import time
 from collections.abc import Mapping
@@ -58,6 +59,13 @@ class _Server(http.server.ThreadingHTTPServer):
         with self._connections_lock:
             self._connections.discard(request)
         super().shutdown_request(request)
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        # A client that was killed (or timed out) mid-request is routine, not a server bug.
+        if isinstance(sys.exc_info()[1], ConnectionError):
+            log.debug("event=client_went_away address=%s", client_address)
+            return
+        super().handle_error(request, client_address)
 
     def drop_connections(self) -> None:
         """Shut every open client connection (idle keep-alives and streaming watches)."""
