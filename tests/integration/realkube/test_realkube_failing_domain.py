@@ -1,0 +1,141 @@
+"""One ComputeDomain that cannot be reconciled never holds the others up (real kube-apiserver).
+
+Two ways a CD fails for good: its RCT name is not a DNS-1123 name (the CRD accepts it, the
+API server would refuse the RCT), and an admission webhook that is down refuses every RCT in
+one namespace. Either way the failing CD gets a Warning Event and a status condition saying
+why, while CDs created after it get their RCT as usual.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import pytest
+import realkube_driver
+import realkube_server
+from realkube_driver import WORKLOAD_NAMESPACE, Driver
+from realkube_server import wait_for
+
+from adapters.kube import KubeCluster
+from core import errors, kinds, names
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.parametrize("installed", ["hostManaged"], indirect=True),
+]
+
+BROKEN_NAMESPACE = "behind-a-dead-webhook"
+HEALTHY = 5
+
+
+@pytest.fixture(scope="module")
+def admin(installed: Driver) -> Iterator[KubeCluster]:
+    cluster = installed.admin()
+    yield cluster
+    cluster.close()
+
+
+@pytest.fixture(scope="module")
+def controller(installed: Driver) -> Iterator[realkube_driver.AppProcess]:
+    process = installed.start_controller()
+    yield process
+    process.stop()
+
+
+def create_cd(admin: KubeCluster, name: str, *, namespace: str, rct: str) -> Mapping[str, Any]:
+    return admin.create(kinds.COMPUTE_DOMAIN.kind, {
+        "apiVersion": names.GROUP_VERSION, "kind": names.KIND_COMPUTE_DOMAIN,
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {"numNodes": 0, "channel": {"resourceClaimTemplate": {"name": rct}}},
+    })
+
+
+def condition(admin: KubeCluster, name: str, *, namespace: str) -> Mapping[str, Any] | None:
+    stored = admin.get(kinds.COMPUTE_DOMAIN.kind, namespace=namespace, name=name)
+    for item in (stored.get("status") or {}).get("conditions") or ():
+        if item.get("status") == "False":
+            return dict(item)
+    return None
+
+
+def warning_events(installed: Driver, name: str, *, namespace: str) -> list[Any]:
+    from kubernetes import client
+
+    listed = client.CoreV1Api(installed.kube.admin_client()).list_namespaced_event(
+        namespace, field_selector=f"involvedObject.name={name},type=Warning"
+    )
+    return list(listed.items)
+
+
+def healthy_cds_get_their_templates(
+    admin: KubeCluster, controller: realkube_driver.AppProcess, prefix: str
+) -> None:
+    for i in range(HEALTHY):
+        create_cd(admin, f"{prefix}-{i}", namespace=WORKLOAD_NAMESPACE, rct=f"{prefix}-{i}-ch")
+    for i in range(HEALTHY):
+
+        def present(i: int = i) -> bool:
+            if not controller.running:
+                raise AssertionError(f"controller exited:\n{controller.output()[-4000:]}")
+            try:
+                admin.get(kinds.RESOURCE_CLAIM_TEMPLATE.kind, namespace=WORKLOAD_NAMESPACE,
+                          name=f"{prefix}-{i}-ch")
+            except errors.NotFoundError:
+                return False
+            return True
+
+        # NB: generous for a loaded CI runner; `make bench` measures the real figure.
+        wait_for(present, what=f"healthy CD {prefix}-{i}'s template", timeout_s=15)
+
+
+def test_a_cd_with_an_rct_name_the_api_server_would_refuse_is_reported_and_stalls_no_one(
+    installed: Driver, admin: KubeCluster, controller: realkube_driver.AppProcess
+) -> None:
+    create_cd(admin, "bad-name", namespace=WORKLOAD_NAMESPACE, rct="Bad_Name")
+    healthy_cds_get_their_templates(admin, controller, "after-bad-name")
+    reported = wait_for(
+        lambda: condition(admin, "bad-name", namespace=WORKLOAD_NAMESPACE),
+        what="a False condition on the CD", timeout_s=30,
+    )
+    assert "Bad_Name" in reported["message"]
+    events = wait_for(
+        lambda: warning_events(installed, "bad-name", namespace=WORKLOAD_NAMESPACE),
+        what="a Warning event on the CD", timeout_s=30,
+    )
+    assert any("Bad_Name" in (e.message or "") for e in events)
+
+
+def test_a_cd_whose_rct_a_dead_webhook_refuses_is_reported_and_stalls_no_one(
+    installed: Driver, admin: KubeCluster, controller: realkube_driver.AppProcess
+) -> None:
+    installed.kube.ensure_namespace(BROKEN_NAMESPACE)
+    dead = realkube_server.free_port()  # nothing listens there
+    installed.kube.apply([{
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingWebhookConfiguration",
+        "metadata": {"name": "dead-webhook"},
+        "webhooks": [{
+            "name": "dead.example.com",
+            "admissionReviewVersions": ["v1"],
+            "sideEffects": "None",
+            "failurePolicy": "Fail",
+            "timeoutSeconds": 2,
+            "clientConfig": {"url": f"https://127.0.0.1:{dead}/validate"},
+            "namespaceSelector": {"matchLabels": {
+                "kubernetes.io/metadata.name": BROKEN_NAMESPACE}},
+            "rules": [{"apiGroups": ["resource.k8s.io"], "apiVersions": ["*"],
+                       "operations": ["CREATE"], "resources": ["resourceclaimtemplates"]}],
+        }],
+    }])
+    create_cd(admin, "walled", namespace=BROKEN_NAMESPACE, rct="walled-ch")
+    healthy_cds_get_their_templates(admin, controller, "after-dead-webhook")
+    reported = wait_for(
+        lambda: condition(admin, "walled", namespace=BROKEN_NAMESPACE),
+        what="a False condition on the CD behind the dead webhook", timeout_s=60,
+    )
+    assert "webhook" in reported["message"]
+    wait_for(
+        lambda: warning_events(installed, "walled", namespace=BROKEN_NAMESPACE),
+        what="a Warning event on the CD behind the dead webhook", timeout_s=30,
+    )
