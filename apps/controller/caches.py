@@ -27,6 +27,9 @@ from core import controlling, errors, kinds, models, names, ports
 
 # Deletions remembered against late answers to our own writes (one per recent deletion).
 _GONE_REMEMBERED = 4096
+_OVERLAID_KINDS = frozenset(
+    {kinds.COMPUTE_DOMAIN.kind, kinds.RESOURCE_CLAIM_TEMPLATE.kind, kinds.DAEMON_SET.kind}
+)
 CD_UID_INDEX = "uid"
 CD_RCT_INDEX = "rct"
 BY_CD_INDEX = "cd"
@@ -160,7 +163,10 @@ class ControllerCaches:
     # ------------------------------------------------------------ our own writes
 
     def remember(self, kind: str, obj: Obj) -> None:
-        """Keep what a create or patch of ours answered until the cache catches up."""
+        """Keep what a create or patch of ours answered until the cache catches up (for the
+        kinds planned from the overlay; Node and clique writes are read from the cache)."""
+        if kind not in _OVERLAID_KINDS:
+            return
         meta = _meta(obj)
         key = (kind, str(meta.get("namespace") or ""), str(meta.get("name") or ""))
         with self._lock:
