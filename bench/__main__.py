@@ -12,7 +12,7 @@ import sys
 import tempfile
 import time
 
-from bench import controller_latency, realkube_controller, scenarios
+from bench import controller_latency, daemon_domain, realkube_controller, scenarios
 
 
 def main() -> int:
@@ -42,6 +42,9 @@ def main() -> int:
         }
         print("ComputeDomain -> ResourceClaimTemplate ...", flush=True)
         results["cd_to_rct_latency"] = scenarios.cd_to_rct(os.path.join(tmp, "cd"), runs=20)
+        print("IMEX daemons forming a domain ...", flush=True)
+        results["imex_daemons"] = daemon_domain.run_all(
+            os.path.join(tmp, "daemons"), quick=args.quick)
     print("controller: CD -> RCT with 1 / 2,000 live CDs, one failing, list calls ...", flush=True)
     results["controller_queue"] = controller_latency.controller_bench(
         runs=50 if args.quick else 200, live=200 if args.quick else 2000)

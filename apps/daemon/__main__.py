@@ -132,6 +132,7 @@ def run_daemon(
         dns_names=feature_gates.enabled(gates.IMEX_DAEMONS_WITH_DNS_NAMES),
         max_nodes=settings.max_nodes,
         ready_poll_s=settings.ready_poll_s,
+        ready_recheck_s=settings.ready_recheck_s,
     )
     return runner.run(stop)
 

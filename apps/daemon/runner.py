@@ -1,5 +1,8 @@
 """The daemon's loop: own entry -> peers -> IMEX files -> supervised nvidia-imex -> readiness.
 
+`nvidia-imex-ctl -q` is asked every `ready_poll_s` until it says READY, then every
+`ready_recheck_s`.
+
 One thread (the caller's) makes every decision and every write; the peer informer only hands
 over the newest object and wakes it. Order of a first start: render imexd.cfg, claim the entry
 (index), wait to see it in the peer list, write nodes.cfg (+ /etc/hosts), start nvidia-imex.
@@ -48,6 +51,7 @@ class DaemonRunner:
         dns_names: bool,
         max_nodes: int,
         ready_poll_s: float = 1.0,
+        ready_recheck_s: float = 10.0,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._registry = registry
@@ -57,6 +61,7 @@ class DaemonRunner:
         self._dns_names = dns_names
         self._max_nodes = max_nodes
         self._ready_poll_s = ready_poll_s
+        self._ready_recheck_s = ready_recheck_s
         self._clock = clock
         self._wake = threading.Event()
         self._lock = threading.Lock()
@@ -104,7 +109,8 @@ class DaemonRunner:
                 log.error("event=daemon_failed error=%r", str(exc))
                 code = 1
                 break
-            self._wake.wait(max(0.0, min(self._ready_poll_s, self._next_poll - self._clock())))
+            self._wake.wait(max(0.0, self._next_poll - self._clock()) if self._supervisor.started
+                            else self._ready_poll_s)
             self._wake.clear()
         self._shutdown()
         stop.set()
@@ -114,9 +120,12 @@ class DaemonRunner:
     def _step(self) -> None:
         now = self._clock()
         if self._supervisor.started and now >= self._next_poll:
-            self._next_poll = now + self._ready_poll_s
             readiness = self._ctl.query()
             status = models.DomainStatus.READY if readiness.ready else models.DomainStatus.NOT_READY
+            # NB: fast until Ready, then at a readiness probe's pace: on a big domain the
+            # probes of every daemon would otherwise add up.
+            interval = self._ready_recheck_s if readiness.ready else self._ready_poll_s
+            self._next_poll = self._clock() + interval
             if status is not self._status:
                 log.info("event=imex_readiness status=%s detail=%r", status.value,
                          readiness.detail)

@@ -36,6 +36,7 @@ class Settings:
     imex_ctl_command: str
     kubeconfig: str | None
     ready_poll_s: float
+    ready_recheck_s: float
     nvml: str
     nvidia_driver_root: str
     log_verbosity: int
@@ -79,7 +80,11 @@ def parse(argv: Sequence[str] | None, env: Mapping[str, str]) -> Settings:
     add("--imex-command", default=env.get("IMEX_COMMAND", "nvidia-imex"))
     add("--imex-ctl-command", default=env.get("IMEX_CTL_COMMAND", "nvidia-imex-ctl"))
     add("--kubeconfig", default=env.get("KUBECONFIG"))
-    add("--ready-poll-seconds", type=float, default=float(env.get("READY_POLL_SECONDS", "1")))
+    add("--ready-poll-seconds", type=float, default=float(env.get("READY_POLL_SECONDS", "1")),
+        help="how often nvidia-imex-ctl is asked until it says READY")
+    add("--ready-recheck-seconds", type=float,
+        default=float(env.get("READY_RECHECK_SECONDS", "10")),
+        help="how often it is asked once READY (a readiness probe's period)")
     add("--nvml", default=env.get("NVML", "real"),
         help="where `check` learns the clique when CLIQUE_ID is unset: real | simulated:<profile>")
     add("--nvidia-driver-root", default=env.get("NVIDIA_DRIVER_ROOT", "/"))
@@ -102,6 +107,7 @@ def parse(argv: Sequence[str] | None, env: Mapping[str, str]) -> Settings:
         imex_ctl_command=ns.imex_ctl_command,
         kubeconfig=ns.kubeconfig,
         ready_poll_s=ns.ready_poll_seconds,
+        ready_recheck_s=ns.ready_recheck_seconds,
         nvml=ns.nvml,
         nvidia_driver_root=ns.nvidia_driver_root,
         log_verbosity=ns.log_verbosity,

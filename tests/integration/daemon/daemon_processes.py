@@ -122,6 +122,7 @@ def daemon_args(
         "--imex-ctl-command", str(bin_dir / "nvidia-imex-ctl"),
         "--kubeconfig", str(kubeconfig),
         "--ready-poll-seconds", "0.2",
+        "--ready-recheck-seconds", "0.2",
     ]
 
 
