@@ -11,6 +11,9 @@ the list calls the controller makes per 1,000 ComputeDomain events after its ini
 from __future__ import annotations
 
 import contextlib
+import pathlib
+import shutil
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -33,6 +36,30 @@ ClusterFactory = Callable[[], tuple[ports.Cluster, Callable[[], None]]]
 def embedded_cluster() -> tuple[ports.Cluster, Callable[[], None]]:
     cluster = memory_cluster.InMemoryCluster()
     return cluster, cluster.close
+
+
+def real_apiserver_cluster() -> tuple[ports.Cluster, Callable[[], None]]:
+    """A fresh kube-apiserver + etcd with the chart's CRDs installed (admin credentials), from
+    the real-server tier's harness; raises RuntimeError when `make kube-apiserver` has not
+    built the binaries."""
+    from bench import realkube_controller
+
+    realkube_server, realkube_driver = realkube_controller._harness()
+    bin_dir = realkube_server.binaries_dir()
+    if bin_dir is None:
+        raise RuntimeError("no kube-apiserver: run `make kube-apiserver` first")
+    workdir = pathlib.Path(tempfile.mkdtemp(prefix="bench-controller-", dir="/tmp"))
+    kube = realkube_server.RealKube(workdir, bin_dir=bin_dir).start()
+    kube.apply(realkube_driver.render_crds())
+    kube.ensure_namespace(NAMESPACE)
+    admin = kube.cluster(kube.admin_kubeconfig(), component="bench-controller")
+
+    def close() -> None:
+        admin.close()
+        kube.stop()
+        shutil.rmtree(workdir, ignore_errors=True)
+
+    return admin, close
 
 
 def _config() -> models.DriverConfig:
