@@ -100,7 +100,9 @@ def list_then_watch(
       after the next successful call.
     `stop` is checked between calls, so it takes effect within `timeout_s` of a quiet watch.
     NB: label_selector filters the list only (the port's watch has no selector); events of
-    other objects are dropped client-side by label match.
+    other objects are dropped client-side by label match, except that a MODIFIED object that
+    no longer matches comes as DELETED (it may have left the selection), as the API server's
+    own selector watches do.
     """
     stop = stop or threading.Event()
     wait = wait or bounded_backoff()
@@ -146,6 +148,10 @@ def list_then_watch(
                 resource_version = _resource_version(event.obj) or resource_version
                 if selected(event.obj):
                     yield event
+                elif event.type is ports.WatchEventType.MODIFIED:
+                    # It may have just left the selection: a watch with a label selector on
+                    # the API server says DELETED then, and so does this one.
+                    yield ports.WatchEvent(type=ports.WatchEventType.DELETED, obj=event.obj)
                 if stop.is_set():
                     return
             failures = 0

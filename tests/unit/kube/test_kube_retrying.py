@@ -187,3 +187,16 @@ def test_informer_stops_when_stop_is_set() -> None:
     assert _names(_take(events, 2)) == ["relist@100", "ADDED:a"]
     stop.set()
     assert list(events) == []
+
+
+def test_an_object_that_leaves_the_label_selection_comes_as_deleted() -> None:
+    cluster = kube_fake_cluster.FakeCluster()
+    left = ports.WatchEvent(
+        type=ports.WatchEventType.MODIFIED,
+        obj={"metadata": {"name": "mine", "resourceVersion": "203", "labels": {"t": "no"}}},
+    )
+    cluster.watch_script = [[left]]
+    events = retrying.list_then_watch(
+        cluster, "Lease", label_selector={"t": "yes"}, sleep=lambda _: None
+    )
+    assert _names(_take(events, 2)) == ["relist@100", "DELETED:mine"]
