@@ -121,6 +121,8 @@ class Controller:
         self.reconciler.sync_domain(raw, observe=self.caches.observe, writer=self._writer)
 
     def _sync_stale_node_labels(self) -> None:
+        if self.reconciler.config.host_managed:
+            return  # host-managed mode never labels nodes, nor cleans labels up
         nodes = self.caches.labelled_nodes()
         cached = self.caches.live_domain_uids()
         if not any(controller_caches.owner_uid(n) not in cached for n in nodes):
