@@ -24,6 +24,7 @@ from adapters.imex import simulated as imex_simulated
 from adapters.memory import allocator as memory_allocator
 from adapters.memory import cluster as memory_cluster
 from adapters.nvml import simulated
+from apps.cli import daemon_fleet as daemon_fleet_mod
 from apps.controller import reconciler as controller_reconciler
 from apps.kubeletplugin import daemon_claims as plugin_daemon_claims
 from apps.kubeletplugin import settings as plugin_settings
@@ -64,8 +65,20 @@ class Embedded:
         raise RuntimeError(f"controller did not settle within {max_passes} passes")
 
     owns_workdir: bool = False
+    # Real compute-domain-daemon processes of driver-managed daemon pods (started on demand).
+    daemon_fleet: daemon_fleet_mod.DaemonFleet | None = None
+
+    def fleet(self) -> daemon_fleet_mod.DaemonFleet:
+        """The daemon processes' fleet, started (with its API server) on first use."""
+        if self.daemon_fleet is None:
+            self.daemon_fleet = daemon_fleet_mod.DaemonFleet(
+                self.cluster, workdir=self.workdir, namespace=self.config.namespace
+            )
+        return self.daemon_fleet
 
     def stop(self) -> None:
+        if self.daemon_fleet is not None:
+            self.daemon_fleet.close()
         for node in self.nodes.values():
             node.kubelet.close()
             node.plugin.stop(grace_s=0.5)

@@ -15,6 +15,7 @@ from typing import Any
 
 from adapters.fs import cdi as fs_cdi
 from adapters.memory import allocator as memory_allocator
+from apps.cli import daemon_fleet
 from apps.cli import embedded as embedded_mod
 from core import checkpoint as checkpoint_codec
 from core import errors, kinds, models, names
@@ -259,53 +260,75 @@ def _negative_case(env: embedded_mod.Embedded, *, cd_uid: str, say: Say, report:
 
 
 def _run_daemons(env: embedded_mod.Embedded, *, say: Say) -> None:
-    """Stand in for the per-CD IMEX DaemonSet: a daemon pod on every labelled node.
+    """Play the per-CD IMEX DaemonSet: a daemon pod on every labelled node.
 
-    Each daemon pod gets its daemon claim prepared by the node's plugin (real gRPC), then
-    reports itself Ready in its ComputeDomainClique, as the real IMEX daemon would.
+    Each daemon pod gets its daemon claim prepared by the node's plugin (real gRPC), then runs
+    as a real `compute-domain-daemon` process (apps/cli/daemon_fleet.py) with the DaemonSet's
+    env plus the claim's CDI edits, supervising a simulated nvidia-imex; it claims its index
+    and reports Ready in its ComputeDomainClique itself.
     """
     cluster = env.cluster
     env.settle()
+    fleet = env.fleet()
     for ds in cluster.list(kinds.DAEMON_SET.kind, namespace=env.config.namespace).items:
-        selector = ds["spec"]["template"]["spec"].get("nodeSelector") or {}
+        pod_spec = ds["spec"]["template"]["spec"]
+        selector = pod_spec.get("nodeSelector") or {}
         cd_uid = selector.get(names.COMPUTE_DOMAIN_LABEL, "")
-        template = ds["spec"]["template"]["spec"]["resourceClaims"][0]["resourceClaimTemplateName"]
+        template = pod_spec["resourceClaims"][0]["resourceClaimTemplateName"]
         nodes = cluster.list(kinds.NODE.kind, label_selector=selector).items
-        for index, node_obj in enumerate(sorted(nodes, key=lambda n: n["metadata"]["name"])):
+        started: list[daemon_fleet.DaemonProcess] = []
+        for node_obj in sorted(nodes, key=lambda n: n["metadata"]["name"]):
             node = node_obj["metadata"]["name"]
-            pod_name = f"imex-daemon-{cd_uid[:8]}-{node}"
-            pod = _pod(pod_name, template, namespace=env.config.namespace, node=node)
+            if (cd_uid, node) in fleet.daemons:
+                continue
+            pod = _pod(f"imex-daemon-{cd_uid[:8]}-{node}", template,
+                       namespace=env.config.namespace, node=node)
             pod["metadata"]["labels"] = {names.COMPUTE_DOMAIN_LABEL: cd_uid}
             pod["spec"]["resourceClaims"][0]["name"] = "daemon"
             pod["spec"]["containers"][0]["resources"]["claims"] = [{"name": "daemon"}]
             scheduled = env.allocator.schedule_pod(pod)
             kubelet = env.nodes[node].kubelet
-            kubelet.prepare(names.DRIVER_NAME, embedded_mod.claim_refs(scheduled.claims))
-            _report_daemon(env, cd_uid=cd_uid, node=node, index=index)
-        say(f"  IMEX daemons of ComputeDomain {cd_uid[:8]}... running and Ready on "
-            f"{len(nodes)} node(s)")
+            refs = embedded_mod.claim_refs(scheduled.claims)
+            results = kubelet.prepare(names.DRIVER_NAME, refs)
+            failed = [r.error for r in results.values() if r.error]
+            if failed:
+                raise errors.RetryableError(f"daemon claim on {node}: {'; '.join(failed)}")
+            spec = fs_cdi.CDIDirectory(env.nodes[node].settings.cdi_root).read(refs[0].uid)
+            started.append(fleet.start(
+                node=node, pod_ip=embedded_mod.fake_ip(node),
+                container_env=_container_env(pod_spec["containers"][0], node=node,
+                                             pod=scheduled.pod),
+                cdi_spec=spec or {},
+            ))
+        if not started:
+            continue
+        fleet.wait_ready(started)
+        entries = {d.node: fleet.entry(d) for d in started}
+        say(f"  IMEX daemons of ComputeDomain {cd_uid[:8]}...: {len(started)} "
+            "compute-domain-daemon process(es) Ready, each supervising nvidia-imex (simulated): "
+            + ", ".join(f"{node}=index {e.index if e else '?'}"
+                        for node, e in sorted(entries.items())))
     env.settle()
 
 
-def _report_daemon(env: embedded_mod.Embedded, *, cd_uid: str, node: str, index: int) -> None:
-    clique_id = env.nodes[node].plugin.node.clique_id
-    name = f"{cd_uid}.{clique_id}"
-    namespace = env.config.namespace
-    daemon = {"nodeName": node, "ipAddress": embedded_mod.fake_ip(node), "cliqueID": clique_id,
-              "index": index, "status": models.DomainStatus.READY.value}
-    try:
-        clique = env.cluster.get(kinds.COMPUTE_DOMAIN_CLIQUE.kind, namespace=namespace, name=name)
-    except errors.NotFoundError:
-        env.cluster.create(kinds.COMPUTE_DOMAIN_CLIQUE.kind, {
-            "apiVersion": names.GROUP_VERSION, "kind": names.KIND_COMPUTE_DOMAIN_CLIQUE,
-            "metadata": {"name": name, "namespace": namespace,
-                         "labels": {names.COMPUTE_DOMAIN_LABEL: cd_uid}},
-            "daemons": [daemon],
-        })
-        return
-    daemons = [d for d in clique.get("daemons") or () if d.get("nodeName") != node] + [daemon]
-    env.cluster.patch(kinds.COMPUTE_DOMAIN_CLIQUE.kind, namespace=namespace, name=name,
-                      patch={"daemons": daemons})
+def _container_env(
+    container: Mapping[str, Any], *, node: str, pod: Mapping[str, Any]
+) -> dict[str, str]:
+    """The container's env as the kubelet resolves it (field references filled in)."""
+    fields = {
+        "spec.nodeName": node,
+        "status.podIP": embedded_mod.fake_ip(node),
+        "metadata.uid": str(pod["metadata"].get("uid", "")),
+        "metadata.name": str(pod["metadata"]["name"]),
+        "metadata.namespace": str(pod["metadata"].get("namespace", "")),
+    }
+    env: dict[str, str] = {}
+    for item in container.get("env") or ():
+        if "value" in item:
+            env[item["name"]] = str(item["value"])
+        else:
+            env[item["name"]] = fields.get(item["valueFrom"]["fieldRef"]["fieldPath"], "")
+    return env
 
 
 def _stop_daemons(env: embedded_mod.Embedded, *, cd_uid: str) -> None:
@@ -317,6 +340,8 @@ def _stop_daemons(env: embedded_mod.Embedded, *, cd_uid: str) -> None:
     ).items
     for pod in daemon_pods:
         node = env.nodes[pod["spec"]["nodeName"]]
+        # SIGTERM first: the daemon removes its clique entry, then its claim is unprepared.
+        env.fleet().stop(cd_uid=cd_uid, node=node.name)
         claims = tuple(
             cluster.get(kinds.RESOURCE_CLAIM.kind, namespace=env.config.namespace,
                         name=status["resourceClaimName"])

@@ -89,6 +89,10 @@ class DaemonRunner:
             log.error("event=daemon_failed error=%r", exc.message)
             return 1
         follower = self._registry.follow(self.on_object, stop)
+        # NB: the loop may sleep a whole recheck period; a stop must end that sleep at once.
+        threading.Thread(
+            target=lambda: (stop.wait(), self._wake.set()), name="stop-waker", daemon=True
+        ).start()
         log.info(
             "event=daemon_started node=%s clique=%s ip=%s store=%s dns_names=%s",
             me.node_name, me.clique_id, me.ip_address, self._registry.object_ref,
