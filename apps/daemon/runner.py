@@ -91,7 +91,7 @@ class DaemonRunner:
         follower = self._registry.follow(self.on_object, stop)
         # NB: the loop may sleep a whole recheck period; a stop must end that sleep at once.
         threading.Thread(
-            target=lambda: (stop.wait(), self._wake.set()), name="stop-waker", daemon=True
+            target=self._wake_on, args=(stop,), name="stop-waker", daemon=True
         ).start()
         log.info(
             "event=daemon_started node=%s clique=%s ip=%s store=%s dns_names=%s",
@@ -120,6 +120,10 @@ class DaemonRunner:
         stop.set()
         follower.join(timeout=1.0)
         return code
+
+    def _wake_on(self, stop: threading.Event) -> None:
+        stop.wait()
+        self._wake.set()
 
     def _step(self) -> None:
         now = self._clock()
