@@ -106,9 +106,10 @@ def _domain(cluster: memory_cluster.InMemoryCluster) -> str:
     return str(created["metadata"]["uid"])
 
 
-def _ready_count(cluster: memory_cluster.InMemoryCluster, cd_uid: str,
-                 cliques: list[str], *, any_status: bool = False) -> int:
-    total = 0
+def _counts(cluster: memory_cluster.InMemoryCluster, cd_uid: str,
+            cliques: list[str]) -> tuple[int, int]:
+    """(entries listed, entries Ready) over the domain's cliques."""
+    listed = ready = 0
     for clique in cliques:
         try:
             obj = cluster.get(kinds.COMPUTE_DOMAIN_CLIQUE.kind, namespace=DRIVER_NS,
@@ -116,10 +117,15 @@ def _ready_count(cluster: memory_cluster.InMemoryCluster, cd_uid: str,
         except errors.NotFoundError:
             continue  # not created yet
         store = membership.Store.CLIQUE
-        total += sum(any_status or p.status is models.DomainStatus.READY
-                     for p in membership.peers_of(membership.entries_of(obj, store=store),
-                                                  store=store))
-    return total
+        peers = membership.peers_of(membership.entries_of(obj, store=store), store=store)
+        listed += len(peers)
+        ready += sum(p.status is models.DomainStatus.READY for p in peers)
+    return listed, ready
+
+
+def _ready_count(cluster: memory_cluster.InMemoryCluster, cd_uid: str,
+                 cliques: list[str]) -> int:
+    return _counts(cluster, cd_uid, cliques)[1]
 
 
 def _cliques(count: int) -> list[str]:
@@ -142,10 +148,15 @@ def all_ready(workdir: str, *, daemons: int, poll_s: float, timeout_s: float = 3
     ]
     deadline = started + timeout_s
     listed_s = None
-    while _ready_count(cluster, cd_uid, cliques) < daemons and time.perf_counter() < deadline:
-        if listed_s is None and _ready_count(cluster, cd_uid, cliques, any_status=True) == daemons:
+    # NB: the observer's reads share the cluster's lock with the daemons: poll gently.
+    every_s = 0.005 if daemons <= MAX_NODES else 0.05
+    while time.perf_counter() < deadline:
+        listed, ready = _counts(cluster, cd_uid, cliques)
+        if listed_s is None and listed == daemons:
             listed_s = time.perf_counter() - started
-        time.sleep(0.005)
+        if ready == daemons:
+            break
+        time.sleep(every_s)
     elapsed = time.perf_counter() - started
     ready = _ready_count(cluster, cd_uid, cliques)
     _stop(running)
