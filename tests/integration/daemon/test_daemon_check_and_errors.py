@@ -105,3 +105,18 @@ def test_a_crashed_nvidia_imex_is_restarted(served, bin_dir, launch, tmp_path) -
     dp.eventually(lambda: fake.pid(node.config_dir) not in (None, first), what="a new child")
     assert "event=imex_exited" in process.output()
     dp.eventually(lambda: dp.ready_entries(cluster, cd_uid, 1), what="Ready again")
+
+
+def test_an_unrunnable_nvidia_imex_fails_the_daemon_and_leaves_no_entry(
+    served, bin_dir, launch, tmp_path
+) -> None:
+    cluster, kubeconfig = served
+    cd_uid = dp.compute_domain(cluster)
+    (node,) = dp.nodes(tmp_path, 1)
+    args = dp.daemon_args(node, cd_uid=cd_uid, kubeconfig=kubeconfig, bin_dir=bin_dir)
+    args[args.index("--imex-command") + 1] = str(tmp_path / "no-such-nvidia-imex")
+    process = launch(args)
+    assert process.wait() == 1
+    assert "event=daemon_failed" in process.output()
+    assert "no-such-nvidia-imex" in process.output()
+    assert dp.entries(cluster, cd_uid=cd_uid) == []

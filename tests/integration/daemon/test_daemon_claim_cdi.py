@@ -164,3 +164,23 @@ def test_a_missing_chart_template_is_a_startup_error(tmp_path: pathlib.Path) -> 
             env={daemon_claims.TEMPLATE_ENV: str(tmp_path / "nope")},
         )
 
+
+
+def test_a_spec_mounting_a_dir_outside_the_domains_root_never_gets_it_deleted(
+    tmp_path: pathlib.Path,
+) -> None:
+    outside = tmp_path / "precious"
+    outside.mkdir()
+    node = models.NodeFacts(node_name=names.NodeName("n"), clique_id="", channel_major=1,
+                            boot_id="b", daemon_config_root=str(tmp_path / "domains"))
+    config = models.DriverConfig(mode=models.IMEXMode.DRIVER_MANAGED,
+                                 isolation=models.Isolation.DOMAIN,
+                                 gates=models.FeatureGates(values={}))
+    store = daemon_claims.cdi_store(fs_cdi.CDIDirectory(str(tmp_path / "cdi")), node=node,
+                                    config=config, env={})
+    spec = {"devices": [{"name": "u-daemon", "containerEdits": {"mounts": [
+        {"hostPath": str(outside), "containerPath": "/imexd"}]}}]}
+    store.write(names.ClaimUID("u"), spec)
+    store.delete(names.ClaimUID("u"))
+    assert outside.is_dir()
+    assert not (outside / daemon_claim.TEMPLATE_FILE_NAME).exists()
