@@ -24,8 +24,12 @@ from adapters.kube import retrying
 K = TypeVar("K", bound=Hashable)
 
 
-def per_key_backoff(*, initial_s: float = 0.005, max_s: float = 300.0) -> retrying.Wait:
-    """initial_s, 2x, 4x, ... capped at max_s (client-go's per-item exponential limiter)."""
+def per_key_backoff(*, initial_s: float = 0.005, max_s: float = 60.0) -> retrying.Wait:
+    """initial_s, 2x, 4x, ... capped at max_s (client-go's per-item exponential limiter).
+
+    NB: a minute, not client-go's 1000 s: a CD stuck behind a webhook that comes back is
+    served within a minute, for one failing request a minute while it is down.
+    """
     return tenacity.wait_exponential(multiplier=initial_s, exp_base=2, min=initial_s, max=max_s)
 
 
