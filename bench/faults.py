@@ -40,11 +40,11 @@ from collections.abc import Callable, Iterator, Sequence
 
 from adapters.fs import _atomic
 from adapters.fs import cdi as fs_cdi
+from adapters.fs import checkpoints as fs_checkpoints
 from adapters.grpc import client as grpc_client
 from adapters.memory import apiserver
 from adapters.memory import cluster as memory_cluster
 from adapters.nvml import simulated
-from core import checkpoint as checkpoint_codec
 from core import errors, kinds, models, names
 
 PROFILE = "gb200-nvl72"
@@ -360,11 +360,9 @@ class Node:
 
     def entries(self) -> dict[str, models.ClaimState]:
         """Live checkpoint entries (tombstones left out); DecodeError if unreadable."""
-        try:
-            raw = self.checkpoint_path.read_bytes()
-        except FileNotFoundError:
+        decoded = fs_checkpoints.read_checkpoint(str(self.checkpoint_path))  # snapshot + journal
+        if decoded is None:
             return {}
-        decoded = checkpoint_codec.decode(raw)
         return {str(uid): e.state for uid, e in decoded.entries.items()
                 if e.state is not models.ClaimState.PREPARE_ABORTED}
 

@@ -346,14 +346,13 @@ def expire_tombstones(
     cp: models.Checkpoint, *, now: float, ttl_s: float = TOMBSTONE_TTL_S
 ) -> models.Checkpoint:
     """`cp` without PrepareAborted tombstones older than `ttl_s` (same object if none expired)."""
-    kept = {
-        uid: entry
-        for uid, entry in cp.entries.items()
-        if not is_expired_tombstone(entry, now=now, ttl_s=ttl_s)
-    }
-    if len(kept) == len(cp.entries):
-        return cp
-    return dataclasses.replace(cp, entries=kept)
+    expired = [
+        uid for uid in index_of(cp).tombstones
+        if is_expired_tombstone(cp.entries[uid], now=now, ttl_s=ttl_s)
+    ]
+    for uid in sorted(expired):
+        cp = without_entry(cp, uid)
+    return cp
 
 
 def is_expired_tombstone(
@@ -410,11 +409,11 @@ def plan_stale_cleanup(cp: models.Checkpoint, *, stale: Iterable[StaleEntry]) ->
     if not removed:
         return StaleCleanup(steps=(), removed=())
     gone = {s.entry.claim_uid for s in removed}
-    after = dataclasses.replace(
-        cp, entries={uid: e for uid, e in cp.entries.items() if uid not in gone}
-    )
+    after = cp
+    for uid in sorted(gone):
+        after = without_entry(after, uid)
     steps: tuple[models.PluginAction, ...] = (
-        models.WriteCheckpoint(checkpoint=after),
+        models.WriteCheckpoint(checkpoint=after, changed=tuple(sorted(gone))),
         *(models.DeleteCDISpec(claim_uid=uid) for uid in sorted(gone)),
     )
     return StaleCleanup(steps=steps, removed=removed)
@@ -431,3 +430,236 @@ def stale_reason(
     if not claim.allocated:
         return StaleReason.DEALLOCATED
     return None
+
+
+# ---------------------------------------------------------------- index
+
+_HOLDING = (models.ClaimState.PREPARE_STARTED, models.ClaimState.PREPARE_COMPLETED)
+
+
+def index_of(cp: models.Checkpoint) -> models.CheckpointIndex:
+    """The counts over `cp.entries`: kept by the transitions below, else built (O(claims))."""
+    if cp.index is not None and cp.index.entries is cp.entries:
+        return cp.index
+    channels: dict[int, dict[str, int]] = {}
+    modes: dict[tuple[models.IMEXMode, models.Isolation], int] = {}
+    domains: dict[str, int] = {}
+    tombstones: set[names.ClaimUID] = set()
+    devices = 0
+    for uid, entry in cp.entries.items():
+        if entry.state is models.ClaimState.PREPARE_ABORTED:
+            tombstones.add(uid)
+            continue
+        if entry.state is models.ClaimState.PREPARE_COMPLETED:
+            devices += len(entry.devices)
+        if entry.state in _HOLDING:
+            for channel in entry.channel_ids:
+                held = channels.setdefault(channel, {})
+                held[entry.domain_id] = held.get(entry.domain_id, 0) + 1
+            key = (entry.mode, entry.isolation)
+            modes[key] = modes.get(key, 0) + 1
+            domains[entry.domain_id] = domains.get(entry.domain_id, 0) + 1
+    return models.CheckpointIndex(
+        entries=cp.entries, channel_holders=channels, holders_by_mode=modes,
+        holders_by_domain=domains, tombstones=frozenset(tombstones), prepared_devices=devices,
+    )
+
+
+def indexed(cp: models.Checkpoint) -> models.Checkpoint:
+    """`cp` carrying a valid index (build it once after a load; transitions keep it)."""
+    index = index_of(cp)
+    return cp if cp.index is index else dataclasses.replace(cp, index=index)
+
+
+def with_entry(cp: models.Checkpoint, entry: models.CheckpointEntry) -> models.Checkpoint:
+    """`cp` with `entry` set; the index is updated for the one claim (O(channels of it))."""
+    entries = dict(cp.entries)
+    entries[entry.claim_uid] = entry
+    return _changed(cp, entries, old=cp.entries.get(entry.claim_uid), new=entry)
+
+
+def without_entry(cp: models.Checkpoint, uid: names.ClaimUID) -> models.Checkpoint:
+    """`cp` without the claim's entry (same object if it has none)."""
+    if uid not in cp.entries:
+        return cp
+    entries = dict(cp.entries)
+    old = entries.pop(uid)
+    return _changed(cp, entries, old=old, new=None)
+
+
+def _changed(
+    cp: models.Checkpoint,
+    entries: dict[names.ClaimUID, models.CheckpointEntry],
+    *,
+    old: models.CheckpointEntry | None,
+    new: models.CheckpointEntry | None,
+) -> models.Checkpoint:
+    index = index_of(cp)
+    channels = dict(index.channel_holders)
+    modes = dict(index.holders_by_mode)
+    domains = dict(index.holders_by_domain)
+    tombstones = set(index.tombstones)
+    devices = index.prepared_devices
+    for entry, step in ((old, -1), (new, 1)):
+        if entry is None:
+            continue
+        if entry.state is models.ClaimState.PREPARE_ABORTED:
+            (tombstones.add if step > 0 else tombstones.discard)(entry.claim_uid)
+            continue
+        if entry.state is models.ClaimState.PREPARE_COMPLETED:
+            devices += step * len(entry.devices)
+        for channel in entry.channel_ids:
+            held = dict(channels.get(channel, {}))
+            _bump(held, entry.domain_id, step)
+            if held:
+                channels[channel] = held
+            else:
+                channels.pop(channel, None)
+        _bump(modes, (entry.mode, entry.isolation), step)
+        _bump(domains, entry.domain_id, step)
+    index = models.CheckpointIndex(
+        entries=entries, channel_holders=channels, holders_by_mode=modes,
+        holders_by_domain=domains, tombstones=frozenset(tombstones), prepared_devices=devices,
+    )
+    return dataclasses.replace(cp, entries=entries, index=index)
+
+
+_K = TypeVar("_K")
+
+
+def _bump(counts: dict[_K, int], key: _K, step: int) -> None:
+    count = counts.get(key, 0) + step
+    if count > 0:
+        counts[key] = count
+    else:
+        counts.pop(key, None)
+
+
+# ---------------------------------------------------------------- journal
+#
+# The durable log of transitions written after the snapshot (the file `encode` writes): one
+# line per record, `<sha256 hex of the JSON> <canonical JSON>\n`. A record sets one claim's
+# entry (`put`), removes it (`delete`), or sets the header (`header`: bootID, mode,
+# isolation and unknown top-level fields). Every record holds absolute values, so replaying
+# records the snapshot already contains changes nothing: compaction (new snapshot, then an
+# empty journal) is safe to interrupt at any point.
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Replayed:
+    """A snapshot with its journal applied, and how much of the journal was valid."""
+
+    checkpoint: models.Checkpoint
+    records: int
+    # Bytes of the journal that hold whole, valid records; anything after is a torn tail.
+    valid_length: int
+
+
+def encode_records(
+    before: models.Checkpoint,
+    after: models.Checkpoint,
+    *,
+    changed: Iterable[names.ClaimUID] | None = None,
+) -> bytes:
+    """The journal lines that turn `before` into `after` (b"" if nothing changed).
+
+    `changed` names the claims that may differ (what the planner touched); None compares
+    every entry.
+    """
+    lines: list[str] = []
+    if (after.boot_id, after.mode, after.isolation, after.extra) != (
+        before.boot_id, before.mode, before.isolation, before.extra
+    ):
+        header = {
+            **after.extra, "bootID": after.boot_id, "mode": after.mode.value,
+            "isolation": after.isolation.value,
+        }
+        lines.append(_record_line({"header": header}))
+    if changed is None:
+        uids: Iterable[names.ClaimUID] = sorted(set(before.entries) | set(after.entries))
+    else:
+        uids = sorted(set(changed))
+    for uid in uids:
+        old, new = before.entries.get(uid), after.entries.get(uid)
+        if new is None and old is not None:
+            lines.append(_record_line({"delete": uid}))
+        elif new is not None and new != old:
+            lines.append(_record_line({"put": _entry_to_json(new)}))
+    return "".join(lines).encode("ascii")
+
+
+def _record_line(record: Mapping[str, Any]) -> str:
+    body = _canonical(record)
+    return f"{hashlib.sha256(body.encode('ascii')).hexdigest()} {body}\n"
+
+
+def replay(cp: models.Checkpoint, journal: bytes) -> Replayed:
+    """Apply the journal's records to the snapshot `cp`; raises only CheckpointCorruptError.
+
+    A last line that is incomplete or fails its checksum is a torn tail (a kill or power
+    loss during the append that wrote it, never acknowledged): it is ignored and
+    `valid_length` tells the caller where to cut. A bad record followed by good ones is
+    corruption, as is a good checksum over a record of the wrong shape.
+    """
+    entries = dict(cp.entries)
+    header: dict[str, Any] | None = None
+    offset = records = 0
+    lines = journal.split(b"\n")
+    complete = lines[:-1]  # the last piece, if any, is a partial (torn) line
+    for number, line in enumerate(complete, start=1):
+        record = _record(line)
+        if record is None:
+            if not any(_record(later) is not None for later in complete[number:]):
+                break  # nothing valid follows: a torn tail
+            raise _corrupt(f"journal record {number} fails its checksum")
+        try:
+            header = _apply(record, entries) or header
+        except _ShapeError as err:
+            raise _corrupt(f"journal record {number}: {err}") from None
+        except (OverflowError, ValueError, TypeError) as err:
+            raise _corrupt(f"journal record {number}: a value cannot be read ({err})") from None
+        offset += len(line) + 1
+        records += 1
+    result = dataclasses.replace(cp, entries=entries, index=None)
+    if header is not None:
+        try:
+            result = dataclasses.replace(
+                result,
+                boot_id=_str(header, "bootID"),
+                mode=_enum(models.IMEXMode, header, "mode"),
+                isolation=_enum(models.Isolation, header, "isolation"),
+                extra={k: v for k, v in header.items() if k not in _TOP_FIELDS},
+            )
+        except _ShapeError as err:
+            raise _corrupt(f"journal header: {err}") from None
+    return Replayed(checkpoint=result, records=records, valid_length=offset)
+
+
+def _record(line: bytes) -> dict[str, Any] | None:
+    digest, _, body = line.partition(b" ")
+    try:
+        if hashlib.sha256(body).hexdigest().encode("ascii") != digest:
+            return None
+        record = json.loads(body.decode("ascii"), parse_constant=_reject_constant)
+    except (UnicodeDecodeError, ValueError, RecursionError):
+        return None
+    return record if isinstance(record, dict) and len(record) == 1 else None
+
+
+def _apply(
+    record: Mapping[str, Any], entries: dict[names.ClaimUID, models.CheckpointEntry]
+) -> dict[str, Any] | None:
+    if "put" in record:
+        entry = _entry_from_json(record["put"])
+        entries[entry.claim_uid] = entry
+        return None
+    if "delete" in record:
+        uid = record["delete"]
+        if not isinstance(uid, str):
+            raise _ShapeError("'delete' is not a claim uid")
+        entries.pop(names.ClaimUID(uid), None)
+        return None
+    header = record.get("header")
+    if not isinstance(header, dict):
+        raise _ShapeError("unknown record kind")
+    return header

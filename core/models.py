@@ -68,6 +68,15 @@ class DriverConfig:
     daemon_image: str = "nvcr.io/nvidia/k8s-dra-driver-gpu:v25.8.0"
     # ServiceAccount of the IMEX daemon pods (driver-managed; the chart creates it). "" = default.
     daemon_service_account: str = ""
+    # Channel isolation: IDs 1..max_channels-1 are assigned (chart imex.channels.max).
+    max_channels: int = 2048
+    # Channel isolation: slot devices each node publishes (chart imex.channels.slotsPerNode).
+    channel_slots: int = 8
+
+    @property
+    def channel_isolation(self) -> bool:
+        """hostManaged + isolation channel: one IMEX channel per ComputeDomain."""
+        return self.mode is IMEXMode.HOST_MANAGED and self.isolation is Isolation.CHANNEL
 
     @property
     def host_managed(self) -> bool:
@@ -118,6 +127,8 @@ class ComputeDomainNode:
 class ComputeDomainStatus:
     status: DomainStatus = DomainStatus.NOT_READY
     nodes: tuple[ComputeDomainNode, ...] = ()
+    # Channel isolation: the IMEX channel the controller assigned (`status.channelID`).
+    channel_id: int | None = None
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -157,6 +168,8 @@ class ChannelConfig:
 
     domain_id: str
     allocation_mode: str = ""
+    # Channel isolation: the channel of the ComputeDomain the RCT was made for (`channelID`).
+    channel_id: int | None = None
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -327,6 +340,28 @@ class Checkpoint:
     isolation: Isolation
     entries: Mapping[names.ClaimUID, CheckpointEntry] = dataclasses.field(default_factory=dict)
     extra: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    # Summaries of `entries` kept up to date by the transitions in `core.checkpoint`, so the
+    # planner's checks cost O(1) at any node size. Valid only while `index.entries is
+    # entries` (a `dataclasses.replace` with new entries makes it stale; readers rebuild).
+    index: CheckpointIndex | None = dataclasses.field(default=None, compare=False, repr=False)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class CheckpointIndex:
+    """Counts over the entries that hold channels (PrepareStarted/PrepareCompleted)."""
+
+    # The mapping these counts describe (identity, not equality, is what makes them valid).
+    entries: Mapping[names.ClaimUID, CheckpointEntry]
+    # channel id -> ComputeDomain id ("" when unknown) -> holding entries.
+    channel_holders: Mapping[int, Mapping[str, int]]
+    # (mode, isolation) -> holding entries prepared under it.
+    holders_by_mode: Mapping[tuple[IMEXMode, Isolation], int]
+    # ComputeDomain id -> holding entries.
+    holders_by_domain: Mapping[str, int]
+    # Claims with a PrepareAborted tombstone.
+    tombstones: frozenset[names.ClaimUID]
+    # Devices of PrepareCompleted entries (the prepared-devices gauge).
+    prepared_devices: int
 
 
 # ---------------------------------------------------------------- plugin actions
@@ -335,6 +370,10 @@ class Checkpoint:
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class WriteCheckpoint:
     checkpoint: Checkpoint
+    # The claims whose entries this write changes, when the planner knows them (the store
+    # then logs only those); None: compare with the stored state (O(claims)).
+    # A hint about how to write, not part of what is written: equality ignores it.
+    changed: tuple[names.ClaimUID, ...] | None = dataclasses.field(default=None, compare=False)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

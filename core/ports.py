@@ -105,6 +105,29 @@ class CheckpointStore(Protocol):
         ...
 
 
+class CheckpointJournal(CheckpointStore, Protocol):
+    """The checkpoint as a snapshot (`read`/`write`) plus a journal of records appended since.
+
+    Codecs: `core.checkpoint.encode`/`decode` (snapshot), `encode_records`/`replay` (journal).
+    """
+
+    def read_journal(self) -> bytes:
+        """The journal's bytes (b"" when there is none)."""
+        ...
+
+    def append(self, records: bytes) -> None:
+        """Append record lines durably (one fsync)."""
+        ...
+
+    def truncate_journal(self, length: int = 0) -> None:
+        """Cut the journal to `length` bytes durably (0 after a compaction)."""
+        ...
+
+    def stamps(self) -> object:
+        """A cheap value that changes whenever the snapshot or journal is written."""
+        ...
+
+
 class CDIStore(Protocol):
     """One CDI spec file per claim in the CDI root."""
 

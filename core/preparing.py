@@ -324,6 +324,9 @@ def claims_under_other_mode(
     checkpoint: models.Checkpoint, *, config: models.DriverConfig
 ) -> tuple[models.CheckpointEntry, ...]:
     """Claims the node still holds that were prepared under another IMEX mode/isolation."""
+    held = checkpoints.index_of(checkpoint).holders_by_mode
+    if all(key == (config.mode, config.isolation) for key in held):
+        return ()  # the common case, without a scan of every entry
     return tuple(
         e for _, e in sorted(checkpoint.entries.items())
         if e.state in _HOLDING_STATES and (e.mode, e.isolation) != (config.mode, config.isolation)
@@ -387,6 +390,23 @@ def _check_channel_conflict(
     domain: models.ComputeDomain,
     channel_ids: tuple[int, ...],
 ) -> None:
+    holders = checkpoints.index_of(checkpoint).channel_holders
+    own = checkpoint.entries.get(claim.uid)
+    # The claim's own entry (a retried prepare) is counted in the index; it is no conflict.
+    own_held = own.channel_ids if own is not None and own.state in _HOLDING_STATES else ()
+    own_domain = own.domain_id if own is not None else None
+
+    def others(channel: int, domain_id: str) -> int:
+        count = holders.get(channel, {}).get(domain_id, 0)
+        return count - 1 if channel in own_held and domain_id == own_domain else count
+
+    if not any(
+        others(channel, domain_id) > 0
+        for channel in channel_ids
+        for domain_id in holders.get(channel, {})
+        if domain_id != domain.uid
+    ):
+        return  # no other domain holds a wanted channel: no scan of every entry
     wanted = set(channel_ids)
     for uid, entry in sorted(checkpoint.entries.items()):
         if uid == claim.uid or entry.state not in _HOLDING_STATES or entry.domain_id == domain.uid:
@@ -478,19 +498,18 @@ def _prepare_steps(
     completed = dataclasses.replace(
         started, state=models.ClaimState.PREPARE_COMPLETED, devices=devices
     )
-    base = dataclasses.replace(
-        checkpoints.expire_tombstones(checkpoint, now=now),
-        mode=config.mode,
-        isolation=config.isolation,
-    )
+    unexpired = checkpoints.expire_tombstones(checkpoint, now=now)
+    # The tombstones that expired go in the same write as the new entry.
+    changed = (claim.uid, *sorted(set(checkpoint.entries) - set(unexpired.entries)))
+    base = dataclasses.replace(unexpired, mode=config.mode, isolation=config.isolation)
     cp_started = _with_entry(base, started)
     cp_completed = _with_entry(base, completed)
     spec = _cdi_spec(claim, validated=validated, node=node)
     steps = (
         *label_steps,
-        models.WriteCheckpoint(checkpoint=cp_started),
+        models.WriteCheckpoint(checkpoint=cp_started, changed=changed),
         models.WriteCDISpec(claim_uid=claim.uid, spec=spec),
-        models.WriteCheckpoint(checkpoint=cp_completed),
+        models.WriteCheckpoint(checkpoint=cp_completed, changed=changed),
     )
     return models.ClaimOutcome(steps=steps, checkpoint=cp_completed, devices=devices)
 
@@ -527,7 +546,7 @@ def _cdi_spec(
 
 
 def _with_entry(cp: models.Checkpoint, entry: models.CheckpointEntry) -> models.Checkpoint:
-    return dataclasses.replace(cp, entries={**cp.entries, entry.claim_uid: entry})
+    return checkpoints.with_entry(cp, entry)
 
 
 # ---------------------------------------------------------------- unprepare
@@ -550,16 +569,16 @@ def plan_unprepare(
         )
     if entry.state is models.ClaimState.PREPARE_ABORTED:
         return models.ClaimOutcome(steps=(), checkpoint=checkpoint)
-    remaining = {uid: e for uid, e in checkpoint.entries.items() if uid != ref.uid}
     if entry.state is models.ClaimState.PREPARE_STARTED:
-        remaining[ref.uid] = dataclasses.replace(
+        after = checkpoints.with_entry(checkpoint, dataclasses.replace(
             entry, state=models.ClaimState.PREPARE_ABORTED, devices=(), updated_at=now
-        )
-    after = dataclasses.replace(checkpoint, entries=remaining)
+        ))
+    else:
+        after = checkpoints.without_entry(checkpoint, ref.uid)
     # NB: the entry goes before the file. A kill in between leaves a spec file no entry holds
     # (deleted at start-up as an orphan), never a completed entry whose answer has no file.
     steps = (
-        models.WriteCheckpoint(checkpoint=after),
+        models.WriteCheckpoint(checkpoint=after, changed=(ref.uid,)),
         models.DeleteCDISpec(claim_uid=ref.uid),
     )
     return models.ClaimOutcome(steps=steps, checkpoint=after)
@@ -586,11 +605,11 @@ def plan_label_release(
         or node_labels.get(names.COMPUTE_DOMAIN_LABEL) != entry.domain_id
     ):
         return None
-    if any(
-        e.domain_id == entry.domain_id and e.state in _HOLDING_STATES
-        for uid, e in after.entries.items()
-        if uid != entry.claim_uid
-    ):
+    others = checkpoints.index_of(after).holders_by_domain.get(entry.domain_id, 0)
+    held = after.entries.get(entry.claim_uid)
+    if held is not None and held.state in _HOLDING_STATES and held.domain_id == entry.domain_id:
+        others -= 1
+    if others > 0:
         return None
     return models.PatchObject(
         kind="Node",

@@ -38,10 +38,19 @@ FILE_KINDS: Final = ("checkpoint", "cdi")
 # `adapters/fs/cdi.py` announces with `fault_point(CDI_UNLINK)` before unlinking.
 UNLINKED_DIR_FSYNC: Final = "unlinked.dir-fsync"
 CDI_UNLINK: Final = "cdi.unlink"
+# The checkpoint journal's durable steps (`adapters/fs/checkpoints.py`): the append of a
+# record batch, its fsync, the directory fsync that makes a new journal file durable, and
+# the truncation that empties it after a compaction or cuts a torn tail.
+JOURNAL_APPEND: Final = "journal.append"
+JOURNAL_FSYNC: Final = "journal.fsync"
+JOURNAL_CREATE_DIR_FSYNC: Final = "journal.dir-fsync"
+JOURNAL_TRUNCATE: Final = "journal.truncate"
+JOURNAL_POINTS: Final = (JOURNAL_APPEND, JOURNAL_FSYNC, JOURNAL_CREATE_DIR_FSYNC, JOURNAL_TRUNCATE)
 FAULT_POINTS: Final = (
     *(f"{kind}.{step}" for kind in FILE_KINDS for step in WRITE_STEPS),
     CDI_UNLINK,
     UNLINKED_DIR_FSYNC,
+    *JOURNAL_POINTS,
 )
 
 _CDI_PREFIX: Final = names.cdi_spec_file_name("").rsplit(".", 1)[0]
@@ -99,6 +108,11 @@ def fsync_directory(directory: str) -> None:
     """Make a rename or unlink in `directory` durable."""
     if _ARMED:
         _hit(UNLINKED_DIR_FSYNC)
+    _fsync_directory(directory)
+
+
+def fsync_directory_unmarked(directory: str) -> None:
+    """`fsync_directory` for a caller that marked its own fault point before it."""
     _fsync_directory(directory)
 
 

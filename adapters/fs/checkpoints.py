@@ -1,8 +1,11 @@
-"""The node's checkpoint file: raw bytes, written atomically, guarded by a node-wide lock.
+"""The node's checkpoint: a snapshot file and its journal, guarded by a node-wide lock.
 
-The codec (version, checksum, shape) is `core.checkpoint`; this module only moves bytes
-and never deletes a file it cannot read: a corrupt checkpoint is quarantined next to
-the original so that a person can inspect it.
+`<path>` is the snapshot (replaced atomically, as today's single-file checkpoint was) and
+`<path>.journal` the records appended since (one fsync per batch), so a prepare costs one
+small append whatever the number of claims on the node. The codecs (version, checksum,
+shape, record lines) are `core.checkpoint`; this module only moves bytes and never deletes
+a file it cannot read: a corrupt checkpoint is quarantined next to the original (snapshot
+and journal both) so that a person can inspect it.
 """
 
 from __future__ import annotations
@@ -14,13 +17,19 @@ import os
 from collections.abc import Iterator
 
 from adapters.fs import _atomic
+from core import checkpoint as checkpoint_codec
+from core import models
 
 logger = logging.getLogger(__name__)
 
 # Readable by the driver only: the checkpoint names claims and namespaces of the node.
 CHECKPOINT_FILE_MODE = 0o600
 LOCK_SUFFIX = ".lock"
+JOURNAL_SUFFIX = ".journal"
 QUARANTINE_INFIX = ".corrupt-"
+
+# What identifies a file's current content cheaply: (inode, size, mtime ns); None if absent.
+FileStamp = tuple[int, int, int] | None
 
 
 class FileCheckpointStore:
@@ -29,6 +38,7 @@ class FileCheckpointStore:
     def __init__(self, path: str) -> None:
         self.path = os.path.abspath(path)
         self.lock_path = self.path + LOCK_SUFFIX
+        self.journal_path = self.path + JOURNAL_SUFFIX
 
     def __repr__(self) -> str:
         return f"FileCheckpointStore({self.path!r})"
@@ -45,11 +55,61 @@ class FileCheckpointStore:
         self._ensure_directory()
         _atomic.write_atomically(self.path, data, mode=CHECKPOINT_FILE_MODE)
 
+    def read_journal(self) -> bytes:
+        """The journal's bytes (b"" when there is none)."""
+        try:
+            with open(self.journal_path, "rb") as journal_file:
+                return journal_file.read()
+        except FileNotFoundError:
+            return b""
+
+    def append(self, records: bytes) -> None:
+        """Append record lines to the journal durably (write + fdatasync; a new file's
+        directory entry is fsynced too)."""
+        created = not os.path.exists(self.journal_path)
+        if created:
+            self._ensure_directory()
+        fd = os.open(
+            self.journal_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC,
+            CHECKPOINT_FILE_MODE,
+        )
+        try:
+            _atomic.fault_point(_atomic.JOURNAL_APPEND)
+            view = memoryview(records)
+            while view:
+                view = view[os.write(fd, view):]
+            _atomic.fault_point(_atomic.JOURNAL_FSYNC)
+            os.fdatasync(fd)
+        finally:
+            os.close(fd)
+        if created:
+            _atomic.fault_point(_atomic.JOURNAL_CREATE_DIR_FSYNC)
+            _atomic.fsync_directory_unmarked(os.path.dirname(self.path))
+
+    def truncate_journal(self, length: int = 0) -> None:
+        """Cut the journal to `length` bytes durably (0: after a compaction; more: a torn
+        tail). No journal file: nothing to do."""
+        try:
+            fd = os.open(self.journal_path, os.O_WRONLY | os.O_CLOEXEC)
+        except FileNotFoundError:
+            return
+        try:
+            _atomic.fault_point(_atomic.JOURNAL_TRUNCATE)
+            os.ftruncate(fd, length)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    def stamps(self) -> tuple[FileStamp, FileStamp]:
+        """(snapshot, journal) stamps: equal stamps mean nobody else wrote them meanwhile."""
+        return _stamp(self.path), _stamp(self.journal_path)
+
     def quarantine(self, *, suffix: str) -> str:
         """Rename the current file to `<path>.corrupt-<suffix>` and return that path.
 
         Never overwrites an earlier quarantined file: a clash gets `-1`, `-2`, ...
-        appended. Raises FileNotFoundError when there is no checkpoint to move.
+        appended. The journal, if any, goes beside it as `<that path>.journal`. Raises
+        FileNotFoundError when there is no checkpoint to move.
         """
         if not suffix or "/" in suffix or "\0" in suffix:
             raise ValueError(f"quarantine suffix must be a plain file-name part, got {suffix!r}")
@@ -58,12 +118,17 @@ class FileCheckpointStore:
         while os.path.lexists(candidate):
             attempt += 1
             candidate = f"{target}-{attempt}"
+        journal_moved = False
+        if os.path.lexists(self.journal_path):
+            os.rename(self.journal_path, candidate + JOURNAL_SUFFIX)
+            journal_moved = True
         try:
             os.rename(self.path, candidate)
         except FileNotFoundError as exc:
-            raise FileNotFoundError(
-                f"cannot quarantine checkpoint {self.path}: the file does not exist"
-            ) from exc
+            if not journal_moved:
+                raise FileNotFoundError(
+                    f"cannot quarantine checkpoint {self.path}: the file does not exist"
+                ) from exc
         _atomic.fsync_directory(os.path.dirname(self.path))
         logger.warning("checkpoint quarantined path=%s moved_to=%s", self.path, candidate)
         return candidate
@@ -98,6 +163,27 @@ class FileCheckpointStore:
 
     def _ensure_directory(self) -> None:
         os.makedirs(os.path.dirname(self.path), exist_ok=True)
+
+
+def read_checkpoint(path: str) -> models.Checkpoint | None:
+    """The checkpoint at `path` as the plugin sees it (snapshot + journal; None if absent).
+
+    For tools and tests that inspect a node; raises CheckpointCorruptError like the plugin's
+    own read. A torn journal tail is ignored, not cut.
+    """
+    store = FileCheckpointStore(path)
+    raw = store.read()
+    if raw is None:
+        return None
+    return checkpoint_codec.replay(checkpoint_codec.decode(raw), store.read_journal()).checkpoint
+
+
+def _stamp(path: str) -> FileStamp:
+    try:
+        st = os.stat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    return st.st_ino, st.st_size, st.st_mtime_ns
 
 
 def _remove_temp_files(directory: str, target_prefix: str) -> tuple[str, ...]:

@@ -8,16 +8,15 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
 from adapters.fs import cdi as fs_cdi
+from adapters.fs import checkpoints as fs_checkpoints
 from adapters.memory import allocator as memory_allocator
 from apps.cli import daemon_fleet
 from apps.cli import embedded as embedded_mod
-from core import checkpoint as checkpoint_codec
 from core import errors, kinds, models, names
 
 Say = Callable[[str], None]
@@ -364,10 +363,8 @@ def _leftovers(env: embedded_mod.Embedded) -> tuple[int, int]:
     files = entries = 0
     for node in env.nodes.values():
         files += len(fs_cdi.CDIDirectory(node.settings.cdi_root).claim_uids())
-        path = node.settings.checkpoint_path
-        if os.path.exists(path):
-            with open(path, "rb") as f:
-                current = checkpoint_codec.decode(f.read())
+        current = fs_checkpoints.read_checkpoint(node.settings.checkpoint_path)  # + journal
+        if current is not None:
             entries += sum(
                 1 for e in current.entries.values()
                 if e.state is not models.ClaimState.PREPARE_ABORTED

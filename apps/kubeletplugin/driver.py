@@ -29,6 +29,9 @@ log = logging.getLogger(__name__)
 Clock = Callable[[], float]
 # Leave the kubelet this long before its deadline to receive our answer.
 _ANSWER_MARGIN_S = 0.2
+# The journal is compacted into a new snapshot once it holds more records than this or
+# twice the claims on the node, whichever is more.
+_COMPACT_MIN_RECORDS = 1024
 # The ComputeDomains a prepare may look up, by UID (a cache view, or a fresh list).
 DomainsView = Callable[[], Mapping[names.ComputeDomainUID, models.ComputeDomain]]
 # Returns None when the host IMEX daemon is ready, else the error to report.
@@ -38,7 +41,7 @@ HostIMEXProbe = Callable[[], errors.RetryableError | None]
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class PluginPorts:
     cluster: ports.Cluster
-    checkpoints: ports.CheckpointStore
+    checkpoints: ports.CheckpointJournal
     cdi: ports.CDIStore
 
 
@@ -65,8 +68,12 @@ class PluginDriver:
         self._host_imex_probe = host_imex_probe
         self._retry_budget_s = retry_budget_s
         self._domains = domains or (lambda: plugin_domains.list_domains(ports.cluster))
-        self._recording = _RecordingCheckpointStore(ports.checkpoints)
-        self._written: _Written | None = None
+        # What the snapshot + journal on disk hold (indexed), and their stamps when we last
+        # read or wrote them: equal stamps under the node lock mean no other process wrote,
+        # so the state is served from memory (no re-read, no re-parse).
+        self._state: models.Checkpoint | None = None
+        self._stamps: object = None
+        self._journal_records = 0
         self._in_flight = _InFlightPrepares()
         self._degraded: _Degraded | None = None
 
@@ -100,16 +107,69 @@ class PluginDriver:
         return checkpoint_codec.expire_tombstones(fresh, now=self._clock())
 
     def _read_checkpoint(self) -> models.Checkpoint:
+        store = self._ports.checkpoints
+        if self._state is not None and store.stamps() == self._stamps:
+            return self._state
+        self._state = None
         try:
-            raw = self._ports.checkpoints.read()
+            raw = store.read()
+            journal = store.read_journal() if raw is not None else b""
         except OSError as exc:  # a directory in its place, no permission, an I/O error
             return self._recover_unreadable_checkpoint(exc)
         if raw is None:
             return self._start_without_checkpoint()
         try:
-            return self._decode(raw)
+            replayed = checkpoint_codec.replay(checkpoint_codec.decode(raw), journal)
         except errors.CheckpointCorruptError as exc:
             return self._recover_corrupt_checkpoint(exc)
+        if replayed.valid_length < len(journal):
+            # The last append was torn (a kill or power loss before its fsync returned, so it
+            # was never acknowledged): cut it, or the next append would follow garbage.
+            log.warning(
+                "event=checkpoint_journal_torn_tail node=%s kept_records=%d cut_bytes=%d",
+                self._node.node_name, replayed.records, len(journal) - replayed.valid_length,
+            )
+            try:
+                store.truncate_journal(replayed.valid_length)
+            except OSError as exc:
+                log.error("event=checkpoint_journal_cut_failed error=%r", str(exc))
+        self._remember(replayed.checkpoint, records=replayed.records)
+        assert self._state is not None
+        return self._state
+
+    def _remember(self, cp: models.Checkpoint, *, records: int) -> None:
+        """`cp` is what the snapshot + journal now hold."""
+        self._state = checkpoint_codec.indexed(cp)
+        self._journal_records = records
+        self._stamps = self._ports.checkpoints.stamps()
+
+    def _compact(self, cp: models.Checkpoint) -> None:
+        """Write `cp` as the new snapshot, then empty the journal.
+
+        A kill in between leaves the new snapshot and the old journal, whose records hold
+        absolute values the snapshot already has: replaying them changes nothing.
+        """
+        store = self._ports.checkpoints
+        store.write(checkpoint_codec.encode(cp))
+        store.truncate_journal(0)
+        self._remember(cp, records=0)
+
+    def _persist(self, step: models.WriteCheckpoint) -> None:
+        """Make `step.checkpoint` durable: its changes appended to the journal, or a snapshot."""
+        before, after = self._state, step.checkpoint
+        if before is None:
+            self._compact(after)
+            return
+        records = checkpoint_codec.encode_records(before, after, changed=step.changed)
+        count = records.count(b"\n")
+        # Compact once the journal outgrows the state: replay at start-up stays O(claims)
+        # and the amortised cost of a write stays O(1).
+        if self._journal_records + count > max(_COMPACT_MIN_RECORDS, 2 * len(after.entries)):
+            self._compact(after)
+            return
+        # An empty append still proves the journal writable (recover's check at start-up).
+        self._ports.checkpoints.append(records)
+        self._remember(after, records=self._journal_records + count)
 
     def _recover_unreadable_checkpoint(self, exc: OSError) -> models.Checkpoint:
         """Same rule as a corrupt file: move it aside, rebuild from CDI files, keep serving.
@@ -121,7 +181,7 @@ class PluginDriver:
         problem = f"{type(exc).__name__}: {exc.strerror or exc}"
         try:
             moved_to = self._ports.checkpoints.quarantine(suffix=f"{int(self._clock())}")
-            self._ports.checkpoints.write(checkpoint_codec.encode(rebuilt))
+            self._compact(rebuilt)
         except OSError as write_exc:
             self._enter_degraded(rebuilt, path=exc.filename, problem=problem, cause=write_exc)
             return rebuilt
@@ -157,13 +217,6 @@ class PluginDriver:
         )
         self._emit_node_event("CheckpointUnwritable", reason)
 
-    def _decode(self, raw: bytes) -> models.Checkpoint:
-        # NB: we are the only writer (under the node lock), so bytes equal to what we last
-        # wrote are that checkpoint: skip re-parsing it (O(claims) per prepare otherwise).
-        if self._written is not None and self._written.data == raw:
-            return self._written.checkpoint
-        return checkpoint_codec.decode(raw)
-
     def _start_without_checkpoint(self) -> models.Checkpoint:
         # No file: a first start, unless CDI specs of ours exist (the file was deleted or lost),
         # in which case the prepared state they prove is rebuilt, never forgotten.
@@ -189,7 +242,7 @@ class PluginDriver:
         rebuilt, unreadable = self._rebuild_from_cdi()
         try:
             moved_to = self._ports.checkpoints.quarantine(suffix=f"{int(self._clock())}")
-            self._ports.checkpoints.write(checkpoint_codec.encode(rebuilt))
+            self._compact(rebuilt)
         except OSError as write_exc:
             self._enter_degraded(rebuilt, path=None, problem=exc.message, cause=write_exc)
             return rebuilt
@@ -261,6 +314,23 @@ class PluginDriver:
         self._report_other_mode_claims(current)
         self._publish_prepared_count(current)
         return current
+
+    def compact(self) -> None:
+        """Fold the journal into the snapshot (at a graceful stop).
+
+        Afterwards `checkpoint.json` alone holds every claim, in the format plugins before
+        the journal read: what makes a downgrade after a clean stop keep every claim.
+        """
+        with self._ports.checkpoints.locked():
+            if self._degraded is not None:
+                return
+            current = self._read_checkpoint()
+            if self._journal_records or self._ports.checkpoints.read_journal():
+                self._compact(current)
+                log.info(
+                    "event=checkpoint_compacted node=%s claims=%d",
+                    self._node.node_name, len(current.entries),
+                )
 
     def _report_other_mode_claims(self, current: models.Checkpoint) -> None:
         stale = preparing.claims_under_other_mode(current, config=self._config)
@@ -711,7 +781,9 @@ class PluginDriver:
             if abandoned is not None:
                 if rollback_to is not None and flight is not None and _durable(done):
                     self._execute((
-                        models.WriteCheckpoint(checkpoint=rollback_to),
+                        models.WriteCheckpoint(
+                            checkpoint=rollback_to, changed=(flight.ref.uid,)
+                        ),
                         models.DeleteCDISpec(claim_uid=flight.ref.uid),
                     ))
                 raise abandoned
@@ -719,23 +791,19 @@ class PluginDriver:
             done.append(step)
 
     def _execute(self, steps: tuple[models.PluginAction, ...]) -> None:
-        if self._degraded is not None:
-            # Nothing can be written: the checkpoint lives in memory; files and API still act.
-            for step in steps:
-                if isinstance(step, models.WriteCheckpoint):
-                    self._degraded = dataclasses.replace(self._degraded, checkpoint=step.checkpoint)
-            steps = tuple(s for s in steps if not isinstance(s, models.WriteCheckpoint))
-        executing.execute_plugin_steps(
-            steps,
-            checkpoints=self._recording,
-            cdi=self._ports.cdi,
-            cluster=self._ports.cluster,
-        )
-        written = [s.checkpoint for s in steps if isinstance(s, models.WriteCheckpoint)]
-        if written and self._recording.last is not None:
-            self._written = _Written(data=self._recording.last, checkpoint=written[-1])
-        elif written:
-            self._written = None
+        for step in steps:
+            if not isinstance(step, models.WriteCheckpoint):
+                executing.execute_plugin_steps(
+                    (step,),
+                    checkpoints=self._ports.checkpoints,
+                    cdi=self._ports.cdi,
+                    cluster=self._ports.cluster,
+                )
+            elif self._degraded is not None:
+                # Nothing can be written: the checkpoint lives in memory; files and API act.
+                self._degraded = dataclasses.replace(self._degraded, checkpoint=step.checkpoint)
+            else:
+                self._persist(step)
 
     def _report(self, ref: models.ClaimRef, error: Exception) -> None:
         if isinstance(error, errors.PermanentError):
@@ -755,12 +823,7 @@ class PluginDriver:
     def _publish_prepared_count(self, current: models.Checkpoint) -> None:
         if self._metrics is None:
             return
-        count = sum(
-            len(entry.devices)
-            for entry in current.entries.values()
-            if entry.state is models.ClaimState.PREPARE_COMPLETED
-        )
-        self._metrics.set_prepared_devices(count)
+        self._metrics.set_prepared_devices(checkpoint_codec.index_of(current).prepared_devices)
 
     def _count_error(self, operation: str, kind: str) -> None:
         if self._metrics is not None:
@@ -878,31 +941,3 @@ class _InFlightPrepares:
             for uid in uids:
                 for ticket in self._tickets.get(uid, ()):
                     ticket.set()
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class _Written:
-    data: bytes
-    checkpoint: models.Checkpoint
-
-
-class _RecordingCheckpointStore:
-    """The checkpoint port, remembering the last bytes written through it."""
-
-    def __init__(self, inner: ports.CheckpointStore) -> None:
-        self._inner = inner
-        self.last: bytes | None = None
-
-    def read(self) -> bytes | None:
-        return self._inner.read()
-
-    def write(self, data: bytes) -> None:
-        self.last = None
-        self._inner.write(data)
-        self.last = data
-
-    def quarantine(self, *, suffix: str) -> str:
-        return self._inner.quarantine(suffix=suffix)
-
-    def locked(self) -> contextlib.AbstractContextManager[None]:
-        return self._inner.locked()

@@ -22,11 +22,11 @@ import app_processes
 import pytest
 from app_processes import NAMESPACE, PluginPaths, eventually
 
+from adapters.fs import checkpoints as fs_checkpoints
 from adapters.grpc import client as grpc_client
 from adapters.memory import apiserver
 from adapters.memory import cluster as memory_cluster
 from adapters.nvml import simulated
-from core import checkpoint as checkpoint_codec
 from core import kinds, models, names
 
 pytestmark = pytest.mark.slow
@@ -80,7 +80,8 @@ def cdi_ids(result: models.ClaimResult) -> tuple[str, ...]:
 
 
 def checkpoint_entries(paths: PluginPaths) -> dict[names.ClaimUID, models.CheckpointEntry]:
-    current = checkpoint_codec.decode(paths.checkpoint.read_bytes())
+    current = fs_checkpoints.read_checkpoint(str(paths.checkpoint))  # snapshot + journal
+    assert current is not None
     return {
         uid: entry
         for uid, entry in current.entries.items()

@@ -21,6 +21,7 @@ from pluginapp_env import (
 )
 
 from adapters.fs import cdi as fs_cdi
+from adapters.fs import checkpoints as fs_checkpoints
 from apps.cli import embedded
 from core import checkpoint as checkpoint_codec
 from core import kinds, modes, names
@@ -33,8 +34,9 @@ def env() -> Iterator[embedded.Embedded]:
 
 
 def _prepared_uids(env: embedded.Embedded) -> set[str]:
-    with open(node(env).settings.checkpoint_path, "rb") as f:
-        return set(checkpoint_codec.decode(f.read()).entries)
+    current = fs_checkpoints.read_checkpoint(node(env).settings.checkpoint_path)
+    assert current is not None
+    return set(current.entries)
 
 
 def test_prepared_claim_survives_a_plugin_restart_with_the_same_cdi_ids(
@@ -161,10 +163,11 @@ def test_a_checkpoint_changed_behind_the_plugins_back_is_read_again(
     ref = create_claim(env, "a", domain_id=create_domain(env))
     assert not prepare(env, ref).error
     path = node(env).settings.checkpoint_path
-    with open(path, "rb") as f:
-        current = checkpoint_codec.decode(f.read())
+    current = fs_checkpoints.read_checkpoint(path)
+    assert current is not None
     with open(path, "wb") as f:  # e.g. an operator restoring an older copy
         f.write(checkpoint_codec.encode(dataclasses.replace(current, entries={})))
+    os.truncate(path + fs_checkpoints.JOURNAL_SUFFIX, 0)  # ... and its (empty) journal
     again = prepare(env, ref)
     assert not again.error
     assert ref.uid in _prepared_uids(env)  # prepared anew, not served from memory

@@ -18,7 +18,6 @@ from adapters.fs import cdi as fs_cdi
 from adapters.fs import checkpoints as fs_checkpoints
 from apps.cli import embedded
 from apps.kubeletplugin import driver as plugin_driver
-from core import checkpoint as checkpoint_codec
 from core import models, names
 
 
@@ -34,14 +33,18 @@ class KilledAtCheckpointWrite(fs_checkpoints.FileCheckpointStore):
     def write(self, data: bytes) -> None:
         raise SystemExit("killed")
 
+    def append(self, records: bytes) -> None:
+        raise SystemExit("killed")
+
 
 def _cdi(env: embedded.Embedded) -> fs_cdi.CDIDirectory:
     return fs_cdi.CDIDirectory(node(env).settings.cdi_root)
 
 
 def _entries(env: embedded.Embedded) -> Mapping[names.ClaimUID, models.CheckpointEntry]:
-    with open(node(env).settings.checkpoint_path, "rb") as f:
-        return checkpoint_codec.decode(f.read()).entries
+    current = fs_checkpoints.read_checkpoint(node(env).settings.checkpoint_path)
+    assert current is not None
+    return current.entries
 
 
 def test_a_kill_during_unprepare_never_leaves_a_completed_entry_without_its_file(

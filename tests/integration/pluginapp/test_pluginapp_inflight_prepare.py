@@ -25,7 +25,6 @@ from adapters.grpc import client as grpc_client
 from adapters.grpc import server as grpc_server
 from apps.cli import embedded
 from apps.kubeletplugin import driver as plugin_driver
-from core import checkpoint as checkpoint_codec
 from core import kinds, models, names, ports
 
 HOLD_TIMEOUT_S = 30.0
@@ -104,6 +103,10 @@ class HoldingCheckpoints(fs_checkpoints.FileCheckpointStore):
         self._hold.visit("write:checkpoint")
         super().write(data)
 
+    def append(self, records: bytes) -> None:
+        self._hold.visit("write:checkpoint")
+        super().append(records)
+
 
 class HoldingCDI(fs_cdi.CDIDirectory):
     def __init__(self, root: str, hold: Hold) -> None:
@@ -167,8 +170,9 @@ def served(env: embedded.Embedded, hold: Hold) -> Iterator[tuple[ObservedService
 
 
 def holding_entries(env: embedded.Embedded) -> dict[names.ClaimUID, models.ClaimState]:
-    with open(node(env).settings.checkpoint_path, "rb") as f:
-        entries = checkpoint_codec.decode(f.read()).entries
+    current = fs_checkpoints.read_checkpoint(node(env).settings.checkpoint_path)
+    assert current is not None
+    entries = current.entries
     return {
         uid: e.state for uid, e in entries.items()
         if e.state is not models.ClaimState.PREPARE_ABORTED

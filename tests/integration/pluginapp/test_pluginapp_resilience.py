@@ -22,7 +22,6 @@ from apps.cli import embedded
 from apps.kubeletplugin import domains as plugin_domains
 from apps.kubeletplugin import driver as plugin_driver
 from core import cdi, errors, kinds, models, names
-from core import checkpoint as checkpoint_codec
 
 
 @pytest.fixture
@@ -105,8 +104,9 @@ def _driver(
 
 
 def _entries(env: embedded.Embedded) -> Mapping[names.ClaimUID, models.CheckpointEntry]:
-    with open(node(env).settings.checkpoint_path, "rb") as f:
-        return checkpoint_codec.decode(f.read()).entries
+    current = fs_checkpoints.read_checkpoint(node(env).settings.checkpoint_path)
+    assert current is not None
+    return current.entries
 
 
 def _cdi(env: embedded.Embedded) -> fs_cdi.CDIDirectory:

@@ -66,8 +66,9 @@ def _driver(
 
 
 def _entries(env: embedded.Embedded) -> Mapping[names.ClaimUID, models.CheckpointEntry]:
-    with open(node(env).settings.checkpoint_path, "rb") as f:
-        return checkpoint_codec.decode(f.read()).entries
+    current = fs_checkpoints.read_checkpoint(node(env).settings.checkpoint_path)
+    assert current is not None
+    return current.entries
 
 
 def _cdi_files(env: embedded.Embedded) -> frozenset[names.ClaimUID]:
@@ -112,8 +113,8 @@ def test_a_started_entry_left_by_a_crash_is_cleaned_when_its_claim_is_gone(
     ref = create_claim(env, "a", domain_id=create_domain(env))
     assert not prepare(env, ref).error
     path = node(env).settings.checkpoint_path
-    with open(path, "rb") as f:
-        current = checkpoint_codec.decode(f.read())
+    current = fs_checkpoints.read_checkpoint(path)
+    assert current is not None
     started = dataclasses.replace(
         current.entries[ref.uid], state=models.ClaimState.PREPARE_STARTED, devices=()
     )
@@ -122,6 +123,7 @@ def test_a_started_entry_left_by_a_crash_is_cleaned_when_its_claim_is_gone(
         store.write(checkpoint_codec.encode(
             dataclasses.replace(current, entries={ref.uid: started})
         ))
+        store.truncate_journal(0)
     _delete_claim(env, "a")
     assert [r.entry.state for r in _driver(env).clean_stale_claims()] == [
         models.ClaimState.PREPARE_STARTED
@@ -201,8 +203,8 @@ def test_an_entry_changed_while_the_api_was_asked_is_kept_for_the_next_round(
 ) -> None:
     ref = create_claim(env, "a", domain_id=create_domain(env))
     assert not prepare(env, ref).error
-    with open(node(env).settings.checkpoint_path, "rb") as f:
-        current = checkpoint_codec.decode(f.read())
+    current = fs_checkpoints.read_checkpoint(node(env).settings.checkpoint_path)
+    assert current is not None
     seen = current.entries[ref.uid]
     newer = dataclasses.replace(seen, updated_at=seen.updated_at + 1)
     stale = checkpoint_codec.StaleEntry(entry=seen, reason=checkpoint_codec.StaleReason.DELETED)

@@ -56,6 +56,11 @@ class NoPermission(fs_checkpoints.FileCheckpointStore):
             raise self._denied()
         super().write(data)
 
+    def append(self, records: bytes) -> None:
+        if not self.writable:
+            raise self._denied()
+        super().append(records)
+
 
 def _driver(env: embedded.Embedded, store: NoPermission) -> plugin_driver.PluginDriver:
     return plugin_driver.PluginDriver(
