@@ -120,3 +120,12 @@ def test_an_unrunnable_nvidia_imex_fails_the_daemon_and_leaves_no_entry(
     assert "event=daemon_failed" in process.output()
     assert "no-such-nvidia-imex" in process.output()
     assert dp.entries(cluster, cd_uid=cd_uid) == []
+
+
+def test_check_does_not_load_the_kubernetes_client() -> None:
+    # The kubelet runs it every few seconds on every daemon pod: it must stay light.
+    code = ("import sys\nfrom apps.daemon import __main__ as m\n"
+            "m.main(['check', '--clique-id', ''])\nprint('kubernetes' in sys.modules)")
+    done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True,
+                          text=True, timeout=60, check=False)
+    assert done.stdout.strip().endswith("False"), done.stdout + done.stderr

@@ -1,0 +1,92 @@
+"""Wiring of `compute-domain-daemon run`: gates, inputs, cluster, registry, supervisor, probe."""
+
+from __future__ import annotations
+
+import threading
+
+from adapters.imex import ctl as imex_ctl
+from adapters.imex import supervisor as imex_supervisor
+from adapters.kube import cluster as kube_cluster
+from apps.daemon import registry as daemon_registry
+from apps.daemon import runner as daemon_runner
+from apps.daemon import settings as daemon_settings
+from core import errors, gates, models, ports
+from core.computedomain import membership
+
+
+def connect(settings: daemon_settings.Settings) -> ports.Cluster:
+    """The API server from --kubeconfig, or the pod's service account (ConfigError if neither)."""
+    return kube_cluster.KubeCluster.from_config(settings.kubeconfig)
+
+
+def resolve_gates(text: str) -> models.FeatureGates:
+    """The daemon's gates (the controller passes its own in FEATURE_GATES)."""
+    resolved = gates.resolve_gates(gates.parse_feature_gates(text))
+    gates.validate_gate_dependencies(resolved)
+    return resolved
+
+
+def validate(settings: daemon_settings.Settings) -> None:
+    """ConfigError naming the missing input and where it normally comes from."""
+    if not settings.domain_uid:
+        raise errors.ConfigError(
+            "COMPUTE_DOMAIN_UUID is not set: the daemon claim's CDI edits did not apply; is CDI "
+            "enabled in the container runtime, and does the pod request the daemon claim?"
+        )
+    for value, what in (
+        (settings.node_name, "NODE_NAME (--node-name; the DaemonSet sets it from spec.nodeName)"),
+        (settings.pod_ip, "POD_IP (--pod-ip; the DaemonSet sets it from status.podIP)"),
+    ):
+        if not value:
+            raise errors.ConfigError(f"{what} is not set")
+    if settings.max_nodes < 1:
+        raise errors.ConfigError(
+            f"MAX_NODES_PER_IMEX_DOMAIN must be at least 1 (got {settings.max_nodes})"
+        )
+
+
+def run_daemon(
+    settings: daemon_settings.Settings,
+    *,
+    cluster: ports.Cluster,
+    feature_gates: models.FeatureGates,
+    stop: threading.Event,
+) -> int:
+    """Wire registry, supervisor and probe for one daemon and run it until `stop`."""
+    store = (
+        membership.Store.CLIQUE
+        if feature_gates.enabled(gates.COMPUTE_DOMAIN_CLIQUES)
+        else membership.Store.STATUS
+    )
+    registry = daemon_registry.PeerRegistry(
+        cluster,
+        store=store,
+        me=membership.Identity(
+            node_name=settings.node_name,
+            ip_address=settings.pod_ip,
+            clique_id=settings.clique_id or "",
+        ),
+        domain_uid=settings.domain_uid,
+        domain_name=settings.domain_name,
+        domain_namespace=settings.domain_namespace,
+        namespace=settings.namespace,
+        max_nodes=settings.max_nodes,
+    )
+    runner = daemon_runner.DaemonRunner(
+        registry=registry,
+        supervisor=imex_supervisor.IMEXSupervisor(
+            [settings.imex_command, "-c", settings.imexd_cfg]
+        ),
+        ctl=imex_ctl.IMEXCtl(command=settings.imex_ctl_command, config_path=settings.imexd_cfg),
+        paths=daemon_runner.Paths(
+            imexd_template=settings.imexd_template,
+            imexd_cfg=settings.imexd_cfg,
+            nodes_cfg=settings.nodes_cfg,
+            hosts_file=settings.hosts_file,
+        ),
+        dns_names=feature_gates.enabled(gates.IMEX_DAEMONS_WITH_DNS_NAMES),
+        max_nodes=settings.max_nodes,
+        ready_poll_s=settings.ready_poll_s,
+        ready_recheck_s=settings.ready_recheck_s,
+    )
+    return runner.run(stop)
