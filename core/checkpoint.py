@@ -15,6 +15,7 @@ import dataclasses
 import enum
 import hashlib
 import json
+import re
 from collections.abc import Iterable, Mapping
 from typing import Any, TypeVar
 
@@ -609,8 +610,11 @@ def replay(cp: models.Checkpoint, journal: bytes) -> Replayed:
     for number, line in enumerate(complete, start=1):
         record = _record(line)
         if record is None:
-            if not any(_record(later) is not None for later in complete[number:]):
-                break  # nothing valid follows: a torn tail
+            torn = not _MERGED_RECORDS.search(line) and not any(
+                _record(later) is not None for later in complete[number:]
+            )
+            if torn:
+                break  # a prefix of the last append, nothing valid after it: a torn tail
             raise _corrupt(f"journal record {number} fails its checksum")
         try:
             header = _apply(record, entries) or header
@@ -633,6 +637,10 @@ def replay(cp: models.Checkpoint, journal: bytes) -> Replayed:
         except _ShapeError as err:
             raise _corrupt(f"journal header: {err}") from None
     return Replayed(checkpoint=result, records=records, valid_length=offset)
+
+
+# Two records joined by a damaged newline: corruption of acknowledged records, never a tear.
+_MERGED_RECORDS = re.compile(rb"}.[0-9a-f]{64} {")
 
 
 def _record(line: bytes) -> dict[str, Any] | None:

@@ -1,0 +1,148 @@
+"""The checkpoint as snapshot + journal on real files: upgrade, downgrade, torn tail, corruption."""
+
+from __future__ import annotations
+
+import glob
+import os
+from collections.abc import Iterator
+
+import pytest
+from pluginapp_env import create_claim, create_domain, node, prepare, unprepare
+
+from adapters.fs import cdi as fs_cdi
+from adapters.fs import checkpoints as fs_checkpoints
+from apps.cli import embedded
+from apps.kubeletplugin import driver as plugin_driver
+from core import checkpoint as checkpoint_codec
+from core import kinds, models
+
+
+@pytest.fixture
+def env() -> Iterator[embedded.Embedded]:
+    with embedded.running(workdir="", mode="hostManaged", node_limit=1) as deployment:
+        yield deployment
+
+
+def _paths(env: embedded.Embedded) -> tuple[str, str]:
+    path = node(env).settings.checkpoint_path
+    return path, path + fs_checkpoints.JOURNAL_SUFFIX
+
+
+def _records_of(journal: str, uid: str) -> int:
+    with open(journal, "rb") as f:
+        return sum(1 for line in f if uid.encode() in line)
+
+
+def _fresh_driver(env: embedded.Embedded) -> plugin_driver.PluginDriver:
+    """A second plugin process on the same node files (what a restart after a kill sees)."""
+    settings = node(env).settings
+    return plugin_driver.PluginDriver(
+        ports=plugin_driver.PluginPorts(
+            cluster=env.cluster,
+            checkpoints=fs_checkpoints.FileCheckpointStore(settings.checkpoint_path),
+            cdi=fs_cdi.CDIDirectory(settings.cdi_root),
+        ),
+        node=node(env).plugin.node,
+        config=env.config,
+    )
+
+
+def test_a_prepare_appends_to_the_journal_instead_of_rewriting_the_snapshot(
+    env: embedded.Embedded,
+) -> None:
+    domain = create_domain(env)
+    assert not prepare(env, create_claim(env, "a", domain_id=domain)).error
+    snapshot, journal = _paths(env)
+    before = os.stat(snapshot)
+    ref = create_claim(env, "b", domain_id=domain)
+    assert not prepare(env, ref).error
+    assert os.stat(snapshot).st_ino == before.st_ino, "the snapshot was not replaced"
+    # PrepareStarted, then PrepareCompleted: one record each.
+    assert _records_of(journal, ref.uid) == 2
+
+
+def test_a_node_with_todays_checkpoint_file_keeps_every_claim_after_the_upgrade(
+    env: embedded.Embedded,
+) -> None:
+    domain = create_domain(env)
+    refs = [create_claim(env, name, domain_id=domain) for name in ("a", "b", "c")]
+    first = {ref.uid: prepare(env, ref) for ref in refs}
+    snapshot, journal = _paths(env)
+    current = fs_checkpoints.read_checkpoint(snapshot)
+    assert current is not None
+    node(env).plugin.stop(grace_s=0)
+    # What the previous release leaves: checkpoint.json alone, in the same format.
+    with open(snapshot, "wb") as f:
+        f.write(checkpoint_codec.encode(current))
+    os.unlink(journal)
+    cdi = fs_cdi.CDIDirectory(node(env).settings.cdi_root)
+    written = {ref.uid: os.stat(cdi.spec_path(ref.uid)).st_mtime_ns for ref in refs}
+    embedded.start_node(env, node(env).name, profile="gb200-nvl72", retry_budget_s=0.2)
+    for ref in refs:
+        assert prepare(env, ref).devices == first[ref.uid].devices
+        assert os.stat(cdi.spec_path(ref.uid)).st_mtime_ns == written[ref.uid], "not rewritten"
+    for ref in refs:
+        assert not unprepare(env, ref).error
+    assert cdi.claim_uids() == frozenset()
+
+
+def test_a_graceful_stop_leaves_every_claim_in_the_snapshot_for_a_downgrade(
+    env: embedded.Embedded,
+) -> None:
+    ref = create_claim(env, "a", domain_id=create_domain(env))
+    assert not prepare(env, ref).error
+    snapshot, journal = _paths(env)
+    node(env).plugin.stop(grace_s=0)
+    # An older plugin reads checkpoint.json only: it must find the claim there.
+    with open(snapshot, "rb") as f:
+        assert ref.uid in checkpoint_codec.decode(f.read()).entries
+    assert os.path.getsize(journal) == 0
+
+
+def test_a_torn_journal_tail_is_cut_and_every_acknowledged_claim_kept(
+    env: embedded.Embedded,
+) -> None:
+    domain = create_domain(env)
+    ref = create_claim(env, "a", domain_id=domain)
+    assert not prepare(env, ref).error
+    _, journal = _paths(env)
+    valid = os.path.getsize(journal)
+    with open(journal, "ab") as f:  # a kill in the middle of the next append
+        f.write(b"0f3a9c")
+    later = create_claim(env, "b", domain_id=domain)
+    driver = _fresh_driver(env)
+    assert ref.uid in driver.recover().entries
+    assert os.path.getsize(journal) == valid
+    assert not driver.node_prepare((later,))[later.uid].error
+    current = fs_checkpoints.read_checkpoint(_paths(env)[0])
+    assert current is not None and {ref.uid, later.uid} <= set(current.entries)
+
+
+def test_a_corrupt_journal_record_is_quarantined_with_its_snapshot_and_state_rebuilt(
+    env: embedded.Embedded,
+) -> None:
+    domain = create_domain(env)
+    ref = create_claim(env, "a", domain_id=domain)
+    assert not prepare(env, ref).error
+    assert not prepare(env, create_claim(env, "b", domain_id=domain)).error
+    snapshot, journal = _paths(env)
+    with open(journal, "r+b") as f:
+        f.write(b"#")  # the first record: good records follow, so this is no torn tail
+    recovered = _fresh_driver(env).recover()
+    assert glob.glob(snapshot + ".corrupt-*.journal"), "the journal is kept for inspection"
+    assert glob.glob(snapshot + ".corrupt-*[0-9]"), "and the snapshot beside it"
+    assert recovered.entries[ref.uid].state is models.ClaimState.PREPARE_COMPLETED
+    events = env.cluster.list(kinds.EVENT.kind, namespace="default").items
+    assert any(e["reason"] == "CheckpointCorrupt" for e in events)
+
+
+def test_a_journal_written_by_another_process_is_read_again(env: embedded.Embedded) -> None:
+    ref = create_claim(env, "a", domain_id=create_domain(env))
+    assert not prepare(env, ref).error
+    assert not _fresh_driver(env).node_unprepare((ref,))[ref.uid].error
+    _, journal = _paths(env)
+    records = _records_of(journal, ref.uid)
+    # The running plugin sees the other writer's delete (its stamps changed) and prepares
+    # anew (two records), instead of answering from memory that the claim is prepared.
+    assert not prepare(env, ref).error
+    assert _records_of(journal, ref.uid) == records + 2
