@@ -109,6 +109,15 @@ class DaemonRunner:
             except errors.ClusterError as exc:
                 log.warning("event=api_error error=%r action=retry", str(exc))
                 stop.wait(0.5)
+            except FileNotFoundError as exc:
+                log.error(
+                    "event=daemon_failed error=%r",
+                    f"cannot run {exc.filename or 'nvidia-imex'}: not found; the daemon needs the "
+                    "NVIDIA driver's nvidia-imex and nvidia-imex-ctl (package nvidia-imex) in its "
+                    "image or PATH, or their paths in IMEX_COMMAND / IMEX_CTL_COMMAND",
+                )
+                code = 1
+                break
             except OSError as exc:
                 log.error("event=daemon_failed error=%r", str(exc))
                 code = 1

@@ -118,7 +118,8 @@ def test_an_unrunnable_nvidia_imex_fails_the_daemon_and_leaves_no_entry(
     process = launch(args)
     assert process.wait() == 1
     assert "event=daemon_failed" in process.output()
-    assert "no-such-nvidia-imex" in process.output()
+    assert "no-such-nvidia-imex: not found" in process.output()
+    assert "IMEX_COMMAND" in process.output()  # says how to fix it
     assert dp.entries(cluster, cd_uid=cd_uid) == []
 
 
