@@ -127,11 +127,12 @@ class IMEXSupervisor:
 
 
 _PR_SET_PDEATHSIG = 1
+# NB: resolved once here: between fork and exec the child may only call, not load or import.
+_PRCTL = ctypes.CDLL(None, use_errno=True).prctl if sys.platform.startswith("linux") else None
 
 
 def _die_with_parent() -> None:
-    # NB: in a pod the container's end takes the child along; outside one (tests, the demo,
-    # a kill -9 of the daemon) Linux's parent-death signal does the same.
-    if sys.platform.startswith("linux"):
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+    # In a pod the container's end takes the child along; outside one (tests, the demo, a
+    # kill -9 of the daemon) Linux's parent-death signal does the same.
+    if _PRCTL is not None:
+        _PRCTL(_PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0)
