@@ -14,6 +14,7 @@ import re
 import daemon_processes as dp
 import pytest
 
+from adapters.imex import ctl as imex_ctl
 from adapters.imex import supervisor as imex_supervisor
 
 
@@ -46,3 +47,12 @@ def test_reload_signals_the_running_child_and_stop_ends_it(tmp_path: pathlib.Pat
     sup.stop()
     assert sup.pid is None and pid is not None
     assert sup.restarts == 0
+
+
+def test_a_hanging_nvidia_imex_ctl_is_not_ready_with_the_reason(tmp_path: pathlib.Path) -> None:
+    hanging = tmp_path / "ctl"
+    hanging.write_text("#!/bin/sh\nexec sleep 30\n", encoding="utf-8")
+    hanging.chmod(0o755)
+    answer = imex_ctl.IMEXCtl(command=str(hanging), config_path="/x", timeout_s=0.2).query()
+    assert answer == imex_ctl.Readiness(ready=False,
+                                        detail=f"{hanging} did not answer within 0.2s")
