@@ -17,7 +17,7 @@ import re
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, Final
 
-from core import decoding, errors, gates, kinds, models, modeswitch, names, objects
+from core import channels, decoding, errors, gates, kinds, models, modeswitch, names, objects
 
 MODE_MISMATCH_REPORTED_ANNOTATION: Final = "resource.nvidia.com/modeMismatchReported"
 MODE_MISMATCH_REASON: Final = "IMEXModeMismatch"
@@ -35,6 +35,8 @@ ADMITTED_CONDITION: Final = "Admitted"
 # removed after the next reconcile that succeeds.
 RECONCILED_CONDITION: Final = "Reconciled"
 RECONCILE_FAILED_REASON: Final = "ReconcileFailed"
+# Channel isolation: False while no IMEX channel could be assigned (all taken); absent otherwise.
+CHANNEL_ASSIGNED_CONDITION: Final = "ChannelAssigned"
 # No NVLink domain comes near this many nodes; a larger numNodes can never become Ready.
 MAX_NUM_NODES: Final = 4096
 # Object names of resource.k8s.io kinds are DNS-1123 subdomains.
@@ -112,6 +114,10 @@ class Observed:
     cliques: tuple[models.ComputeDomainClique, ...] = ()
     # The CD's own `status.conditions` (see `conditions_from_k8s`).
     conditions: tuple[Condition, ...] = ()
+    # Channel isolation: the channel the controller's table gives this CD (its status value,
+    # or a fresh assignment); None with `channel_refusal` saying why when none is free.
+    channel_id: int | None = None
+    channel_refusal: str = ""
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -252,8 +258,12 @@ def desired_status(
 ) -> models.ComputeDomainStatus:
     """The status the CD should show given what exists (assuming its RCT exists)."""
     if config.host_managed:
-        # Ready means only "admitted and its RCT exists": the host runs IMEX.
-        return models.ComputeDomainStatus(status=models.DomainStatus.READY, nodes=())
+        # Ready means only "admitted and its RCT exists" (and, under channel isolation, "its
+        # channel is assigned"): the host runs IMEX.
+        channel = observed.channel_id if config.channel_isolation else None
+        return models.ComputeDomainStatus(
+            status=models.DomainStatus.READY, nodes=(), channel_id=channel
+        )
     if config.gates.enabled(gates.COMPUTE_DOMAIN_CLIQUES):
         nodes = _nodes_from_cliques(observed.cliques)
     else:
@@ -303,10 +313,15 @@ def _plan_admit(
         if cd.status is None or cd.status.status is not models.DomainStatus.NOT_READY:
             actions.append(_status_patch(cd, not_ready))
         return tuple(actions)
+    if config.channel_isolation:
+        assigned, steps = _channel_steps(cd, observed=observed)
+        actions.extend(steps)
+        if not assigned:
+            return tuple(actions)
     workload_ok, steps = _ensure_child(
         observed.workload_rct,
         cd_uid=cd.uid,
-        build=lambda: objects.workload_rct(cd, config=config),
+        build=lambda: objects.workload_rct(cd, config=config, channel_id=observed.channel_id),
         kind=kinds.RESOURCE_CLAIM_TEMPLATE.kind,
         check_owner=True,
     )
@@ -334,6 +349,37 @@ def _plan_admit(
     if cd.status != status:
         actions.append(_status_patch(cd, status))
     return tuple(actions)
+
+
+def _channel_steps(
+    cd: models.ComputeDomain, *, observed: Observed
+) -> tuple[bool, tuple[models.ClusterAction, ...]]:
+    """Channel isolation: (channel assigned, steps). No channel: a `ChannelAssigned=False`
+    condition with a Warning event, NotReady, and nothing else (no RCT without a channel).
+    A fresh channel is recorded in `status.channelID` *before* the RCT that carries it is
+    created, so a restart can never build a table that disagrees with an existing RCT."""
+    if observed.channel_id is None:
+        condition = Condition(
+            type=CHANNEL_ASSIGNED_CONDITION,
+            status="False",
+            reason=channels.EXHAUSTED_REASON,
+            message=observed.channel_refusal or "waiting for an IMEX channel",
+        )
+        steps = list(_report_condition(cd, observed=observed, kind=CHANNEL_ASSIGNED_CONDITION,
+                                       condition=condition))
+        if cd.status is None or cd.status.status is not models.DomainStatus.NOT_READY:
+            steps.append(_status_patch(cd, models.ComputeDomainStatus(
+                status=models.DomainStatus.NOT_READY,
+                channel_id=cd.status.channel_id if cd.status is not None else None,
+            )))
+        return False, tuple(steps)
+    steps = list(_report_condition(cd, observed=observed, kind=CHANNEL_ASSIGNED_CONDITION,
+                                   condition=None))
+    if cd.status is None or cd.status.channel_id != observed.channel_id:
+        steps.append(_status_patch(cd, models.ComputeDomainStatus(
+            status=models.DomainStatus.NOT_READY, channel_id=observed.channel_id
+        )))
+    return True, tuple(steps)
 
 
 def _status_patch(

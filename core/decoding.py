@@ -21,7 +21,7 @@ from core import errors, models, names
 
 _E = TypeVar("_E", models.AllocationMode, models.DomainStatus, models.ConfigSource)
 
-CHANNEL_CONFIG_FIELDS: Final = ("apiVersion", "kind", "domainID", "allocationMode")
+CHANNEL_CONFIG_FIELDS: Final = ("apiVersion", "kind", "domainID", "allocationMode", "channelID")
 DAEMON_CONFIG_FIELDS: Final = ("apiVersion", "kind", "domainID")
 _OPAQUE_KINDS: Final = (names.KIND_CHANNEL_CONFIG, names.KIND_DAEMON_CONFIG)
 _MAX_SHOWN: Final = 64
@@ -94,7 +94,11 @@ def decode_opaque_config(parameters: Mapping[str, Any], *, strict: bool) -> mode
             f"{kind}.allocationMode must be a string, got {_show(allocation_mode)}: "
             f"use {models.AllocationMode.SINGLE.value} or {models.AllocationMode.ALL.value}",
         )
-    return models.ChannelConfig(domain_id=domain_id, allocation_mode=allocation_mode)
+    return models.ChannelConfig(
+        domain_id=domain_id,
+        allocation_mode=allocation_mode,
+        channel_id=_channel_id(obj, "channelID", kind),
+    )
 
 
 def opaque_config_to_k8s(cfg: models.OpaqueConfig) -> dict[str, Any]:
@@ -112,7 +116,25 @@ def opaque_config_to_k8s(cfg: models.OpaqueConfig) -> dict[str, Any]:
     }
     if cfg.allocation_mode:
         out["allocationMode"] = cfg.allocation_mode
+    if cfg.channel_id is not None:
+        out["channelID"] = cfg.channel_id
     return out
+
+
+def _channel_id(obj: Mapping[Any, Any], key: str, path: str) -> int | None:
+    """An optional IMEX channel ID (0..2047); None when absent."""
+    value = obj.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or not (
+        0 <= value <= names.MAX_CHANNEL_ID
+    ):
+        _fail(
+            _join(path, key),
+            f"{_join(path, key)} must be an integer 0..{names.MAX_CHANNEL_ID}, got "
+            f"{_show(value)}: the controller sets it; recreate the object it came from",
+        )
+    return int(value)
 
 
 def config_for_request(
@@ -200,6 +222,7 @@ def compute_domain_from_k8s(obj: Mapping[str, Any]) -> models.ComputeDomain:
                 default=models.DomainStatus.NOT_READY,
             ),
             nodes=tuple(sorted(nodes, key=lambda n: n.name)),
+            channel_id=_channel_id(status_obj, "channelID", "status"),
         )
     return models.ComputeDomain(
         meta=meta,
@@ -226,6 +249,8 @@ def compute_domain_status_to_k8s(status: models.ComputeDomainStatus) -> dict[str
             }
             for node in sorted(status.nodes, key=lambda n: n.name)
         ],
+        # Additive: absent (not null) when unassigned, so other modes' patches stay as before.
+        **({"channelID": status.channel_id} if status.channel_id is not None else {}),
     }
 
 

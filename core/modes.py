@@ -12,7 +12,7 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Final
 
-from core import errors, gates, models
+from core import channels, errors, gates, models
 
 HOST_MANAGED_NEEDS_GATE: Final = (
     "IMEX mode hostManaged requires feature gate HostManagedIMEX=true: "
@@ -25,7 +25,8 @@ HOST_MANAGED_DOMAIN_INVALID: Final = (
     "host channel 0) or 'channel' (one channel per ComputeDomain)"
 )
 HOST_MANAGED_NEEDS_ISOLATION: Final = (
-    "IMEX mode hostManaged needs an explicit isolation: set isolation to 'none' "
+    "IMEX mode hostManaged needs an explicit isolation: set isolation to 'channel' "
+    "(one IMEX channel per ComputeDomain) or 'none' "
     "(all ComputeDomains share host channel 0, no isolation between them)"
 )
 # Upstream's alpha recipe was the gate alone. Here the gate only allows hostManaged; running
@@ -39,10 +40,8 @@ HOST_MANAGED_GATE_WITHOUT_MODE: Final = (
     "env: IMEX_MODE=hostManaged IMEX_ISOLATION=none); to keep driver-managed daemons, "
     "remove the HostManagedIMEX gate"
 )
-CHANNEL_ISOLATION_NOT_AVAILABLE: Final = (
-    "isolation 'channel' (one IMEX channel per ComputeDomain) is not available in this release: "
-    "set isolation to 'none'"
-)
+DEFAULT_CHANNEL_SLOTS: Final = 8
+MAX_CHANNEL_SLOTS: Final = 128
 
 # Gates that only make sense when the driver runs the IMEX daemons; hostManaged forces them off.
 HOST_MANAGED_FORCED_OFF: Final = (gates.COMPUTE_DOMAIN_CLIQUES, gates.IMEX_DAEMONS_WITH_DNS_NAMES)
@@ -80,6 +79,8 @@ def resolve_driver_config(
     host_imex_check: bool = False,
     daemon_image: str | None = None,
     daemon_service_account: str = "",
+    max_channels: int = channels.DEFAULT_MAX_CHANNELS,
+    channel_slots: int = DEFAULT_CHANNEL_SLOTS,
 ) -> ResolvedConfig:
     """Validate the mode/isolation/gates triple and return the effective DriverConfig.
 
@@ -87,7 +88,8 @@ def resolve_driver_config(
     driverManaged); in hostManaged the HostManagedIMEX gate is required and the
     driver-daemon gates are forced off (reported in `notes`) *before* gate dependencies
     are validated; then the isolation matrix is applied; last, the HostManagedIMEX gate
-    with any mode but hostManaged is refused. Raises ConfigError.
+    with any mode but hostManaged is refused; channel-isolation sizes are range-checked
+    (in every mode, so a bad value never waits for a mode change to surface). Raises ConfigError.
     Deterministic and pure.
     """
     explicit = (
@@ -114,7 +116,18 @@ def resolve_driver_config(
         namespace=namespace,
         host_imex_check=host_imex_check,
         daemon_service_account=daemon_service_account,
+        max_channels=max_channels,
+        channel_slots=channel_slots,
     )
+    try:
+        channels.check_max_channels(max_channels)
+    except ValueError as exc:
+        raise errors.ConfigError(str(exc)) from None
+    if not 1 <= channel_slots <= MAX_CHANNEL_SLOTS:
+        raise errors.ConfigError(
+            f"imex.channels.slotsPerNode is {channel_slots}: it must be 1..{MAX_CHANNEL_SLOTS} "
+            "(the ComputeDomain pods one node can run under channel isolation)"
+        )
     if imex_mode is not models.IMEXMode.HOST_MANAGED and resolved.enabled(gates.HOST_MANAGED_IMEX):
         raise errors.ConfigError(HOST_MANAGED_GATE_WITHOUT_MODE)
     if daemon_image is not None:
@@ -176,14 +189,10 @@ def _resolve_isolation(mode: models.IMEXMode, isolation: str) -> models.Isolatio
             return models.Isolation.DOMAIN
         raise errors.ConfigError(driver_managed_isolation_message(isolation))
 
-    # hostManaged.
+    # hostManaged. Kept explicit in this release (docs/proposals/0003): the isolation an
+    # operator runs under must never be a silent default.
     if chosen is None:
-        # TODO(channel isolation issue): default to 'channel' once it exists (DESIGN §1);
-        # until then refuse rather than silently run without isolation.
         raise errors.ConfigError(HOST_MANAGED_NEEDS_ISOLATION)
     if chosen is models.Isolation.DOMAIN:
         raise errors.ConfigError(HOST_MANAGED_DOMAIN_INVALID)
-    if chosen is models.Isolation.CHANNEL:
-        # TODO(channel isolation issue): accept once the controller allocates channel IDs.
-        raise errors.ConfigError(CHANNEL_ISOLATION_NOT_AVAILABLE)
-    return models.Isolation.NONE
+    return chosen

@@ -36,17 +36,18 @@ TARGET_DAEMON: Final = "Daemon"
 # Our additive stamps (DESIGN §6): the mode/isolation that admitted a ComputeDomain.
 ADMITTED_MODE_ANNOTATION: Final = "resource.nvidia.com/admittedIMEXMode"
 ADMITTED_ISOLATION_ANNOTATION: Final = "resource.nvidia.com/admittedIMEXIsolation"
-# Channel isolation (hostManaged/channel): the channel id the controller gave the CD.
-CHANNEL_ID_ANNOTATION: Final = "resource.nvidia.com/imexChannelID"
 
 CHANNEL_DEVICE_CLASS: Final = "compute-domain-default-channel.nvidia.com"
 DAEMON_DEVICE_CLASS: Final = "compute-domain-daemon.nvidia.com"
+# Channel isolation: a node's slot devices (several ComputeDomains and pods share a node).
+SLOT_DEVICE_CLASS: Final = "compute-domain-channel-slot.nvidia.com"
 CHANNEL_REQUEST_NAME: Final = "channel"
 DAEMON_REQUEST_NAME: Final = "daemon"
 DAEMONSET_NAME_PREFIX: Final = "computedomain-daemon-"
 
 DEVICE_TYPE_CHANNEL: Final = "channel"
 DEVICE_TYPE_DAEMON: Final = "daemon"
+DEVICE_TYPE_SLOT: Final = "slot"
 MAX_DEVICES_PER_SLICE: Final = 128
 
 IMEX_CHANNEL_DIR: Final = "/dev/nvidia-caps-imex-channels"
@@ -73,6 +74,11 @@ def daemonset_name(cd_uid: str) -> str:
 def channel_device_name(channel_id: int) -> str:
     """ResourceSlice device name of an IMEX channel."""
     return f"{DEVICE_TYPE_CHANNEL}-{channel_id}"
+
+
+def slot_device_name(index: int) -> str:
+    """ResourceSlice device name of a channel-isolation slot."""
+    return f"{DEVICE_TYPE_SLOT}-{index}"
 
 
 def daemon_device_name(index: int = 0) -> str:

@@ -22,6 +22,11 @@ _CHANNEL_CEL: Final = (
     f"device.attributes['{names.DRIVER_NAME}'].type == '{names.DEVICE_TYPE_CHANNEL}' && "
     f"device.attributes['{names.DRIVER_NAME}'].id == 0"
 )
+# Channel isolation: exactly the node's slot devices (the channel comes from the claim's config).
+_SLOT_CEL: Final = (
+    f"device.driver == '{names.DRIVER_NAME}' && "
+    f"device.attributes['{names.DRIVER_NAME}'].type == '{names.DEVICE_TYPE_SLOT}'"
+)
 _DAEMON_CEL: Final = (
     f"device.driver == '{names.DRIVER_NAME}' && "
     f"device.attributes['{names.DRIVER_NAME}'].type == '{names.DEVICE_TYPE_DAEMON}'"
@@ -47,11 +52,22 @@ def owned_labels(cd_uid: str, *, target: str) -> dict[str, str]:
     return {names.COMPUTE_DOMAIN_LABEL: cd_uid, names.COMPUTE_DOMAIN_TARGET_LABEL: target}
 
 
-def workload_rct(cd: models.ComputeDomain, *, config: models.DriverConfig) -> dict[str, Any]:
-    """The ResourceClaimTemplate workloads reference, in the CD's namespace (both modes)."""
+def workload_rct(
+    cd: models.ComputeDomain, *, config: models.DriverConfig, channel_id: int | None = None
+) -> dict[str, Any]:
+    """The ResourceClaimTemplate workloads reference, in the CD's namespace (both modes).
+
+    Channel isolation: it requests one slot device and carries the CD's channel (`channel_id`,
+    required then) in its opaque config, so each claim made from it names its channel.
+    """
+    isolated = config.channel_isolation
+    if isolated and channel_id is None:
+        raise ValueError("channel isolation: the workload RCT needs the CD's channel ID")
     parameters = decoding.opaque_config_to_k8s(
         models.ChannelConfig(
-            domain_id=cd.uid, allocation_mode=channel_allocation_mode(cd, config=config).value
+            domain_id=cd.uid,
+            allocation_mode=channel_allocation_mode(cd, config=config).value,
+            channel_id=channel_id if isolated else None,
         )
     )
     return _rct(
@@ -59,7 +75,7 @@ def workload_rct(cd: models.ComputeDomain, *, config: models.DriverConfig) -> di
         namespace=cd.meta.namespace,
         labels=owned_labels(cd.uid, target=names.TARGET_WORKLOAD),
         request=names.CHANNEL_REQUEST_NAME,
-        device_class=names.CHANNEL_DEVICE_CLASS,
+        device_class=names.SLOT_DEVICE_CLASS if isolated else names.CHANNEL_DEVICE_CLASS,
         parameters=parameters,
     )
 
@@ -140,8 +156,11 @@ def daemonset(cd: models.ComputeDomain, *, config: models.DriverConfig) -> dict[
 
 def device_classes(config: models.DriverConfig) -> tuple[dict[str, Any], ...]:
     """The DeviceClasses of the driver: the default channel class, plus the daemon class unless
-    the host runs IMEX (no daemon device is published in host-managed mode)."""
+    the host runs IMEX (no daemon device is published in host-managed mode), plus the slot class
+    under channel isolation."""
     classes = [_device_class(names.CHANNEL_DEVICE_CLASS, _CHANNEL_CEL)]
+    if config.channel_isolation:
+        classes.append(_device_class(names.SLOT_DEVICE_CLASS, _SLOT_CEL))
     if not config.host_managed:
         classes.append(_device_class(names.DAEMON_DEVICE_CLASS, _DAEMON_CEL))
     return tuple(sorted(classes, key=lambda c: str(c["metadata"]["name"])))

@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping, Sequence
 
-from core import cdi, decoding, errors, models, modeswitch, names
+from core import cdi, channel_prepare, decoding, errors, models, modeswitch, names
 from core import checkpoint as checkpoints
 from core.computedomain import daemon_claim
 
@@ -214,7 +214,9 @@ def _request(
     claim: models.ResourceClaim, result: models.DeviceResult, *, config: models.DriverConfig
 ) -> _Request:
     cfg = decoding.config_for_request(claim, request=result.request)
-    wants_channel = result.device.startswith(f"{names.DEVICE_TYPE_CHANNEL}-")
+    # Channel isolation publishes slots, not channels; a slot device carries a channel config.
+    channel_type = names.DEVICE_TYPE_SLOT if config.channel_isolation else names.DEVICE_TYPE_CHANNEL
+    wants_channel = result.device.startswith(f"{channel_type}-")
     wants_daemon = result.device.startswith(f"{names.DEVICE_TYPE_DAEMON}-")
     if not (wants_channel or wants_daemon):
         raise errors.PermanentError(
@@ -360,27 +362,11 @@ def _channel_ids(
     channel_configs = [r.config for r in requests if isinstance(r.config, models.ChannelConfig)]
     if not channel_configs:
         return ()
-    if config.host_managed and config.isolation is models.Isolation.CHANNEL:
-        return (_assigned_channel(domain),)
+    if config.channel_isolation:
+        return (channel_prepare.assigned_channel(domain, configs=channel_configs),)
     if any(c.allocation_mode == models.AllocationMode.ALL.value for c in channel_configs):
         return tuple(range(names.MAX_CHANNEL_ID + 1))
     return (0,)
-
-
-def _assigned_channel(domain: models.ComputeDomain) -> int:
-    raw = domain.meta.annotations.get(names.CHANNEL_ID_ANNOTATION)
-    if raw is None:
-        raise errors.RetryableError(
-            f"waiting for the controller to assign an IMEX channel to ComputeDomain "
-            f"{domain.meta.namespace}/{domain.meta.name} ({names.CHANNEL_ID_ANNOTATION})"
-        )
-    if not (raw.isascii() and raw.isdigit() and int(raw) <= names.MAX_CHANNEL_ID):
-        raise errors.PermanentError(
-            f"ComputeDomain {domain.meta.namespace}/{domain.meta.name} has an invalid "
-            f"{names.CHANNEL_ID_ANNOTATION} {raw!r} (expected 0..{names.MAX_CHANNEL_ID}); "
-            "check the controller's logs"
-        )
-    return int(raw)
 
 
 def _check_channel_conflict(

@@ -8,7 +8,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from apps.cli import embedded, scenario
+from apps.cli import channel_scenario, embedded, scenario
 from core import errors
 
 
@@ -20,8 +20,11 @@ def add_parser(sub: Any) -> None:
                         help="gb200-nvl72 | gb200-2racks | h100")
     parser.add_argument("--mode", default="hostManaged", help="hostManaged | driverManaged")
     parser.add_argument(
-        "--isolation", default="", help="none (hostManaged) | domain (driverManaged)"
+        "--isolation", default="",
+        help="none | channel (hostManaged) | domain (driverManaged)",
     )
+    parser.add_argument("--channels-max", type=int, default=2048,
+                        help="isolation channel: channel IDs 1..max-1 (3 shows exhaustion)")
     parser.add_argument("--workers", type=int, default=4, help="workload pods to run")
     parser.add_argument("--workdir", default="", help="keep node files here (default: temp dir)")
     parser.set_defaults(run=run)
@@ -43,11 +46,16 @@ def run(args: argparse.Namespace, *, env: Mapping[str, str]) -> int:
           f"isolation={args.isolation or '(default)'}", flush=True)
     try:
         with embedded.running(
-            workdir=args.workdir, profile=args.profile, mode=args.mode, isolation=args.isolation
+            workdir=args.workdir, profile=args.profile, mode=args.mode, isolation=args.isolation,
+            max_channels=args.channels_max,
         ) as deployment:
             say(f"started in-memory cluster, controller and {len(deployment.nodes)} kubelet "
                 f"plugins (real gRPC over unix sockets; node files under {deployment.workdir})")
-            report = scenario.run(deployment, say=say, workers=args.workers)
+            report: scenario.Report
+            if deployment.config.channel_isolation:
+                report = channel_scenario.run(deployment, say=say)
+            else:
+                report = scenario.run(deployment, say=say, workers=args.workers)
     except (errors.DriverError, ValueError) as exc:
         message = getattr(exc, "message", str(exc))
         print(f"error: {message}", file=sys.stderr)

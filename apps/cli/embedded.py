@@ -142,6 +142,7 @@ def node_settings(
         boot_id_path=os.path.join(root, "proc/boot_id"),
         retry_budget_s=retry_budget_s,
         log_verbosity=2,
+        channel_slots=config.channel_slots,
     )
 
 
@@ -194,6 +195,8 @@ def start_embedded(
     feature_gates: str = "",
     retry_budget_s: float = 0.2,
     node_limit: int | None = None,
+    max_channels: int = 2048,
+    channel_slots: int = 8,
 ) -> Embedded:
     """Bring up cluster, DeviceClasses, nodes with their plugins and kubelets, controller."""
     gates = feature_gates
@@ -202,7 +205,8 @@ def start_embedded(
     if mode == models.IMEXMode.HOST_MANAGED.value and not isolation:
         isolation = models.Isolation.NONE.value
     resolved = modes.resolve_driver_config(
-        mode=mode, isolation=isolation, feature_gates=gates, namespace="nvidia-dra-driver"
+        mode=mode, isolation=isolation, feature_gates=gates, namespace="nvidia-dra-driver",
+        max_channels=max_channels, channel_slots=channel_slots,
     )
     workdir, owned = short_workdir(workdir)
     cluster = memory_cluster.InMemoryCluster()

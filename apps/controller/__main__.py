@@ -63,6 +63,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             namespace=settings.namespace,
             daemon_image=settings.daemon_image,
             daemon_service_account=settings.daemon_service_account,
+            max_channels=settings.max_channels,
         )
     except errors.ConfigError as exc:
         log.error("event=startup_failed error=%r", exc.message)

@@ -23,7 +23,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from adapters.kube import informer
-from core import controlling, errors, kinds, models, names, ports
+from core import channels, controlling, errors, kinds, models, names, ports
 
 # Deletions remembered against late answers to our own writes (one per recent deletion).
 _GONE_REMEMBERED = 4096
@@ -89,6 +89,14 @@ def _newer(a: Obj, b: Obj) -> bool:
         return False
 
 
+def _channel_configs_only(obj: Obj) -> Obj:
+    """A ResourceClaim slimmed to what the channel table reads (metadata, opaque configs)."""
+    spec = obj.get("spec")
+    devices = spec.get("devices") if isinstance(spec, Mapping) else None
+    configs = devices.get("config") if isinstance(devices, Mapping) else None
+    return {"metadata": _meta(obj), "spec": {"devices": {"config": configs or []}}}
+
+
 def _metadata_only(obj: Obj) -> Obj:
     return {"apiVersion": obj.get("apiVersion"), "kind": obj.get("kind"),
             "metadata": obj.get("metadata") or {}}
@@ -123,6 +131,12 @@ class ControllerCaches:
         self.cliques = make(kinds.COMPUTE_DOMAIN_CLIQUE.kind, namespace=ns, indexers={
             BY_CD_INDEX: lambda o: (clique_cd_uid(o),) if clique_cd_uid(o) else (),
         })
+        # Channel isolation only: every ResourceClaim (its channel configs), for the rule that a
+        # channel is free only once no claim of its ComputeDomain is left.
+        self.claims: informer.Informer | None = (
+            make(kinds.RESOURCE_CLAIM.kind, transform=_channel_configs_only)
+            if config.channel_isolation else None
+        )
         self._lock = threading.Lock()
         # (kind, namespace, name) -> what our own create/patch answered, until the cache has it.
         self._written: dict[tuple[str, str, str], Obj] = {}
@@ -141,8 +155,9 @@ class ControllerCaches:
 
     @property
     def all(self) -> tuple[informer.Informer, ...]:
+        extra = (self.claims,) if self.claims is not None else ()
         return (self.domains, self.workload_rcts, self.daemon_rcts, self.daemonsets,
-                self.nodes, self.cliques)
+                self.nodes, self.cliques, *extra)
 
     def start(self, stop: threading.Event) -> list[threading.Thread]:
         return [i.start(stop) for i in self.all]
@@ -270,6 +285,18 @@ class ControllerCaches:
         )
         return controlling.observe(cd, objects=index, config=self._config,
                                    conditions=controlling.conditions_from_k8s(raw))
+
+    def channel_snapshot(
+        self,
+    ) -> tuple[list[channels.DomainChannel], list[channels.ClaimChannel]]:
+        """The channel table's inputs: cached CDs (with our own status writes) and claims."""
+        domains = [
+            channels.domain_channel_from_k8s(self._fresher(kinds.COMPUTE_DOMAIN.kind, o) or o)
+            for o in self.domains.items()
+        ]
+        claims = [c for o in (self.claims.items() if self.claims is not None else ())
+                  for c in channels.claim_channels_from_k8s(o)]
+        return domains, claims
 
     def labelled_nodes(self) -> tuple[Obj, ...]:
         """Nodes carrying a computeDomain label (any value)."""

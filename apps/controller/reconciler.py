@@ -9,12 +9,14 @@ raised to the caller, which retries that key alone with backoff.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
+from apps.controller import channel_allocator
 from apps.controller import metrics as controller_metrics
-from core import controlling, decoding, errors, executing, kinds, models, names, ports
+from core import channels, controlling, decoding, errors, executing, kinds, models, names, ports
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +54,10 @@ class Reconciler:
         self._reported_invalid: dict[str, str] = {}
         # uid -> message of the reconcile failure last reported by an event.
         self._reported_failure: dict[str, str] = {}
+        # Channel isolation: fresh lists until a Controller points it at its caches.
+        self.channels = channel_allocator.ChannelAllocator(
+            max_channels=config.max_channels, snapshot=self._listed_channels
+        )
 
     @property
     def cluster(self) -> ports.Cluster:
@@ -131,6 +137,10 @@ class Reconciler:
             self._report_invalid(raw, exc)
             return 0
         observed = observe(cd, raw)
+        if (self._config.channel_isolation and not cd.meta.deleting
+                and not controlling.is_mode_mismatch(cd, config=self._config)):
+            channel, refusal = self.channels.channel_for(cd)
+            observed = dataclasses.replace(observed, channel_id=channel, channel_refusal=refusal)
         actions = controlling.plan_compute_domain(cd, observed=observed, config=self._config)
         try:
             applied = self._apply(actions, writer=writer)
@@ -161,6 +171,7 @@ class Reconciler:
         """The CD is gone: drop what was remembered about it (metrics series, reports)."""
         self._reported_invalid.pop(uid, None)
         self._reported_failure.pop(uid, None)
+        self.channels.forget(uid)
         if self._metrics is not None:
             self._metrics.forget(uid)
 
@@ -172,6 +183,16 @@ class Reconciler:
             nodes=nodes, live_cd_uids=live_cd_uids, config=self._config
         )
         return self._apply(actions)
+
+    def _listed_channels(
+        self,
+    ) -> tuple[list[channels.DomainChannel], list[channels.ClaimChannel]]:
+        """The channel table's inputs from fresh lists (the hand-stepped `reconcile_all`)."""
+        domains = [channels.domain_channel_from_k8s(o)
+                   for o in self._cluster.list(kinds.COMPUTE_DOMAIN.kind).items]
+        claims = [c for o in self._cluster.list(kinds.RESOURCE_CLAIM.kind).items
+                  for c in channels.claim_channels_from_k8s(o)]
+        return domains, claims
 
     # ------------------------------------------------------------ reporting
 

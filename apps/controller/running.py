@@ -19,7 +19,7 @@ from adapters.kube import informer, workqueue
 from apps.controller import caches as controller_caches
 from apps.controller import reconciler as controller_reconciler
 from apps.controller import writes
-from core import errors, kinds
+from core import channels, errors, kinds
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +55,8 @@ class Controller:
         self._resync_s = resync_s
         self.synced = threading.Event()
         self.stopped = threading.Event()
+        # Channel isolation: this term's table is rebuilt from this term's caches.
+        reconciler.channels.use_snapshot(self.caches.channel_snapshot)
         self._wire_handlers()
 
     # ------------------------------------------------------------ running
@@ -145,6 +147,8 @@ class Controller:
         c.daemonsets.add_handler(self._on_owned)
         c.nodes.add_handler(self._on_node)
         c.cliques.add_handler(self._on_clique)
+        if c.claims is not None:
+            c.claims.add_handler(self._on_claim)
 
     def _on_domain(self, old: Obj | None, new: Obj | None) -> None:
         if new is not None:
@@ -154,6 +158,20 @@ class Controller:
             uid = str((old.get("metadata") or {}).get("uid") or "")
             self.reconciler.forget_domain(uid)
             self.queue.add(STALE_NODE_LABELS_KEY)
+            self._enqueue_waiting_for_channel()
+
+    def _on_claim(self, old: Obj | None, new: Obj | None) -> None:
+        if new is None and old is not None:
+            # A claim gone may free the channel of a deleted ComputeDomain.
+            self._enqueue_waiting_for_channel()
+
+    def _enqueue_waiting_for_channel(self) -> None:
+        """Channel isolation: re-queue every CD still without a channel (a channel may be free)."""
+        if not self.reconciler.config.channel_isolation:
+            return
+        for raw in self.caches.domains.items():
+            if channels.domain_channel_from_k8s(raw).channel_id is None:
+                self.queue.add(informer.object_key(raw))
 
     def _enqueue_owner(self, obj: Obj | None) -> None:
         if obj is None:

@@ -23,6 +23,8 @@ class Settings:
     resync_s: float
     workers: int
     log_verbosity: int
+    # Channel isolation: channel IDs 1..max-1 are assigned (chart imex.channels.max).
+    max_channels: int = 2048
 
 
 def parse(argv: Sequence[str] | None, env: Mapping[str, str]) -> Settings:
@@ -49,6 +51,8 @@ def parse(argv: Sequence[str] | None, env: Mapping[str, str]) -> Settings:
     add("--workers", default=env.get("WORKERS", "16"),
         help="ComputeDomains reconciled in parallel")
     add("-v", "--log-verbosity", default=env.get("LOG_VERBOSITY", "2"))
+    add("--imex-channels-max", default=env.get("IMEX_CHANNELS_MAX", "2048"),
+        help="channel isolation: channel IDs 1..max-1 are assigned to ComputeDomains")
     ns = parser.parse_args(argv)
     return Settings(
         namespace=ns.namespace,
@@ -65,4 +69,5 @@ def parse(argv: Sequence[str] | None, env: Mapping[str, str]) -> Settings:
         resync_s=float(ns.resync_seconds),
         workers=max(1, int(ns.workers)),
         log_verbosity=int(ns.log_verbosity),
+        max_channels=int(ns.imex_channels_max),
     )

@@ -42,6 +42,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             feature_gates=settings.feature_gates,
             namespace=settings.namespace,
             host_imex_check=settings.host_imex_check,
+            channel_slots=settings.channel_slots,
         )
         for note in resolved.notes:
             log.info("event=config_note note=%r", note)

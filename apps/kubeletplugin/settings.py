@@ -32,6 +32,8 @@ class Settings:
     retry_budget_s: float
     log_verbosity: int
     stale_claim_cleanup_interval_s: float = 30.0
+    # Channel isolation: slot devices this node publishes (chart imex.channels.slotsPerNode).
+    channel_slots: int = 8
 
     @property
     def checkpoint_path(self) -> str:
@@ -69,6 +71,8 @@ def parse(argv: Sequence[str] | None, env: Mapping[str, str]) -> Settings:
     add("--metrics-port", default=_flag(env, "METRICS_PORT", "0"))
     add("--nvidia-driver-root", default=_flag(env, "NVIDIA_DRIVER_ROOT", "/"))
     add("--host-imex-check", default=_flag(env, "HOST_IMEX_CHECK", "false"))
+    add("--imex-channel-slots", default=env.get("IMEX_CHANNEL_SLOTS", "8"),
+        help="channel isolation: ComputeDomain pods this node can run (slot devices)")
     add(
         "--imex-host-socket",
         default=_flag(env, "IMEX_HOST_SOCKET", "/var/run/nvidia-imex/imex.sock"),
@@ -108,6 +112,7 @@ def parse(argv: Sequence[str] | None, env: Mapping[str, str]) -> Settings:
         metrics_port=_port(ns.metrics_port),
         nvidia_driver_root=ns.nvidia_driver_root,
         host_imex_check=_bool(ns.host_imex_check),
+        channel_slots=int(ns.imex_channel_slots),
         imex_host_socket=ns.imex_host_socket,
         nvml=ns.nvml,
         cluster=ns.cluster,

@@ -160,13 +160,10 @@ Every message is the apps' ConfigError text.
 {{- end -}}
 {{- else -}}
 {{- if eq $iso "" -}}
-{{- fail "IMEX mode hostManaged needs an explicit isolation: set isolation to 'none' (all ComputeDomains share host channel 0, no isolation between them)" -}}
+{{- fail "IMEX mode hostManaged needs an explicit isolation: set isolation to 'channel' (one IMEX channel per ComputeDomain) or 'none' (all ComputeDomains share host channel 0, no isolation between them)" -}}
 {{- end -}}
 {{- if eq $iso "domain" -}}
 {{- fail "isolation 'domain' needs driver-managed IMEX daemons (one IMEX domain per ComputeDomain) and is invalid with mode hostManaged: set isolation to 'none' (all ComputeDomains share host channel 0) or 'channel' (one channel per ComputeDomain)" -}}
-{{- end -}}
-{{- if eq $iso "channel" -}}
-{{- fail "isolation 'channel' (one IMEX channel per ComputeDomain) is not available in this release: set isolation to 'none'" -}}
 {{- end -}}
 {{- end -}}
 {{- if not .Values.resources.computeDomains.enabled -}}

@@ -168,20 +168,38 @@ def test_host_managed_with_empty_isolation_is_rejected() -> None:
     message = config_error(mode="hostManaged", feature_gates="HostManagedIMEX=true")
     assert message == modes.HOST_MANAGED_NEEDS_ISOLATION
     assert message == (
-        "IMEX mode hostManaged needs an explicit isolation: set isolation to 'none' "
+        "IMEX mode hostManaged needs an explicit isolation: set isolation to 'channel' "
+        "(one IMEX channel per ComputeDomain) or 'none' "
         "(all ComputeDomains share host channel 0, no isolation between them)"
     )
 
 
-def test_host_managed_with_channel_isolation_is_not_available_yet() -> None:
-    message = config_error(
-        mode="hostManaged", isolation="channel", feature_gates="HostManagedIMEX=true"
+def test_host_managed_with_channel_isolation_resolves_to_one_channel_per_domain() -> None:
+    resolved = modes.resolve_driver_config(
+        mode="hostManaged", isolation="channel", feature_gates="HostManagedIMEX=true",
+        namespace="ns",
     )
-    assert message == modes.CHANNEL_ISOLATION_NOT_AVAILABLE
-    assert message == (
-        "isolation 'channel' (one IMEX channel per ComputeDomain) is not available in this "
-        "release: set isolation to 'none'"
-    )
+    assert resolved.config.isolation is models.Isolation.CHANNEL
+    assert resolved.config.channel_isolation
+    assert (resolved.config.max_channels, resolved.config.channel_slots) == (2048, 8)
+
+
+@pytest.mark.parametrize("max_channels", [0, 1, 2049])
+def test_a_channel_maximum_outside_the_kernel_range_is_refused(max_channels: int) -> None:
+    with pytest.raises(errors.ConfigError, match=r"imex\.channels\.max is"):
+        modes.resolve_driver_config(
+            mode="hostManaged", isolation="channel", feature_gates="HostManagedIMEX=true",
+            namespace="ns", max_channels=max_channels,
+        )
+
+
+@pytest.mark.parametrize("slots", [0, 129])
+def test_a_slot_count_outside_1_to_128_is_refused(slots: int) -> None:
+    with pytest.raises(errors.ConfigError, match=r"slotsPerNode is"):
+        modes.resolve_driver_config(
+            mode="hostManaged", isolation="channel", feature_gates="HostManagedIMEX=true",
+            namespace="ns", channel_slots=slots,
+        )
 
 
 def test_driver_managed_with_channel_isolation_is_rejected() -> None:

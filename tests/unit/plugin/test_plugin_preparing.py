@@ -193,18 +193,7 @@ def test_prepare_refuses_while_claims_of_another_mode_remain() -> None:
     assert "driverManaged/domain" in message
 
 
-def test_host_managed_channel_isolation_uses_the_assigned_channel() -> None:
-    domains = {f.CD_UID: f.domain(annotations={names.CHANNEL_ID_ANNOTATION: "17"})}
-    outcome = f.prepare(f.claim(), config=f.HOST_CHANNEL, domains=domains)
-    assert outcome.error is None
-    assert outcome.devices[0].cdi_device_ids == (cdi.qualified_device_id(f.CLAIM_UID, 17),)
-
-
-def test_host_managed_channel_isolation_waits_for_an_assigned_channel() -> None:
-    message = _retryable(
-        f.prepare(f.claim(), config=f.HOST_CHANNEL, domains={f.CD_UID: f.domain()})
-    )
-    assert names.CHANNEL_ID_ANNOTATION in message
+# Channel isolation (hostManaged/channel): tests/unit/channels/test_channel_prepare.py
 
 
 # ---------------------------------------------------------------- driver-managed
