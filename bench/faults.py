@@ -68,6 +68,8 @@ class Operation(enum.StrEnum):
     UNPREPARE = "unprepare"
     RECOVERY = "recovery"
     CLEANUP = "cleanup"
+    # A graceful stop (SIGTERM): it folds the checkpoint journal into a new snapshot.
+    STOP = "stop"
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -435,6 +437,13 @@ def _setup(node: Node, operation: Operation, ledger: Ledger, *, traced: Callable
         ledger.deleted[str(gone.uid)] = gone
         traced()
         node.wait_cleaned(gone, node.start(fault=fault, trace=trace))
+        return
+    if operation is Operation.STOP:
+        stopping = node.start(fault=fault, trace=trace)
+        _acked_prepare(node, node.claim("kept"), ledger)
+        traced()
+        stopping.popen.send_signal(signal.SIGTERM)
+        stopping.popen.wait(timeout=EXIT_TIMEOUT_S)
         return
     node.start(fault=fault, trace=trace)
     if operation is Operation.PREPARE:

@@ -584,7 +584,7 @@ def encode_records(
         old, new = before.entries.get(uid), after.entries.get(uid)
         if new is None and old is not None:
             lines.append(_record_line({"delete": uid}))
-        elif new is not None and new != old:
+        elif new is not None and new is not old and new != old:
             lines.append(_record_line({"put": _entry_to_json(new)}))
     return "".join(lines).encode("ascii")
 

@@ -58,6 +58,7 @@ class CDIDirectory:
     def delete(self, claim_uid: names.ClaimUID) -> None:
         """Remove the claim's spec; a missing file (or root) is success."""
         path = self.spec_path(claim_uid)
+        _atomic.fault_point(_atomic.CDI_UNLINK)
         try:
             os.unlink(path)
         except FileNotFoundError:

@@ -9,10 +9,13 @@ advertised endpoint with the kubelet's 45 s deadline.
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import dataclasses
 import logging
 import os
 import pathlib
+import select
 import threading
 import time
 from collections.abc import Iterable
@@ -25,6 +28,8 @@ log = logging.getLogger(__name__)
 # Versions this emulator speaks, in order of preference (as the kubelet: newest first).
 SPOKEN_VERSIONS = (_codec.VERSION_V1, _codec.VERSION_V1BETA1)
 _POLL_S = 0.05
+# A socket that exists but did not answer (bound, not serving yet) is tried again this soon.
+_RETRY_S = 0.002
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -61,6 +66,7 @@ class KubeletEmulator:
         self._lock = threading.Lock()
         self._plugins: dict[str, RegisteredPlugin] = {}
         self._refused: dict[str, str] = {}
+        self._refused_sockets: set[str] = set()
         self._clients: dict[str, tuple[RegisteredPlugin, client.DRAClient]] = {}
 
     @property
@@ -91,24 +97,40 @@ class KubeletEmulator:
         return tuple(added)
 
     def wait_for_plugin(self, driver: str, timeout_s: float) -> RegisteredPlugin:
-        """Discover until `driver` is registered; TimeoutError after `timeout_s`."""
+        """Register `driver` as soon as its socket appears; TimeoutError after `timeout_s`.
+
+        Like the kubelet's plugin watcher, woken by the registry directory's inotify events
+        (a socket created or moved in), not by a poll; where inotify is unavailable, or a
+        socket exists but does not answer yet (bound, not yet serving), it looks again soon.
+        """
         deadline = time.monotonic() + timeout_s
-        while True:
-            plugin = self.plugins.get(driver)
-            if plugin is not None:
-                return plugin
-            self.discover()
-            plugin = self.plugins.get(driver)
-            if plugin is not None:
-                return plugin
-            if time.monotonic() >= deadline:
-                refused = self._refused.get(driver)
-                why = f": {refused}" if refused else ""
-                raise TimeoutError(
-                    f"no DRA plugin {driver!r} registered in {self._registry_dir} within "
-                    f"{timeout_s:g}s{why}; is the kubelet plugin running with that registry dir?"
+        os.makedirs(self._registry_dir, exist_ok=True)
+        with _DirectoryWatch(self._registry_dir) as watch:
+            while True:
+                plugin = self.plugins.get(driver)
+                if plugin is not None:
+                    return plugin
+                self.discover()
+                plugin = self.plugins.get(driver)
+                if plugin is not None:
+                    return plugin
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    refused = self._refused.get(driver)
+                    why = f": {refused}" if refused else ""
+                    raise TimeoutError(
+                        f"no DRA plugin {driver!r} registered in {self._registry_dir} within "
+                        f"{timeout_s:g}s{why}; is the kubelet plugin running with that registry "
+                        "dir?"
+                    )
+                known = {p.registration_socket for p in self.plugins.values()}
+                pending = any(
+                    str(path) not in known and path.name not in self._refused_sockets
+                    for path in pathlib.Path(self._registry_dir).glob(
+                        f"*{server.REGISTRATION_SOCKET_SUFFIX}"
+                    )
                 )
-            time.sleep(_POLL_S)
+                watch.wait(min(remaining, _RETRY_S if pending or not watch.active else _POLL_S))
 
     def prepare(
         self, driver: str, refs: Iterable[models.ClaimRef]
@@ -185,6 +207,7 @@ class KubeletEmulator:
                     log.warning("refusing plugin socket=%s reason=%s", socket_path, refusal)
                     with self._lock:
                         self._refused[info.name] = refusal
+                        self._refused_sockets.add(os.path.basename(socket_path))
                     reg.notify(False, refusal)
                     return None
                 version = _codec.choose_version(info.supported_versions, spoken=SPOKEN_VERSIONS)
@@ -223,3 +246,48 @@ class KubeletEmulator:
                 f"kubelet speaks ({list(SPOKEN_VERSIONS)})"
             )
         return ""
+
+
+class _DirectoryWatch:
+    """inotify on one directory (Linux, via libc): `wait` returns at the next entry created.
+
+    Inactive (every `wait` just sleeps its timeout) where inotify cannot be set up.
+    """
+
+    _EVENTS = 0x100 | 0x80  # IN_CREATE | IN_MOVED_TO
+
+    def __init__(self, directory: str) -> None:
+        self._directory = directory
+        self._fd = -1
+
+    @property
+    def active(self) -> bool:
+        return self._fd >= 0
+
+    def __enter__(self) -> _DirectoryWatch:
+        try:
+            libc = ctypes.CDLL(None, use_errno=True)
+            fd = libc.inotify_init1(os.O_NONBLOCK | os.O_CLOEXEC)
+            if fd >= 0 and libc.inotify_add_watch(
+                fd, os.fsencode(self._directory), self._EVENTS
+            ) < 0:
+                os.close(fd)
+                fd = -1
+        except (OSError, AttributeError):
+            fd = -1
+        self._fd = fd
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+    def wait(self, timeout_s: float) -> None:
+        if self._fd < 0:
+            time.sleep(timeout_s)
+            return
+        ready, _, _ = select.select([self._fd], [], [], timeout_s)
+        if ready:
+            with contextlib.suppress(BlockingIOError):
+                os.read(self._fd, 65536)  # drain; which entry changed is read by discover()

@@ -11,11 +11,10 @@ from collections.abc import Sequence
 from types import FrameType
 
 from adapters.fs import procfs
-from adapters.kube import cluster as kube_cluster
 from adapters.nvml import inventory as nvml_inventory
+from apps.kubeletplugin import deferred_cluster, wiring
 from apps.kubeletplugin import settings as plugin_settings
-from apps.kubeletplugin import wiring
-from core import cliques, errors, gates, modes
+from core import cliques, errors, gates, modes, ports
 
 log = logging.getLogger("compute-domain-kubelet-plugin")
 
@@ -35,6 +34,14 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
+
+    def api_client() -> ports.Cluster:
+        from adapters.kube import cluster as kube_cluster  # ~0.25 s: off the start-up path
+
+        return kube_cluster.KubeCluster.from_config(settings.kubeconfig)
+
+    # The kubelet needs our sockets first: the API client loads beside recovery and serving.
+    cluster = deferred_cluster.DeferredCluster(api_client).start()
     try:
         resolved = modes.resolve_driver_config(
             mode=settings.imex_mode,
@@ -61,7 +68,6 @@ def main(argv: Sequence[str] | None = None) -> int:
                 gates.CRASH_ON_NVLINK_FABRIC_ERRORS
             ),
         )
-        cluster = kube_cluster.KubeCluster.from_config(settings.kubeconfig)
         plugin = wiring.start_plugin(
             settings, config=resolved.config, cluster=cluster, node=node,
             # A node without a clique looks again at each slice resync.
@@ -70,6 +76,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except errors.DriverError as exc:
         log.error("event=startup_failed error=%r", exc.message)
         print(f"error: {exc.message}", file=sys.stderr)
+        return 2
+    problem = cluster.wait()
+    if problem is not None:  # e.g. a bad kubeconfig: the same exit as before serving
+        log.error("event=startup_failed error=%r", problem.message)
+        print(f"error: {problem.message}", file=sys.stderr)
+        plugin.stop(grace_s=0)
         return 2
     if settings.metrics_port:
         plugin.metrics.serve(settings.metrics_port)

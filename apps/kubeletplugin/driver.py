@@ -30,7 +30,7 @@ Clock = Callable[[], float]
 # Leave the kubelet this long before its deadline to receive our answer.
 _ANSWER_MARGIN_S = 0.2
 # The journal is compacted into a new snapshot once it holds more records than this or
-# twice the claims on the node, whichever is more.
+# the claims on the node, whichever is more (start-up replays at most that many).
 _COMPACT_MIN_RECORDS = 1024
 # The ComputeDomains a prepare may look up, by UID (a cache view, or a fresh list).
 DomainsView = Callable[[], Mapping[names.ComputeDomainUID, models.ComputeDomain]]
@@ -164,7 +164,7 @@ class PluginDriver:
         count = records.count(b"\n")
         # Compact once the journal outgrows the state: replay at start-up stays O(claims)
         # and the amortised cost of a write stays O(1).
-        if self._journal_records + count > max(_COMPACT_MIN_RECORDS, 2 * len(after.entries)):
+        if self._journal_records + count > max(_COMPACT_MIN_RECORDS, len(after.entries)):
             self._compact(after)
             return
         # An empty append still proves the journal writable (recover's check at start-up).

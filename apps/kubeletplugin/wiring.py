@@ -239,8 +239,8 @@ def start_plugin(
     metrics = plugin_metrics.PluginMetrics(node_name=settings.node_name)
     stopping = threading.Event()
     domains = plugin_domains.DomainCache(cluster)
+    # NB: not waited for: the API client may still be loading (a miss reads through anyway).
     domains.start(stopping)
-    domains.wait_synced(timeout_s=10)  # a miss still reads through, so never fatal
     probe = None
     if config.host_managed and config.host_imex_check:
         probe = imexctl.HostIMEXProbe(
@@ -286,6 +286,7 @@ def start_plugin(
     )
     resync.start(stopping)
     server.start()
+    threading.Thread(target=metrics.warm_up, name="metrics-warm-up", daemon=True).start()
     cleanup = StaleClaimCleanup(
         driver.clean_stale_claims,
         node_name=settings.node_name,
