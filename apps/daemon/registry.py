@@ -71,9 +71,7 @@ class PeerRegistry:
         """Drop this daemon's entry (on SIGTERM); a missing object or entry is fine."""
 
         def change(entries: list[Mapping[str, Any]]) -> list[dict[str, Any]] | None:
-            return membership.remove_entry(
-                entries, node_name=self.me.node_name, store=self.store
-            )
+            return membership.remove_entry(entries, me=self.me, store=self.store)
 
         with contextlib.suppress(errors.NotFoundError):
             self._read_modify_write(change, create=False)

@@ -158,13 +158,21 @@ def upsert_entry(
 
 
 def remove_entry(
-    entries: Sequence[Mapping[str, Any]], *, node_name: str, store: Store
+    entries: Sequence[Mapping[str, Any]], *, me: Identity, store: Store
 ) -> list[dict[str, Any]] | None:
-    """The entry list without this node's entry, or None when it holds none."""
+    """The entry list without this daemon's entry, or None when it holds none.
+
+    NB: only an entry with this daemon's IP: when a replacement pod on the same node already
+    took the entry over, the old pod's SIGTERM must not remove it.
+    """
     key = store.node_key
-    if not any(item.get(key) == node_name for item in entries):
+
+    def mine(item: Mapping[str, Any]) -> bool:
+        return item.get(key) == me.node_name and item.get("ipAddress") == me.ip_address
+
+    if not any(mine(item) for item in entries):
         return None
-    return [dict(item) for item in entries if item.get(key) != node_name]
+    return [dict(item) for item in entries if not mine(item)]
 
 
 def entries_patch(entries: Sequence[Mapping[str, Any]], *, store: Store) -> dict[str, Any]:

@@ -95,10 +95,18 @@ def test_a_full_clique_is_a_permanent_error_naming_the_setting() -> None:
         _upsert(entries, _me("new"), max_nodes=2)
 
 
-def test_remove_drops_only_this_node_and_is_a_no_op_when_absent() -> None:
+def test_remove_drops_only_this_daemon_and_is_a_no_op_when_absent() -> None:
     entries = [_entry("a", 0), _entry("n", 1)]
-    assert membership.remove_entry(entries, node_name="n", store=CLIQUE) == [_entry("a", 0)]
-    assert membership.remove_entry([_entry("a", 0)], node_name="n", store=CLIQUE) is None
+    me = _me("n", ip="10.1.0.1")
+    assert membership.remove_entry(entries, me=me, store=CLIQUE) == [_entry("a", 0)]
+    assert membership.remove_entry([_entry("a", 0)], me=me, store=CLIQUE) is None
+
+
+def test_a_terminating_old_pod_leaves_the_entry_its_replacement_took_over() -> None:
+    # The replacement on node n rewrote the entry with its own IP before the old pod stopped.
+    entries = [_entry("n", 1)]  # ipAddress 10.1.0.1: the replacement's
+    old_pod = _me("n", ip="10.9.9.9")
+    assert membership.remove_entry(entries, me=old_pod, store=CLIQUE) is None
 
 
 def test_patches_replace_the_list_where_each_store_keeps_it() -> None:
@@ -144,7 +152,7 @@ def test_any_interleaving_keeps_indexes_unique_per_clique_and_stable_per_node(op
                 assert index == held[node]  # rejoining while present keeps the index
             held[node] = index
         else:
-            result = membership.remove_entry(entries, node_name=node, store=CLIQUE)
+            result = membership.remove_entry(entries, me=_me(node, clique=clique), store=CLIQUE)
             entries = entries if result is None else result
             held.pop(node, None)
         for c in ("c.1", "c.2"):
