@@ -18,33 +18,44 @@ from bench import controller_latency, daemon_domain, realkube_controller, scenar
 def main() -> int:
     parser = argparse.ArgumentParser(prog="python -m bench")
     parser.add_argument("--samples", type=int, default=200)
-    parser.add_argument("--backlog", type=int, default=2048)
+    parser.add_argument("--backlog", type=int, default=2048, help="claims held, middle level")
+    parser.add_argument("--only-plugin", action="store_true", help="plugin scenarios only")
     parser.add_argument("--quick", action="store_true", help="small sizes (smoke run)")
     parser.add_argument("--out", default="bench/results")
     args = parser.parse_args()
     logging.basicConfig(level=logging.ERROR)
-    samples, backlog = (20, 64) if args.quick else (args.samples, args.backlog)
+    samples = 20 if args.quick else args.samples
+    levels = (1, 64, 256) if args.quick else (1, args.backlog, 10_000)
+    batch = 50 if args.quick else 500
     sizes = (10, 100) if args.quick else (10, 1_000, 10_000)
     started = time.time()
     results: dict[str, object] = {
         "when": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "load_average_at_start": os.getloadavg(),
         "machine": {"python": platform.python_version(), "cpus": os.cpu_count(),
                     "platform": platform.platform()},
     }
     with tempfile.TemporaryDirectory(prefix="cd-bench-", dir=os.getcwd()) as tmp:
-        print("prepare/unprepare latency ...", flush=True)
+        print(f"prepare/unprepare latency with {', '.join(map(str, levels))} claims held ...",
+              flush=True)
         results["plugin_latency"] = scenarios.plugin_latency(
-            os.path.join(tmp, "latency"), samples=samples, backlog=backlog)
+            os.path.join(tmp, "latency"), samples=samples, held_levels=levels)
+        print(f"{batch} claims in one NodePrepareResources call ...", flush=True)
+        results["plugin_batch_prepare"] = scenarios.batch_prepare(
+            os.path.join(tmp, "batch"), claims=batch)
         print("plugin cold start ...", flush=True)
         results["plugin_cold_start"] = {
             **scenarios.cold_start(os.path.join(tmp, "cold"), runs=10),
-            **scenarios.process_cold_start(os.path.join(tmp, "proc"), runs=3 if args.quick else 5),
+            **scenarios.process_cold_start(os.path.join(tmp, "proc"),
+                                           runs=5 if args.quick else 20),
         }
         print("ComputeDomain -> ResourceClaimTemplate ...", flush=True)
         results["cd_to_rct_latency"] = scenarios.cd_to_rct(os.path.join(tmp, "cd"), runs=20)
         print("IMEX daemons forming a domain ...", flush=True)
         results["imex_daemons"] = daemon_domain.run_all(
             os.path.join(tmp, "daemons"), quick=args.quick)
+    if args.only_plugin:
+        return _write(results, started, args.out)
     print("controller: CD -> RCT with 1 / 2,000 live CDs, one failing, list calls ...", flush=True)
     results["controller_queue"] = controller_latency.controller_bench(
         runs=50 if args.quick else 200, live=200 if args.quick else 2000)
@@ -53,12 +64,17 @@ def main() -> int:
         one_at_a_time=10 if args.quick else 50, burst=20 if args.quick else 200)
     print("controller planning throughput ...", flush=True)
     results["controller_planning"] = scenarios.planning_throughput(sizes)
+    return _write(results, started, args.out)
+
+
+def _write(results: dict[str, object], started: float, out: str) -> int:
+    results["load_average_at_end"] = os.getloadavg()
     results["total_seconds"] = round(time.time() - started, 1)
-    os.makedirs(args.out, exist_ok=True)
+    os.makedirs(out, exist_ok=True)
     stamp = datetime.datetime.now(datetime.UTC).strftime("%Y%m%dT%H%M%SZ")
     text = json.dumps(results, indent=2, sort_keys=True)
     for name in (f"{stamp}.json", "latest.json"):
-        with open(os.path.join(args.out, name), "w", encoding="utf-8") as f:
+        with open(os.path.join(out, name), "w", encoding="utf-8") as f:
             f.write(text + "\n")
     print(text)
     return 0

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import time
 
 from bench import stats
 
@@ -19,6 +20,15 @@ def _durable_write(directory: str, name: str, data: bytes) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def two_durable_writes(directory: str) -> float:
+    """Seconds for one floor sample (two durable 1 KiB writes), to interleave with a bench."""
+    payload = b"x" * 1024
+    started = time.perf_counter()
+    _durable_write(directory, "a", payload)
+    _durable_write(directory, "b", payload)
+    return time.perf_counter() - started
 
 
 def two_fsync_floor(directory: str, *, n: int = 200) -> dict[str, float]:
