@@ -167,6 +167,22 @@ def test_a_kill_while_cleaning_a_deleted_claim_at_start_up_still_cleans_it_for_g
     assert verdict.consistent, verdict.line()
 
 
+@pytest.mark.parametrize("point", [_atomic.JOURNAL_TRUNCATE, "checkpoint.rename"])
+def test_a_kill_while_a_graceful_stop_compacts_the_journal_keeps_every_acked_claim(
+    point: str,
+) -> None:
+    # The stop writes the new snapshot, then empties the journal; a kill at either step
+    # leaves records the snapshot already holds, or the old snapshot with its journal.
+    hits = faults.trace_operation("hostManaged", faults.Operation.STOP)
+    (case, *_) = [c for c in faults.cases_of("hostManaged", faults.Operation.STOP, hits)
+                  if c.point == point]
+
+    verdict = faults.run_case(case)
+
+    assert verdict.killed
+    assert verdict.consistent, verdict.line()
+
+
 def test_an_armed_process_refuses_an_unknown_fault_point_name(tmp_path: pathlib.Path) -> None:
     code = ("from adapters.fs import _atomic\n"
             "_atomic.fault_point(_atomic.CDI_UNLINK)\n"
