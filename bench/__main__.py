@@ -40,6 +40,9 @@ def main() -> int:
               flush=True)
         results["plugin_latency"] = scenarios.plugin_latency(
             os.path.join(tmp, "latency"), samples=samples, held_levels=levels)
+        print("checkpoint store designs, one changed entry ...", flush=True)
+        results["checkpoint_store_options"] = scenarios.checkpoint_store_options(
+            os.path.join(tmp, "stores"), sizes=levels, samples=20 if args.quick else 100)
         print(f"{batch} claims in one NodePrepareResources call ...", flush=True)
         results["plugin_batch_prepare"] = scenarios.batch_prepare(
             os.path.join(tmp, "batch"), claims=batch)

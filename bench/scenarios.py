@@ -12,7 +12,7 @@ import sys
 import threading
 import time
 import tracemalloc
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from apps.cli import embedded
@@ -365,3 +365,108 @@ def process_cold_start(workdir: str, *, runs: int) -> dict[str, Any]:
         "p50_over_goal_0_35s": _ratio(summary["p50_ms"], 350.0),
         "p99_over_goal_0_5s": _ratio(summary["p99_ms"], 500.0),
     }}
+
+
+def checkpoint_store_options(
+    workdir: str, *, sizes: tuple[int, ...] = (1, 2048, 10_000), samples: int = 100,
+) -> dict[str, Any]:
+    """One changed entry made durable, per store design, with N entries held (the choice in
+    docs/proposals/0002-checkpoint-store.md). Each sample is interleaved with a floor sample.
+    """
+    import json
+    import sqlite3
+
+    from adapters.fs import _atomic
+    from adapters.fs import checkpoints as fs_checkpoints
+
+    def entry(i: int, stamp: float) -> models.CheckpointEntry:
+        uid = names.ClaimUID(f"{i:08x}-0000-4000-8000-000000000000")
+        return models.CheckpointEntry(
+            claim_uid=uid, namespace=NAMESPACE, name=f"claim-{i}",
+            state=models.ClaimState.PREPARE_COMPLETED, mode=models.IMEXMode.HOST_MANAGED,
+            isolation=models.Isolation.NONE, domain_id="cd", channel_ids=(0,),
+            devices=(models.PreparedDevice(
+                request_names=("channel",), pool_name="node", device_name="channel-0",
+                cdi_device_ids=(f"k8s.compute-domain.nvidia.com/claim={uid}-channel-0",)),),
+            updated_at=stamp,
+        )
+
+    def entry_json(e: models.CheckpointEntry) -> bytes:
+        one = models.Checkpoint(boot_id="b", mode=e.mode, isolation=e.isolation,
+                                entries={e.claim_uid: e})
+        return json.dumps(json.loads(checkpoint_codec.encode(one))["entries"][0]).encode()
+
+    out: dict[str, Any] = {}
+    for size in sizes:
+        base = checkpoint_codec.indexed(models.Checkpoint(
+            boot_id="b", mode=models.IMEXMode.HOST_MANAGED, isolation=models.Isolation.NONE,
+            entries={e.claim_uid: e for e in (entry(i, 1.0) for i in range(size))}))
+        level: dict[str, Any] = {}
+        root = os.path.join(workdir, f"n{size}")
+        for design in ("whole_file_json", "file_per_claim", "journal", "sqlite_wal_full"):
+            directory = os.path.join(root, design)
+            os.makedirs(directory)
+            state = {"cp": base}
+            if design == "whole_file_json":
+                path = os.path.join(directory, "checkpoint.json")
+                _atomic.write_atomically(path, checkpoint_codec.encode(base), mode=0o600)
+
+                def _whole_file(e: models.CheckpointEntry, path: str = path,
+                           state: dict[str, models.Checkpoint] = state) -> None:
+                    state["cp"] = checkpoint_codec.with_entry(state["cp"], e)
+                    _atomic.write_atomically(path, checkpoint_codec.encode(state["cp"]),
+                                             mode=0o600)
+            elif design == "file_per_claim":
+                for e in base.entries.values():
+                    with open(os.path.join(directory, f"{e.claim_uid}.json"), "wb") as f:
+                        f.write(entry_json(e))
+
+                def _file_per_claim(e: models.CheckpointEntry, directory: str = directory) -> None:
+                    _atomic.write_atomically(os.path.join(directory, f"{e.claim_uid}.json"),
+                                             entry_json(e), mode=0o600)
+            elif design == "journal":
+                store = fs_checkpoints.FileCheckpointStore(
+                    os.path.join(directory, "checkpoint.json"))
+                store.write(checkpoint_codec.encode(base))
+
+                def _journal(e: models.CheckpointEntry,
+                           store: fs_checkpoints.FileCheckpointStore = store,
+                           state: dict[str, models.Checkpoint] = state) -> None:
+                    after = checkpoint_codec.with_entry(state["cp"], e)
+                    store.append(checkpoint_codec.encode_records(
+                        state["cp"], after, changed=(e.claim_uid,)))
+                    state["cp"] = after
+            else:
+                db = sqlite3.connect(os.path.join(directory, "checkpoint.db"),
+                                     isolation_level=None, check_same_thread=False)
+                db.execute("PRAGMA journal_mode=WAL")
+                db.execute("PRAGMA synchronous=FULL")
+                db.execute("CREATE TABLE entries (uid TEXT PRIMARY KEY, body BLOB NOT NULL)")
+                db.execute("BEGIN")
+                db.executemany("INSERT INTO entries VALUES (?, ?)",
+                               [(e.claim_uid, entry_json(e)) for e in base.entries.values()])
+                db.execute("COMMIT")
+
+                def _sqlite(e: models.CheckpointEntry, db: sqlite3.Connection = db) -> None:
+                    db.execute("INSERT OR REPLACE INTO entries VALUES (?, ?)",
+                               (e.claim_uid, entry_json(e)))
+
+            change: Callable[[models.CheckpointEntry], None] = {
+                "whole_file_json": lambda e: _whole_file(e),
+                "file_per_claim": lambda e: _file_per_claim(e),
+                "journal": lambda e: _journal(e),
+            }.get(design) or (lambda e: _sqlite(e))
+            runs = samples if design != "whole_file_json" or size <= 2048 else samples // 4
+            floor_s, op_s = [], []
+            for k in range(runs):
+                floor_s.append(floor.two_durable_writes(directory))
+                changed = entry(k % size, 2.0 + k)
+                started = time.perf_counter()
+                change(changed)
+                op_s.append(time.perf_counter() - started)
+            fl, op = stats.summarize(floor_s), stats.summarize(op_s)
+            level[design] = {**op, "floor_p50_ms": fl["p50_ms"],
+                             "p50_over_floor_p50": _ratio(op["p50_ms"], fl["p50_ms"])}
+        out[f"held_{size}"] = level
+        shutil.rmtree(root, ignore_errors=True)
+    return out
