@@ -9,11 +9,13 @@ end, once the controller settles: every CD is Ready with a channel, or NotReady 
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 from collections.abc import Mapping
 from typing import Any
 
-from hypothesis import settings, strategies as st
+from hypothesis import settings
+from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from adapters.memory import cluster as memory_cluster
@@ -89,7 +91,8 @@ class ChannelAssignment(RuleBasedStateMachine):
     @rule(pick=st.integers(0, 10_000))
     def delete_claim(self, pick: int) -> None:
         claims = self._claims()
-        self.cluster.delete(CLAIM, namespace=NS, name=claims[pick % len(claims)]["metadata"]["name"])
+        name = claims[pick % len(claims)]["metadata"]["name"]
+        self.cluster.delete(CLAIM, namespace=NS, name=name)
 
     # ---------------------------------------------------------------- controller side
 
@@ -105,10 +108,9 @@ class ChannelAssignment(RuleBasedStateMachine):
             return controlling.observe(cd, objects=index, config=CONFIG,
                                        conditions=controlling.conditions_from_k8s(obj))
 
-        try:
+        # A stale observation (conflict / gone) fails the sync; the next one retries.
+        with contextlib.suppress(errors.ClusterError):
             self.controller.sync_domain(raw, observe=observe)
-        except errors.ClusterError:
-            pass  # a stale observation (conflict / gone): the next sync retries
 
     @rule()
     def sync_all(self) -> None:
