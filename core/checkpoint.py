@@ -554,6 +554,8 @@ class Replayed:
     records: int
     # Bytes of the journal that hold whole, valid records; anything after is a torn tail.
     valid_length: int
+    # The journal follows another snapshot than this one: ignored, to be emptied.
+    stale: bool = False
 
 
 def encode_records(
@@ -594,14 +596,32 @@ def _record_line(record: Mapping[str, Any]) -> str:
     return f"{hashlib.sha256(body.encode('ascii')).hexdigest()} {body}\n"
 
 
-def replay(cp: models.Checkpoint, journal: bytes) -> Replayed:
+def snapshot_id(snapshot: bytes) -> str:
+    """What names one snapshot's bytes; a journal's first record (`base`) holds it."""
+    return hashlib.sha256(snapshot).hexdigest()
+
+
+def base_record(snapshot: str) -> bytes:
+    """The line that starts a journal: the id of the snapshot its records follow."""
+    return _record_line({"base": snapshot}).encode("ascii")
+
+
+def replay(cp: models.Checkpoint, journal: bytes, *, snapshot: str | None = None) -> Replayed:
     """Apply the journal's records to the snapshot `cp`; raises only CheckpointCorruptError.
 
     A last line that is incomplete or fails its checksum is a torn tail (a kill or power
     loss during the append that wrote it, never acknowledged): it is ignored and
     `valid_length` tells the caller where to cut. A bad record followed by good ones is
     corruption, as is a good checksum over a record of the wrong shape.
+
+    A journal whose `base` record names another snapshot than `snapshot` (the id of the
+    snapshot's bytes) is stale: left by a compaction killed before it emptied the journal,
+    or by an older plugin that rewrote the snapshot without knowing the journal. Nothing of
+    it is applied and `valid_length` is 0.
     """
+    first = _record(journal.split(b"\n", 1)[0]) if snapshot is not None else None
+    if first is not None and "base" in first and first["base"] != snapshot:
+        return Replayed(checkpoint=cp, records=0, valid_length=0, stale=True)
     entries = dict(cp.entries)
     header: dict[str, Any] | None = None
     offset = records = 0
@@ -660,6 +680,8 @@ def _apply(
     if "put" in record:
         entry = _entry_from_json(record["put"])
         entries[entry.claim_uid] = entry
+        return None
+    if "base" in record:
         return None
     if "delete" in record:
         uid = record["delete"]

@@ -74,6 +74,8 @@ class PluginDriver:
         self._state: models.Checkpoint | None = None
         self._stamps: object = None
         self._journal_records = 0
+        # The id of the snapshot on disk: the first record of a new journal names it.
+        self._snapshot_id = ""
         self._in_flight = _InFlightPrepares()
         self._degraded: _Degraded | None = None
 
@@ -118,17 +120,30 @@ class PluginDriver:
             return self._recover_unreadable_checkpoint(exc)
         if raw is None:
             return self._start_without_checkpoint()
+        snapshot = checkpoint_codec.snapshot_id(raw)
         try:
-            replayed = checkpoint_codec.replay(checkpoint_codec.decode(raw), journal)
+            replayed = checkpoint_codec.replay(
+                checkpoint_codec.decode(raw), journal, snapshot=snapshot
+            )
         except errors.CheckpointCorruptError as exc:
             return self._recover_corrupt_checkpoint(exc)
+        self._snapshot_id = snapshot
+        if replayed.stale:
+            log.warning(
+                "event=checkpoint_journal_stale node=%s action=emptied bytes=%d reason=%r",
+                self._node.node_name, len(journal),
+                "it follows another snapshot (a compaction killed before emptying it, or a "
+                "snapshot rewritten by an older plugin)",
+            )
         if replayed.valid_length < len(journal):
             # The last append was torn (a kill or power loss before its fsync returned, so it
             # was never acknowledged): cut it, or the next append would follow garbage.
-            log.warning(
-                "event=checkpoint_journal_torn_tail node=%s kept_records=%d cut_bytes=%d",
-                self._node.node_name, replayed.records, len(journal) - replayed.valid_length,
-            )
+            if not replayed.stale:
+                log.warning(
+                    "event=checkpoint_journal_torn_tail node=%s kept_records=%d cut_bytes=%d",
+                    self._node.node_name, replayed.records,
+                    len(journal) - replayed.valid_length,
+                )
             try:
                 store.truncate_journal(replayed.valid_length)
             except OSError as exc:
@@ -150,7 +165,9 @@ class PluginDriver:
         absolute values the snapshot already has: replaying them changes nothing.
         """
         store = self._ports.checkpoints
-        store.write(checkpoint_codec.encode(cp))
+        data = checkpoint_codec.encode(cp)
+        store.write(data)
+        self._snapshot_id = checkpoint_codec.snapshot_id(data)
         store.truncate_journal(0)
         self._remember(cp, records=0)
 
@@ -167,6 +184,9 @@ class PluginDriver:
         if self._journal_records + count > max(_COMPACT_MIN_RECORDS, len(after.entries)):
             self._compact(after)
             return
+        if self._journal_records == 0 and records:
+            records = checkpoint_codec.base_record(self._snapshot_id) + records
+            count += 1
         # An empty append still proves the journal writable (recover's check at start-up).
         self._ports.checkpoints.append(records)
         self._remember(after, records=self._journal_records + count)

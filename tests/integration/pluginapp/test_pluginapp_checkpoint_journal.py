@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import glob
 import os
 from collections.abc import Iterator
@@ -146,3 +147,28 @@ def test_a_journal_written_by_another_process_is_read_again(env: embedded.Embedd
     # anew (two records), instead of answering from memory that the claim is prepared.
     assert not prepare(env, ref).error
     assert _records_of(journal, ref.uid) == records + 2
+
+
+def test_a_journal_left_beside_a_snapshot_rewritten_by_an_older_plugin_is_not_replayed(
+    env: embedded.Embedded,
+) -> None:
+    ref = create_claim(env, "a", domain_id=create_domain(env))
+    assert not prepare(env, ref).error
+    snapshot, journal = _paths(env)
+    node(env).plugin.stop(grace_s=0)
+    with open(journal, "rb") as f:
+        assert f.read() == b"", "compacted at the stop"
+    # A downgrade: the older plugin unprepares the claim in the snapshot alone...
+    current = fs_checkpoints.read_checkpoint(snapshot)
+    assert current is not None
+    # ... while a journal of this release, following an earlier snapshot, is still there.
+    earlier = checkpoint_codec.snapshot_id(b"an earlier snapshot")
+    with open(journal, "wb") as f:
+        f.write(checkpoint_codec.base_record(earlier))
+        f.write(checkpoint_codec.encode_records(
+            dataclasses.replace(current, entries={}), current))
+    with open(snapshot, "wb") as f:
+        f.write(checkpoint_codec.encode(dataclasses.replace(current, entries={})))
+    recovered = _fresh_driver(env).recover()
+    assert ref.uid not in recovered.entries, "the stale journal brought the claim back"
+    assert os.path.getsize(journal) == 0

@@ -146,3 +146,23 @@ def test_expired_tombstones_are_found_through_the_index() -> None:
     after = checkpoint.expire_tombstones(cp, now=f.NOW)
     assert list(after.entries) == [f.OTHER_CLAIM_UID]
     assert checkpoint.index_of(after).tombstones == frozenset()
+
+
+def test_a_journal_that_follows_another_snapshot_is_stale_and_not_applied() -> None:
+    base, _, _, records = _two_changes()
+    old = checkpoint.snapshot_id(checkpoint.encode(base))
+    journal = checkpoint.base_record(old) + records
+    newer = checkpoint.indexed(dataclasses.replace(base, entries={}))
+    replayed = checkpoint.replay(newer, journal, snapshot=checkpoint.snapshot_id(
+        checkpoint.encode(newer)))
+    assert replayed.stale and replayed.valid_length == 0
+    assert replayed.checkpoint == newer
+
+
+def test_a_journal_that_follows_this_snapshot_is_applied() -> None:
+    base, _, two, records = _two_changes()
+    this = checkpoint.snapshot_id(checkpoint.encode(base))
+    replayed = checkpoint.replay(base, checkpoint.base_record(this) + records, snapshot=this)
+    assert not replayed.stale
+    assert replayed.checkpoint == two
+    assert replayed.records == 3
