@@ -73,7 +73,9 @@ class Reconciler:
 
     @property
     def watched_kinds(self) -> tuple[str, ...]:
-        return (kinds.COMPUTE_DOMAIN.kind, *RELATED_KINDS)
+        # Channel isolation also reads every ResourceClaim (a channel's last holders).
+        claims = (kinds.RESOURCE_CLAIM.kind,) if self._config.channel_isolation else ()
+        return (kinds.COMPUTE_DOMAIN.kind, *RELATED_KINDS, *claims)
 
     def watch_namespace(self, kind: str) -> str:
         """The namespace `kind` is listed and watched in ("" for all namespaces)."""

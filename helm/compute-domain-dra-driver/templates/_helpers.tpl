@@ -82,6 +82,21 @@ Empty fields fall back to the global `image`, the tag finally to the chart's app
 {{- if and (eq (include "cdd.mode" .) "driverManaged") (eq $iso "") -}}domain{{- else -}}{{ $iso }}{{- end -}}
 {{- end -}}
 
+{{/* "true" under host-managed channel isolation (one IMEX channel per ComputeDomain). */}}
+{{- define "cdd.channelIsolation" -}}
+{{- if and (include "cdd.hostManaged" .) (eq (include "cdd.isolation" .) "channel") -}}true{{- end -}}
+{{- end -}}
+
+{{/* Channel isolation sizes; the apps' defaults (2048, 8) when the values leave them out. */}}
+{{- define "cdd.channelsMax" -}}
+{{- $c := .Values.resources.computeDomains.imex.channels | default dict -}}
+{{- $c.max | default 2048 | int -}}
+{{- end -}}
+{{- define "cdd.channelSlots" -}}
+{{- $c := .Values.resources.computeDomains.imex.channels | default dict -}}
+{{- $c.slotsPerNode | default 8 | int -}}
+{{- end -}}
+
 {{/* ------------------------------------------------------------ feature gates */}}
 
 {{/*
@@ -210,6 +225,10 @@ kubelet's defaults.
   value: {{ include "cdd.mode" . | quote }}
 - name: IMEX_ISOLATION
   value: {{ include "cdd.isolation" . | quote }}
+- name: IMEX_CHANNELS_MAX
+  value: {{ include "cdd.channelsMax" . | quote }}
+- name: IMEX_CHANNEL_SLOTS
+  value: {{ include "cdd.channelSlots" . | quote }}
 - name: LOG_VERBOSITY
   value: {{ .Values.logVerbosity | toString | quote }}
 {{- end -}}

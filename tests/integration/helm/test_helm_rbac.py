@@ -98,10 +98,11 @@ class RecordingCluster(memory_cluster.InMemoryCluster):
 
 
 def _config(mode: str) -> models.DriverConfig:
-    if mode == "hostManaged":
+    if mode.startswith("hostManaged"):
+        # "hostManaged-channel": channel isolation (also reads ResourceClaims).
         return modes.resolve_driver_config(
-            mode=mode, isolation="none", feature_gates="HostManagedIMEX=true",
-            namespace=cr.NAMESPACE,
+            mode="hostManaged", isolation="channel" if mode.endswith("-channel") else "none",
+            feature_gates="HostManagedIMEX=true", namespace=cr.NAMESPACE,
         ).config
     return modes.resolve_driver_config(
         mode=mode, isolation="", feature_gates="", namespace=cr.NAMESPACE,
@@ -241,7 +242,12 @@ def _missing(objects: list[cr.Obj], account: str, needs: set[Need]) -> list[Need
     return sorted(need for need in needs if not _allows(granted, need))
 
 
-MODES = {"driverManaged": {}, "hostManaged": cr.host_managed()}
+MODES = {
+    "driverManaged": {},
+    "hostManaged": cr.host_managed(),
+    "hostManaged-channel": cr.imex("hostManaged", "channel",
+                                   featureGates={"HostManagedIMEX": True}),
+}
 
 
 @pytest.mark.parametrize("mode", sorted(MODES))
@@ -255,6 +261,8 @@ def test_controller_service_account_may_make_every_call_the_controller_makes(mod
     assert ("delete", names.API_GROUP, "computedomaincliques", cr.NAMESPACE) in needs
     assert ("patch", "", "nodes", "") in needs
     assert ("delete", "apps", "daemonsets", cr.NAMESPACE) in needs
+    if mode.endswith("-channel"):  # the channel table's claim informer
+        assert ("watch", "resource.k8s.io", "resourceclaims", "") in needs
     assert _missing(objects, f"{cr.RELEASE}-compute-domain-dra-driver-controller", needs) == []
 
 
