@@ -29,10 +29,11 @@ done
 dir=$(dirname "$cfg")
 nodes=$(sed -n 's/^IMEX_NODE_CONFIG_FILE=//p' "$cfg")
 [ -r "$nodes" ] || { echo "nvidia-imex(sim): cannot read nodes config '$nodes'" >&2; exit 1; }
-echo $$ > "$dir/imex.pid"
-echo "start $(tr '\n' ' ' < "$nodes")" >> "$dir/imex.events"
+# NB: handlers first: the pid file is what makes the simulated ctl answer READY.
 trap 'echo "SIGUSR1 $(tr "\n" " " < "$nodes")" >> "$dir/imex.events"' USR1
 trap 'echo TERM >> "$dir/imex.events"; rm -f "$dir/imex.pid"; exit 0' TERM INT
+echo "start $(tr '\n' ' ' < "$nodes")" >> "$dir/imex.events"
+echo $$ > "$dir/imex.pid"
 while :; do
   sleep 1 &
   wait $!

@@ -54,6 +54,14 @@ class IMEXSupervisor:
             child = self._child
         return child.pid if child is not None and child.poll() is None else None
 
+    def child_age_s(self) -> float | None:
+        """Seconds since the running child was started; None when none runs."""
+        with self._lock:
+            child, started_at = self._child, self._started_at
+        if child is None or child.poll() is not None:
+            return None
+        return self._clock() - started_at
+
     def start(self) -> None:
         """Start the child (raises OSError when the executable cannot run) and its watcher."""
         if self._thread is not None:

@@ -6,8 +6,9 @@
 One thread (the caller's) makes every decision and every write; the peer informer only hands
 over the newest object and wakes it. Order of a first start: render imexd.cfg, claim the entry
 (index), wait to see it in the peer list, write nodes.cfg (+ /etc/hosts), start nvidia-imex.
-After that, a change in what nvidia-imex reads is written and followed by SIGUSR1; readiness
-from `nvidia-imex-ctl -q` is polled and mirrored into the entry's status. On stop the child is
+After that, a change in what nvidia-imex reads is written and followed by SIGUSR1 (once the
+child answered READY or ran `reload_grace_s`, so it can take the signal); readiness from
+`nvidia-imex-ctl -q` is polled and mirrored into the entry's status. On stop the child is
 terminated and the entry removed.
 """
 
@@ -52,6 +53,7 @@ class DaemonRunner:
         max_nodes: int,
         ready_poll_s: float = 1.0,
         ready_recheck_s: float = 10.0,
+        reload_grace_s: float = 2.0,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._registry = registry
@@ -62,6 +64,7 @@ class DaemonRunner:
         self._max_nodes = max_nodes
         self._ready_poll_s = ready_poll_s
         self._ready_recheck_s = ready_recheck_s
+        self._reload_grace_s = reload_grace_s
         self._clock = clock
         self._wake = threading.Event()
         self._lock = threading.Lock()
@@ -69,6 +72,9 @@ class DaemonRunner:
         self._seen_object = False
         self._files: imexconfig.PeerFiles | None = None
         self._status = models.DomainStatus.NOT_READY
+        # The child pid that last answered READY, and whether it still has to re-read its files.
+        self._ready_pid: int | None = None
+        self._reload_pending = False
         self._next_poll = 0.0
         self.reloads = 0
 
@@ -136,13 +142,19 @@ class DaemonRunner:
 
     def _step(self) -> None:
         now = self._clock()
+        if self._ready_pid is not None and self._supervisor.pid != self._ready_pid:
+            # The child was restarted since it last said READY: ask the new one now.
+            self._ready_pid = None
+            self._next_poll = now
         if self._supervisor.started and now >= self._next_poll:
+            pid = self._supervisor.pid
             readiness = self._ctl.query()
             status = models.DomainStatus.READY if readiness.ready else models.DomainStatus.NOT_READY
             # NB: fast until Ready, then at a readiness probe's pace: on a big domain the
             # probes of every daemon would otherwise add up.
             interval = self._ready_recheck_s if readiness.ready else self._ready_poll_s
             self._next_poll = self._clock() + interval
+            self._ready_pid = pid if readiness.ready else None
             if status is not self._status:
                 log.info("event=imex_readiness status=%s detail=%r", status.value,
                          readiness.detail)
@@ -168,6 +180,24 @@ class DaemonRunner:
             if self._my_entry(obj) is None:
                 return
         self._apply_peers(obj)
+        self._reload_if_due()
+
+    def _reload_if_due(self) -> None:
+        # NB: SIGUSR1 only to a child that answered READY or has run `reload_grace_s`: one
+        # just started may not have its handler yet (the signal would kill it). Not "READY
+        # only": a daemon waiting for its peers may need the reload to ever become READY.
+        if not self._reload_pending:
+            return
+        age = self._supervisor.child_age_s()
+        if age is None:
+            self._reload_pending = False  # the next child reads the files when it starts
+            return
+        ready = self._ready_pid is not None and self._ready_pid == self._supervisor.pid
+        if not ready and age < self._reload_grace_s:
+            return  # retried on the next pass (at most `ready_poll_s` away while not Ready)
+        if self._supervisor.reload():
+            self.reloads += 1
+        self._reload_pending = False
 
     def _apply_peers(self, obj: Mapping[str, Any] | None) -> None:
         peers = membership.peers_of(
@@ -197,8 +227,8 @@ class DaemonRunner:
             self._supervisor.start()
             self._next_poll = self._clock()
             self._wake.set()
-        elif self._supervisor.reload():
-            self.reloads += 1
+        else:
+            self._reload_pending = True
 
     def _my_entry(self, obj: Mapping[str, Any] | None) -> membership.Peer | None:
         if obj is None:

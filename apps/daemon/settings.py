@@ -37,6 +37,7 @@ class Settings:
     kubeconfig: str | None
     ready_poll_s: float
     ready_recheck_s: float
+    reload_grace_s: float
     nvml: str
     nvidia_driver_root: str
     log_verbosity: int
@@ -85,6 +86,9 @@ def parse(argv: Sequence[str] | None, env: Mapping[str, str]) -> Settings:
     add("--ready-recheck-seconds", type=float,
         default=float(env.get("READY_RECHECK_SECONDS", "10")),
         help="how often it is asked once READY (a readiness probe's period)")
+    add("--reload-grace-seconds", type=float,
+        default=float(env.get("RELOAD_GRACE_SECONDS", "2")),
+        help="SIGUSR1 waits until nvidia-imex answered READY or ran this long")
     add("--nvml", default=env.get("NVML", "real"),
         help="where `check` learns the clique when CLIQUE_ID is unset: real | simulated:<profile>")
     add("--nvidia-driver-root", default=env.get("NVIDIA_DRIVER_ROOT", "/"))
@@ -108,6 +112,7 @@ def parse(argv: Sequence[str] | None, env: Mapping[str, str]) -> Settings:
         kubeconfig=ns.kubeconfig,
         ready_poll_s=ns.ready_poll_seconds,
         ready_recheck_s=ns.ready_recheck_seconds,
+        reload_grace_s=ns.reload_grace_seconds,
         nvml=ns.nvml,
         nvidia_driver_root=ns.nvidia_driver_root,
         log_verbosity=ns.log_verbosity,

@@ -88,5 +88,6 @@ def run_daemon(
         max_nodes=settings.max_nodes,
         ready_poll_s=settings.ready_poll_s,
         ready_recheck_s=settings.ready_recheck_s,
+        reload_grace_s=settings.reload_grace_s,
     )
     return runner.run(stop)

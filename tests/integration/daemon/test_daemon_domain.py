@@ -91,7 +91,7 @@ def test_sigterm_removes_the_entry_and_stops_nvidia_imex(served, bin_dir, launch
     nodes = dp.nodes(tmp_path, 2)
     procs = [launch(dp.daemon_args(n, cd_uid=cd_uid, kubeconfig=kubeconfig, bin_dir=bin_dir))
              for n in nodes]
-    dp.eventually(lambda: len(dp.entries(cluster, cd_uid=cd_uid)) == 2, what="two entries")
+    dp.eventually(lambda: dp.ready_entries(cluster, cd_uid, 2), what="two Ready entries")
 
     procs[1].signal(signal.SIGTERM)
     assert procs[1].wait() == 0
@@ -161,3 +161,23 @@ def test_without_cliques_and_dns_names_entries_go_to_cd_status_and_nodes_cfg_lis
                       what=f"nodes.cfg of {node.name}")
         assert node.hosts_file.read_text(encoding="utf-8") == dp.HOSTS_SEED
     assert dp.entries(cluster, cd_uid=cd_uid) == []  # no clique object
+
+
+def test_sigusr1_waits_until_nvidia_imex_can_take_it(served, bin_dir, launch, tmp_path):
+    # A child that has not answered READY (and is inside the grace period) may not have its
+    # SIGUSR1 handler yet: the change is written, the signal waits for READY.
+    cluster, kubeconfig = served
+    cd_uid = dp.compute_domain(cluster)
+    first, joiner = dp.nodes(tmp_path, 2)
+    fake.set_state(first.config_dir, "UNAVAILABLE")
+    args = dp.daemon_args(first, cd_uid=cd_uid, kubeconfig=kubeconfig, bin_dir=bin_dir)
+    args += ["--reload-grace-seconds", "600"]
+    launch(args)
+    dp.eventually(lambda: fake.starts(first.config_dir), what="first nvidia-imex started")
+    launch(dp.daemon_args(joiner, cd_uid=cd_uid, kubeconfig=kubeconfig, bin_dir=bin_dir))
+    dp.eventually(lambda: len(_hosts_block(first)) == 2, what="the joiner in first's hosts")
+    assert fake.reloads(first.config_dir) == []
+
+    fake.set_state(first.config_dir, None)  # READY
+    dp.eventually(lambda: fake.reloads(first.config_dir), what="SIGUSR1 once READY")
+    assert len(fake.starts(first.config_dir)) == 1
