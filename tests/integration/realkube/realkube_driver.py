@@ -48,6 +48,16 @@ MODES: dict[str, Obj] = {
     },
 }
 
+# Installed only by the tests that ask for them (the `installed` fixture runs MODES).
+EXTRA_MODES: dict[str, Obj] = {
+    # Channel isolation with 2 assignable channels, so a third ComputeDomain exhausts them.
+    "hostManaged-channel-max3": {
+        "featureGates": {"HostManagedIMEX": True},
+        "resources": {"computeDomains": {"imex": {
+            "mode": "hostManaged", "isolation": "channel", "channels": {"max": 3}}}},
+    },
+}
+
 
 def nodes() -> tuple[str, ...]:
     return tuple(str(n) for n in simulated.profile_nodes(PROFILE))
@@ -148,7 +158,7 @@ class Driver:
         self.kube = kube
         self.mode = mode
         self.workdir = workdir
-        self.rendered = render(MODES[mode])
+        self.rendered = render({**MODES, **EXTRA_MODES}[mode])
         self._started: list[AppProcess] = []
         self._node_roots: list[pathlib.Path] = []
 
