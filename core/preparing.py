@@ -486,7 +486,10 @@ def _prepare_steps(
     )
     unexpired = checkpoints.expire_tombstones(checkpoint, now=now)
     # The tombstones that expired go in the same write as the new entry.
-    changed = (claim.uid, *sorted(set(checkpoint.entries) - set(unexpired.entries)))
+    expired = () if unexpired is checkpoint else tuple(sorted(
+        uid for uid in checkpoints.index_of(checkpoint).tombstones if uid not in unexpired.entries
+    ))
+    changed = (claim.uid, *expired)
     base = dataclasses.replace(unexpired, mode=config.mode, isolation=config.isolation)
     cp_started = _with_entry(base, started)
     cp_completed = _with_entry(base, completed)

@@ -101,7 +101,7 @@ class PluginDriver:
         else:
             current = self._read_checkpoint()
         fresh = checkpoint_codec.after_boot(current, boot_id=self._node.boot_id)
-        if fresh.entries.keys() != current.entries.keys():
+        if fresh is not current and fresh.entries.keys() != current.entries.keys():
             log.warning(
                 "event=node_rebooted node=%s dropped_claims=%d",
                 self._node.node_name, len(current.entries) - len(fresh.entries),

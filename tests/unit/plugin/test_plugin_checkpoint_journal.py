@@ -166,3 +166,26 @@ def test_a_journal_that_follows_this_snapshot_is_applied() -> None:
     assert not replayed.stale
     assert replayed.checkpoint == two
     assert replayed.records == 3
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 150), st.booleans()), max_size=400))
+def test_property_derived_entries_behave_as_a_plain_dict(
+    steps: list[tuple[int, bool]],
+) -> None:
+    # Many small changes: the shared-base mapping folds its changes more than once.
+    current = checkpoint.indexed(dataclasses.replace(_small(), entries={}))
+    model: dict[str, models.CheckpointEntry] = {}
+    for number, put in steps:
+        uid = names.ClaimUID(f"claim-{number}")
+        if put:
+            entry = _entry(uid, updated_at=float(len(model)))
+            current, model[uid] = checkpoint.with_entry(current, entry), entry
+        else:
+            current = checkpoint.without_entry(current, uid)
+            model.pop(uid, None)
+        assert len(current.entries) == len(model)
+    assert dict(current.entries) == model
+    assert current.entries == model and sorted(current.entries) == sorted(model)
+    assert all((uid in current.entries) == (uid in model) for uid in map(
+        lambda n: names.ClaimUID(f"claim-{n}"), range(151)))
