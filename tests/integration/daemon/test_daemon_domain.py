@@ -61,8 +61,8 @@ def test_a_joining_peer_signals_running_daemons_but_a_fresh_start_is_not_signall
     assert fake.reloads(first.config_dir) == []
 
     launch(dp.daemon_args(joiner, cd_uid=cd_uid, kubeconfig=kubeconfig, bin_dir=bin_dir))
-    dp.eventually(lambda: fake.reloads(first.config_dir), what="SIGUSR1 to the first nvidia-imex")
-    dp.eventually(lambda: fake.starts(joiner.config_dir), what="the joiner's nvidia-imex")
+    dp.eventually(lambda: bool(fake.reloads(first.config_dir)), what="SIGUSR1 to the first")
+    dp.eventually(lambda: bool(fake.starts(joiner.config_dir)), what="the joiner's nvidia-imex")
     assert fake.reloads(joiner.config_dir) == []
     assert len(fake.starts(first.config_dir)) == 1  # signalled, not restarted
 
@@ -73,7 +73,7 @@ def test_readiness_follows_nvidia_imex_ctl(served, bin_dir, launch, tmp_path):
     (node,) = dp.nodes(tmp_path, 1)
     fake.set_state(node.config_dir, "UNAVAILABLE")
     launch(dp.daemon_args(node, cd_uid=cd_uid, kubeconfig=kubeconfig, bin_dir=bin_dir))
-    dp.eventually(lambda: fake.starts(node.config_dir), what="nvidia-imex started")
+    dp.eventually(lambda: bool(fake.starts(node.config_dir)), what="nvidia-imex started")
     dp.eventually(lambda: [p.status for p in dp.entries(cluster, cd_uid=cd_uid)] == [
         models.DomainStatus.NOT_READY], what="a NotReady entry")
 
@@ -173,11 +173,12 @@ def test_sigusr1_waits_until_nvidia_imex_can_take_it(served, bin_dir, launch, tm
     args = dp.daemon_args(first, cd_uid=cd_uid, kubeconfig=kubeconfig, bin_dir=bin_dir)
     args += ["--reload-grace-seconds", "600"]
     launch(args)
-    dp.eventually(lambda: fake.starts(first.config_dir), what="first nvidia-imex started")
+    dp.eventually(lambda: bool(fake.starts(first.config_dir)), what="first nvidia-imex started")
     launch(dp.daemon_args(joiner, cd_uid=cd_uid, kubeconfig=kubeconfig, bin_dir=bin_dir))
     dp.eventually(lambda: len(_hosts_block(first)) == 2, what="the joiner in first's hosts")
     assert fake.reloads(first.config_dir) == []
 
     fake.set_state(first.config_dir, None)  # READY
-    dp.eventually(lambda: fake.reloads(first.config_dir), what="SIGUSR1 once READY")
-    assert len(fake.starts(first.config_dir)) == 1
+    dp.eventually(lambda: bool(fake.reloads(first.config_dir)), what="SIGUSR1 once READY")
+    events = fake.events(first.config_dir)
+    assert len(fake.starts(first.config_dir)) == 1, events
