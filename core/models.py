@@ -282,6 +282,17 @@ class NodeFacts:
     # lacks it) and the host directory holding one IMEX config dir per ComputeDomain.
     imex_mgmt: ImexMgmtDevice | None = None
     daemon_config_root: str = ""
+    # The host driver's `nvidia-imex` / `nvidia-imex-ctl`, mounted into daemon pods (our image
+    # ships no driver files; empty where the node has none).
+    imex_binaries: tuple[HostBinary, ...] = ()
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class HostBinary:
+    """A host executable bind-mounted read-only into a container at `container_path`."""
+
+    host_path: str
+    container_path: str
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

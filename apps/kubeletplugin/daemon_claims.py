@@ -5,12 +5,15 @@ directory (`<plugin dir>/domains/<cdUID>`, mounted at `/imexd`). Both are wired 
 plugin's own wiring changes by two calls. Inputs (environment; the chart sets them):
 - IMEX_DAEMON_CONFIG_TEMPLATE: path of the `imexd.cfg` template (default: the built-in one);
 - IMEX_MGMT_CAPABILITY_PATH: the capability file (default: beside the `--proc-devices` file,
-  i.e. /proc/driver/nvidia/capabilities/fabric-imex-mgmt for the real /proc/devices).
+  i.e. /proc/driver/nvidia/capabilities/fabric-imex-mgmt for the real /proc/devices);
+- HOST_DRIVER_ROOT: the driver root as the host sees it (the chart's nvidiaDriverRoot; the
+  plugin sees it at --nvidia-driver-root), for the daemon pods' `nvidia-imex` mounts.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
 from collections.abc import Mapping
 
@@ -21,6 +24,9 @@ from core.computedomain import daemon_claim, imexconfig
 
 TEMPLATE_ENV = "IMEX_DAEMON_CONFIG_TEMPLATE"
 CAPABILITY_ENV = "IMEX_MGMT_CAPABILITY_PATH"
+HOST_DRIVER_ROOT_ENV = "HOST_DRIVER_ROOT"
+
+log = logging.getLogger(__name__)
 
 
 def with_daemon_facts(
@@ -37,8 +43,19 @@ def with_daemon_facts(
         capability_path=env.get(CAPABILITY_ENV) or capability_path(settings.proc_devices),
         proc_devices_text=files.read_text(settings.proc_devices) or "",
     )
+    binaries = find_imex_binaries(
+        settings.nvidia_driver_root, host_driver_root=env.get(HOST_DRIVER_ROOT_ENV) or "/"
+    )
+    if len(binaries) < len(daemon_claim.IMEX_BINARY_NAMES):
+        log.warning(
+            "event=imex_binaries_missing driver_root=%s found=%s hint=%r",
+            settings.nvidia_driver_root, ",".join(b.container_path for b in binaries) or "none",
+            "install the nvidia-imex package of the node's driver version: IMEX daemon pods "
+            "on this node cannot start nvidia-imex without it",
+        )
     return dataclasses.replace(
         node,
+        imex_binaries=binaries,
         imex_mgmt=device,
         daemon_config_root=os.path.join(
             os.path.abspath(settings.plugin_dir), daemon_claim.DOMAINS_DIR_NAME
@@ -70,6 +87,21 @@ def cdi_store(
             )
         template = text
     return config_dirs.DaemonConfigDirs(inner, root=node.daemon_config_root, template=template)
+
+
+def find_imex_binaries(
+    driver_root: str, *, host_driver_root: str
+) -> tuple[models.HostBinary, ...]:
+    """`nvidia-imex` and `nvidia-imex-ctl` under the driver root (as mounted in the plugin)."""
+    found: list[models.HostBinary] = []
+    for name in daemon_claim.IMEX_BINARY_NAMES:
+        for directory in daemon_claim.DRIVER_BINARY_DIRS:
+            relative = f"{directory}/{name}"
+            if os.access(os.path.join(driver_root, relative), os.X_OK):
+                found.append(daemon_claim.imex_binary(
+                    host_driver_root=host_driver_root, relative_path=relative))
+                break
+    return tuple(found)
 
 
 def capability_path(proc_devices: str) -> str:

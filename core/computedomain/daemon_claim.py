@@ -4,8 +4,10 @@ The daemon learns everything node- and domain-specific from these edits, not fro
 spec: its ComputeDomain (`COMPUTE_DOMAIN_UUID`/`_NAME`/`_NAMESPACE`), the node's NVLink clique
 (`CLIQUE_ID`, empty on a node without fabric), a bind mount of the per-domain host directory at
 `/imexd` (where the plugin leaves the `imexd.cfg` template and the daemon writes `nodes.cfg`),
-and, on a node with a clique, the IMEX management capability device `nvidia-imex` needs
-(`/dev/nvidia-caps/nvidia-cap<N>`, N from `/proc/driver/nvidia/capabilities/fabric-imex-mgmt`).
+the host driver's `nvidia-imex` and `nvidia-imex-ctl` (read-only, at /usr/bin: the daemon image
+ships no driver files), and, on a node with a clique, the IMEX management capability device
+`nvidia-imex` needs (`/dev/nvidia-caps/nvidia-cap<N>`, N from
+`/proc/driver/nvidia/capabilities/fabric-imex-mgmt`).
 """
 
 from __future__ import annotations
@@ -26,6 +28,11 @@ ENV_DOMAIN_NAME = "COMPUTE_DOMAIN_NAME"
 ENV_DOMAIN_NAMESPACE = "COMPUTE_DOMAIN_NAMESPACE"
 
 _MOUNT_OPTIONS = ("rw", "nosuid", "nodev", "bind")
+_BINARY_MOUNT_OPTIONS = ("ro", "nosuid", "nodev", "bind")
+IMEX_BINARY_NAMES = ("nvidia-imex", "nvidia-imex-ctl")
+# Where a driver installation keeps its executables, relative to the driver root.
+DRIVER_BINARY_DIRS = ("usr/bin", "usr/sbin", "bin", "sbin", "usr/local/bin")
+CONTAINER_BINARY_DIR = "/usr/bin"
 
 
 def domain_config_dir(root: str, domain_uid: str) -> str:
@@ -76,6 +83,15 @@ def parse_mgmt_capability(text: str, *, major: int) -> models.ImexMgmtDevice:
     )
 
 
+def imex_binary(*, host_driver_root: str, relative_path: str) -> models.HostBinary:
+    """The mount of one driver executable found at `relative_path` under the driver root."""
+    name = posixpath.basename(relative_path)
+    return models.HostBinary(
+        host_path=posixpath.join(host_driver_root, relative_path),
+        container_path=posixpath.join(CONTAINER_BINARY_DIR, name),
+    )
+
+
 def check_node_can_run_daemon(node: models.NodeFacts) -> None:
     """Refuse a daemon claim on a node with a clique but no IMEX management device.
 
@@ -114,6 +130,11 @@ def daemon_devices(
             }
         ],
     }
+    edits["mounts"] += [
+        {"hostPath": binary.host_path, "containerPath": binary.container_path,
+         "options": list(_BINARY_MOUNT_OPTIONS)}
+        for binary in node.imex_binaries
+    ]
     if node.clique_id and node.imex_mgmt is not None:
         device = node.imex_mgmt
         edits["deviceNodes"] = [

@@ -335,6 +335,8 @@ def test_kubelet_plugin_always_mounts_the_driver_root_read_only_at_driver_root(
     assert (mount["mountPath"], mount["readOnly"]) == ("/driver-root", True)
     env = cr.container_env(plugin)
     assert (env["NVIDIA_DRIVER_ROOT"], env["NVIDIA_VISIBLE_DEVICES"]) == ("/driver-root", "void")
+    # The host's view of the same root: daemon pods mount nvidia-imex from there.
+    assert env["HOST_DRIVER_ROOT"] == driver_root
 
 
 def test_kubelet_plugin_probes_grpc_health_and_reads_downward_api() -> None:

@@ -61,3 +61,20 @@ def test_a_node_without_fabric_gets_no_mgmt_device_and_an_empty_clique() -> None
 def test_a_clique_node_without_the_mgmt_device_refuses_daemon_claims_saying_why() -> None:
     with pytest.raises(errors.PermanentError, match="fabric-imex-mgmt"):
         daemon_claim.check_node_can_run_daemon(dataclasses.replace(NODE, imex_mgmt=None))
+
+
+def test_the_host_drivers_imex_binaries_are_mounted_read_only_on_the_daemons_path() -> None:
+    binaries = tuple(
+        daemon_claim.imex_binary(host_driver_root="/run/nvidia/driver", relative_path=path)
+        for path in ("usr/bin/nvidia-imex", "usr/sbin/nvidia-imex-ctl")
+    )
+    node = dataclasses.replace(NODE, imex_binaries=binaries)
+    (device,) = daemon_claim.daemon_devices(claim_uid="c-1", domain=CD, node=node)
+    mounts = {m["containerPath"]: m for m in device["containerEdits"]["mounts"]}
+    assert mounts["/usr/bin/nvidia-imex"]["hostPath"] == "/run/nvidia/driver/usr/bin/nvidia-imex"
+    assert mounts["/usr/bin/nvidia-imex-ctl"]["hostPath"] == (
+        "/run/nvidia/driver/usr/sbin/nvidia-imex-ctl"
+    )
+    assert all("ro" in mounts[p]["options"] for p in ("/usr/bin/nvidia-imex",
+                                                       "/usr/bin/nvidia-imex-ctl"))
+    assert mounts[daemon_claim.CONTAINER_CONFIG_DIR]["options"][0] == "rw"
