@@ -185,14 +185,19 @@ def _startup(env: embedded.Embedded, node: embedded.SimulatedNode, *, runs: int)
     out: dict[str, Any] = {}
     for name in ("after_graceful_stop", "after_kill_with_journal"):
         if name == "after_kill_with_journal":
-            # Rewrite every entry into the journal: the most a start-up can have to replay.
+            # A journal as full as the plugin lets it grow: the most a start-up replays.
             driver = fresh()
             current = driver.recover()
+            most = plugin_driver.compaction_threshold(len(current.entries))
+            kept = dict(list(current.entries.items())[:most])
             with open(journal, "ab") as f:
                 f.write(checkpoint_codec.encode_records(
-                    dataclasses.replace(current, entries={}), current))
+                    dataclasses.replace(current, entries={}),
+                    dataclasses.replace(current, entries=kept)))
         samples = [stats.timed(lambda: fresh().recover()) for _ in range(runs)]
-        out[name] = {**stats.summarize(samples), "journal_bytes": os.path.getsize(journal)}
+        summary = stats.summarize(samples)
+        out[name] = {**summary, "journal_bytes": os.path.getsize(journal),
+                     "p50_over_goal_0_5s": _ratio(summary["p50_ms"], 500.0)}
     return out
 
 

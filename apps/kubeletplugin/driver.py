@@ -29,9 +29,15 @@ log = logging.getLogger(__name__)
 Clock = Callable[[], float]
 # Leave the kubelet this long before its deadline to receive our answer.
 _ANSWER_MARGIN_S = 0.2
-# The journal is compacted into a new snapshot once it holds more records than this or
-# the claims on the node, whichever is more (start-up replays at most that many).
+# The journal is compacted into a new snapshot once it holds more records than this or a
+# quarter of the claims on the node, whichever is more: a start-up replays at most that many
+# records, and a compaction (O(claims)) comes at most once per that many writes.
 _COMPACT_MIN_RECORDS = 1024
+
+
+def compaction_threshold(claims: int) -> int:
+    """The most journal records kept before the journal is folded into a new snapshot."""
+    return max(_COMPACT_MIN_RECORDS, claims // 4)
 # The ComputeDomains a prepare may look up, by UID (a cache view, or a fresh list).
 DomainsView = Callable[[], Mapping[names.ComputeDomainUID, models.ComputeDomain]]
 # Returns None when the host IMEX daemon is ready, else the error to report.
@@ -181,7 +187,7 @@ class PluginDriver:
         count = records.count(b"\n")
         # Compact once the journal outgrows the state: replay at start-up stays O(claims)
         # and the amortised cost of a write stays O(1).
-        if self._journal_records + count > max(_COMPACT_MIN_RECORDS, len(after.entries)):
+        if self._journal_records + count > compaction_threshold(len(after.entries)):
             self._compact(after)
             return
         if self._journal_records == 0 and records:
