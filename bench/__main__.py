@@ -12,7 +12,13 @@ import sys
 import tempfile
 import time
 
-from bench import controller_latency, daemon_domain, realkube_controller, scenarios
+from bench import (
+    channel_assignment,
+    controller_latency,
+    daemon_domain,
+    realkube_controller,
+    scenarios,
+)
 
 
 def main() -> int:
@@ -62,6 +68,9 @@ def main() -> int:
     print("controller: CD -> RCT with 1 / 2,000 live CDs, one failing, list calls ...", flush=True)
     results["controller_queue"] = controller_latency.controller_bench(
         runs=50 if args.quick else 200, live=200 if args.quick else 2000)
+    print("channel isolation: assignment and CD -> Ready with 2,000 live CDs ...", flush=True)
+    results["channel_isolation"] = channel_assignment.run(
+        live=200 if args.quick else 2000, runs=50 if args.quick else 200)
     print("ComputeDomain -> ResourceClaimTemplate on a real kube-apiserver ...", flush=True)
     results["cd_to_rct_real_apiserver"] = realkube_controller.cd_to_rct_on_real_server(
         one_at_a_time=10 if args.quick else 50, burst=20 if args.quick else 200)

@@ -100,6 +100,25 @@ def build_table(
     )
 
 
+def table_from_taken(
+    taken: Iterable[int], *, own: Iterable[ClaimChannel] = (),
+    max_channels: int = DEFAULT_MAX_CHANNELS,
+) -> ChannelTable:
+    """A table from the channel IDs known to be held (holders unnamed), plus the channels one
+    ComputeDomain's own claims carry: what an assignment for that CD needs, built without one
+    object per holder (the controller reads `taken` from its informers' indexes)."""
+    held = {c for c in taken if c >= FIRST_ASSIGNABLE}
+    by_domain: dict[str, int] = {}
+    for claim in own:
+        if claim.channel_id >= FIRST_ASSIGNABLE:
+            held.add(claim.channel_id)
+            by_domain.setdefault(claim.domain_uid, claim.channel_id)
+    unnamed: frozenset[str] = frozenset()
+    return ChannelTable(
+        max_channels=max_channels, holders=dict.fromkeys(held, unnamed), by_domain=by_domain
+    )
+
+
 def with_assignment(table: ChannelTable, *, domain_uid: str, channel_id: int) -> ChannelTable:
     """The table after `domain_uid` takes `channel_id` (an assignment not yet observed)."""
     holders = dict(table.holders)

@@ -10,26 +10,28 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 
 from core import channels, models
 
 log = logging.getLogger(__name__)
 
-Snapshot = Callable[[], tuple[Iterable[channels.DomainChannel], Iterable[channels.ClaimChannel]]]
+# (CD UID, max channels) -> the table as the cluster shows it (without this process's pending
+# choices): rebuilt from lists, or read from the informers' channel indexes.
+TableSource = Callable[[str, int], channels.ChannelTable]
 
 
 class ChannelAllocator:
     """Gives each ComputeDomain a channel unique across the cluster (lowest free first)."""
 
-    def __init__(self, *, max_channels: int, snapshot: Snapshot) -> None:
+    def __init__(self, *, max_channels: int, snapshot: TableSource) -> None:
         self._max = max_channels
         self._snapshot = snapshot
         self._lock = threading.Lock()
         # CD UID -> channel assigned by this process, until its status is seen with it.
         self._pending: dict[str, int] = {}
 
-    def use_snapshot(self, snapshot: Snapshot) -> None:
+    def use_snapshot(self, snapshot: TableSource) -> None:
         """A new leadership term reads from its own caches; earlier choices are forgotten
         (they are in the CDs' status by now, or were never written and are free)."""
         with self._lock:
@@ -46,7 +48,7 @@ class ChannelAllocator:
             pending = self._pending.get(cd.uid)
             if pending is not None:
                 return pending, ""
-            table = self._table()
+            table = self._table(cd.uid)
             # Claims of this CD may name a channel its status lost: keep it, never a second one.
             channel = table.channel_of(cd.uid)
             if channel is None:
@@ -68,10 +70,8 @@ class ChannelAllocator:
         with self._lock:
             self._pending.pop(uid, None)
 
-    def _table(self) -> channels.ChannelTable:
-        domains, claims = self._snapshot()
-        live = list(domains)
-        table = channels.build_table(domains=live, claims=claims, max_channels=self._max)
+    def _table(self, uid: str) -> channels.ChannelTable:
+        table = self._snapshot(uid, self._max)
         for uid, channel in self._pending.items():
             table = channels.with_assignment(table, domain_uid=uid, channel_id=channel)
         return table

@@ -186,15 +186,13 @@ class Reconciler:
         )
         return self._apply(actions)
 
-    def _listed_channels(
-        self,
-    ) -> tuple[list[channels.DomainChannel], list[channels.ClaimChannel]]:
-        """The channel table's inputs from fresh lists (the hand-stepped `reconcile_all`)."""
+    def _listed_channels(self, _uid: str, max_channels: int) -> channels.ChannelTable:
+        """The channel table from fresh lists (the hand-stepped `reconcile_all`)."""
         domains = [channels.domain_channel_from_k8s(o)
                    for o in self._cluster.list(kinds.COMPUTE_DOMAIN.kind).items]
         claims = [c for o in self._cluster.list(kinds.RESOURCE_CLAIM.kind).items
                   for c in channels.claim_channels_from_k8s(o)]
-        return domains, claims
+        return channels.build_table(domains=domains, claims=claims, max_channels=max_channels)
 
     # ------------------------------------------------------------ reporting
 

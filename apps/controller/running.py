@@ -56,7 +56,7 @@ class Controller:
         self.synced = threading.Event()
         self.stopped = threading.Event()
         # Channel isolation: this term's table is rebuilt from this term's caches.
-        reconciler.channels.use_snapshot(self.caches.channel_snapshot)
+        reconciler.channels.use_snapshot(self.caches.channel_table)
         self._wire_handlers()
 
     # ------------------------------------------------------------ running
