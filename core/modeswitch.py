@@ -70,6 +70,20 @@ def installed_modes(slices: Iterable[PublishedSlice]) -> frozenset[models.IMEXMo
     )
 
 
+def installed_isolations(slices: Iterable[PublishedSlice]) -> frozenset[models.Isolation]:
+    """The isolations the node plugins run with now, judged by the devices they publish
+    (slots: channel; a daemon device: domain; channel 0 alone: none; nothing: unknown)."""
+    found: set[models.Isolation] = set()
+    for s in slices:
+        if names.DEVICE_TYPE_SLOT in s.device_types:
+            found.add(models.Isolation.CHANNEL)
+        elif names.DEVICE_TYPE_DAEMON in s.device_types:
+            found.add(models.Isolation.DOMAIN)
+        elif names.DEVICE_TYPE_CHANNEL in s.device_types:
+            found.add(models.Isolation.NONE)
+    return frozenset(found)
+
+
 def claim_in_use(claim: models.ResourceClaim) -> bool:
     """Allocated by this driver and reserved by someone: prepared, or about to be, on a node."""
     return (
@@ -86,12 +100,16 @@ def find_blockers(
     isolation: models.Isolation,
     claims: Iterable[models.ResourceClaim] = (),
     installed: frozenset[models.IMEXMode] = frozenset(),
+    installed_isolation: frozenset[models.Isolation] | None = None,
 ) -> tuple[Blocker, ...]:
     """Everything the requested mode/isolation would strand, sorted by reason, namespace, name.
 
     A ComputeDomain no driver has touched yet (no stamp, no finalizer) does not block: no
     daemon, label or channel exists for it, so the new controller admits it like any new one.
-    Claims in use block only when `installed` is not exactly the requested mode.
+    Claims in use block only when `installed` is not exactly the requested mode, or (when
+    known) `installed_isolation` holds another isolation than the requested one: switching
+    isolation is a mode switch (a claim prepared on channel 0 must not meet one on its own
+    channel, nor the other way round).
     """
     wanted = f"{mode.value}/{isolation.value}"
     blockers: list[Blocker] = []
@@ -103,7 +121,10 @@ def find_blockers(
         elif not admitted and names.COMPUTE_DOMAIN_FINALIZER in cd.meta.finalizers:
             blockers.append(Blocker(namespace=cd.meta.namespace, name=cd.meta.name,
                                     reason=Reason.UNSTAMPED))
-    if installed != frozenset({mode}):
+    other_isolation = installed_isolation is not None and bool(
+        installed_isolation - {isolation}
+    )
+    if installed != frozenset({mode}) or other_isolation:
         blockers += [
             Blocker(namespace=c.namespace, name=c.name, reason=Reason.CLAIM_IN_USE,
                     admitted=_label(installed))

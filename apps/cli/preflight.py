@@ -47,6 +47,8 @@ def check(cluster: ports.Cluster, *, mode: str, isolation: str, feature_gates: s
         claims=[c for c in (_claim(obj) for obj in claims) if c is not None],
         installed=modeswitch.installed_modes(_published(obj) for obj in slices
                                              if _is_ours(obj)),
+        installed_isolation=modeswitch.installed_isolations(
+            _published(obj) for obj in slices if _is_ours(obj)),
     )
     if not blockers:
         return ""
