@@ -11,6 +11,7 @@ from __future__ import annotations
 import collections.abc
 import contextlib
 import dataclasses
+import gc
 import logging
 import threading
 import time
@@ -128,9 +129,10 @@ class PluginDriver:
             return self._start_without_checkpoint()
         snapshot = checkpoint_codec.snapshot_id(raw)
         try:
-            replayed = checkpoint_codec.replay(
-                checkpoint_codec.decode(raw), journal, snapshot=snapshot
-            )
+            with _collector_paused():
+                replayed = checkpoint_codec.replay(
+                    checkpoint_codec.decode(raw), journal, snapshot=snapshot
+                )
         except errors.CheckpointCorruptError as exc:
             return self._recover_corrupt_checkpoint(exc)
         self._snapshot_id = snapshot
@@ -858,6 +860,23 @@ class PluginDriver:
     def _observe_call(self, operation: str, seconds: float) -> None:
         if self._metrics is not None:
             self._metrics.observe_call(operation=operation, seconds=seconds)
+
+
+@contextlib.contextmanager
+def _collector_paused() -> collections.abc.Iterator[None]:
+    """No cyclic garbage collection while a checkpoint is parsed.
+
+    Parsing creates some 100,000 objects at 10,000 claims, all of them kept. Without the
+    pause they trigger full collections that walk the whole heap, which triples the load
+    time in a process that holds much else.
+    """
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 def _claim_or_placeholder(raw: Mapping[str, Any]) -> models.ResourceClaim:
