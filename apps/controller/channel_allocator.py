@@ -38,8 +38,11 @@ class ChannelAllocator:
             self._snapshot = snapshot
             self._pending.clear()
 
-    def channel_for(self, cd: models.ComputeDomain) -> tuple[int | None, str]:
-        """(channel, "") for `cd`, or (None, why) when every channel is taken."""
+    def channel_for(
+        self, cd: models.ComputeDomain, *, source: TableSource | None = None
+    ) -> tuple[int | None, str]:
+        """(channel, "") for `cd`, or (None, why) when every channel is taken. `source`
+        overrides where the cluster's table comes from (one list per pass, not per CD)."""
         recorded = cd.status.channel_id if cd.status is not None else None
         with self._lock:
             if recorded is not None:
@@ -48,7 +51,7 @@ class ChannelAllocator:
             pending = self._pending.get(cd.uid)
             if pending is not None:
                 return pending, ""
-            table = self._table(cd.uid)
+            table = self._table(cd.uid, source or self._snapshot)
             # Claims of this CD may name a channel its status lost: keep it, never a second one.
             channel = table.channel_of(cd.uid)
             if channel is None:
@@ -70,8 +73,14 @@ class ChannelAllocator:
         with self._lock:
             self._pending.pop(uid, None)
 
-    def _table(self, uid: str) -> channels.ChannelTable:
-        table = self._snapshot(uid, self._max)
+    def forget_missing(self, live_uids: frozenset[str]) -> None:
+        """Drop the unwritten choices of CDs no longer listed (the list-driven pass)."""
+        with self._lock:
+            for uid in set(self._pending) - live_uids:
+                del self._pending[uid]
+
+    def _table(self, uid: str, source: TableSource) -> channels.ChannelTable:
+        table = source(uid, self._max)
         for uid, channel in self._pending.items():
             table = channels.with_assignment(table, domain_uid=uid, channel_id=channel)
         return table

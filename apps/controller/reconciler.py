@@ -99,12 +99,21 @@ class Reconciler:
             return controlling.observe(cd, objects=index, config=self._config,
                                        conditions=controlling.conditions_from_k8s(raw))
 
+        pass_table: list[channels.ChannelTable] = []
+
+        def channel_table(uid: str, max_channels: int) -> channels.ChannelTable:
+            # Listed once per pass (lazily): this pass's own choices are the allocator's
+            # pending ones, which it lays over this table.
+            if not pass_table:
+                pass_table.append(self._listed_channels(uid, max_channels, domains=domains))
+            return pass_table[0]
+
         applied = 0
         live: set[str] = set()
         for raw in domains:
             live.add(str((raw.get("metadata") or {}).get("uid", "")))
             try:
-                applied += self.sync_domain(raw, observe=observe)
+                applied += self.sync_domain(raw, observe=observe, channel_source=channel_table)
             except errors.ClusterError:
                 continue  # reported on the CD; the next pass retries it
         try:
@@ -113,6 +122,7 @@ class Reconciler:
             )
         except errors.ClusterError as exc:
             log.info("event=reconcile_retry what=stale_node_labels reason=%r", exc.message)
+        self.channels.forget_missing(frozenset(live))
         if self._metrics is not None:
             self._metrics.forget_missing(frozenset(live))
         for uid in set(self._reported_invalid) - live:
@@ -124,7 +134,8 @@ class Reconciler:
     # ------------------------------------------------------------ one ComputeDomain
 
     def sync_domain(
-        self, raw: Mapping[str, Any], *, observe: Observe, writer: ports.Cluster | None = None
+        self, raw: Mapping[str, Any], *, observe: Observe, writer: ports.Cluster | None = None,
+        channel_source: channel_allocator.TableSource | None = None,
     ) -> int:
         """Reconcile one CD (raw JSON as cached or listed); returns the actions applied.
 
@@ -141,7 +152,7 @@ class Reconciler:
         observed = observe(cd, raw)
         if (self._config.channel_isolation and not cd.meta.deleting
                 and not controlling.is_mode_mismatch(cd, config=self._config)):
-            channel, refusal = self.channels.channel_for(cd)
+            channel, refusal = self.channels.channel_for(cd, source=channel_source)
             observed = dataclasses.replace(observed, channel_id=channel, channel_refusal=refusal)
         actions = controlling.plan_compute_domain(cd, observed=observed, config=self._config)
         try:
@@ -186,13 +197,17 @@ class Reconciler:
         )
         return self._apply(actions)
 
-    def _listed_channels(self, _uid: str, max_channels: int) -> channels.ChannelTable:
+    def _listed_channels(
+        self, _uid: str, max_channels: int,
+        *, domains: Sequence[Mapping[str, Any]] | None = None,
+    ) -> channels.ChannelTable:
         """The channel table from fresh lists (the hand-stepped `reconcile_all`)."""
-        domains = [channels.domain_channel_from_k8s(o)
-                   for o in self._cluster.list(kinds.COMPUTE_DOMAIN.kind).items]
+        if domains is None:
+            domains = self._cluster.list(kinds.COMPUTE_DOMAIN.kind).items
+        held = [channels.domain_channel_from_k8s(o) for o in domains]
         claims = [c for o in self._cluster.list(kinds.RESOURCE_CLAIM.kind).items
                   for c in channels.claim_channels_from_k8s(o)]
-        return channels.build_table(domains=domains, claims=claims, max_channels=max_channels)
+        return channels.build_table(domains=held, claims=claims, max_channels=max_channels)
 
     # ------------------------------------------------------------ reporting
 

@@ -167,7 +167,7 @@ class ChannelAssignment(RuleBasedStateMachine):
 
 TestChannelAssignment = ChannelAssignment.TestCase
 TestChannelAssignment.settings = settings(
-    max_examples=40, stateful_step_count=50, deadline=None
+    max_examples=100, stateful_step_count=50, deadline=None
 )
 
 
