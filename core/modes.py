@@ -24,11 +24,6 @@ HOST_MANAGED_DOMAIN_INVALID: Final = (
     "and is invalid with mode hostManaged: set isolation to 'none' (all ComputeDomains share "
     "host channel 0) or 'channel' (one channel per ComputeDomain)"
 )
-HOST_MANAGED_NEEDS_ISOLATION: Final = (
-    "IMEX mode hostManaged needs an explicit isolation: set isolation to 'channel' "
-    "(one IMEX channel per ComputeDomain) or 'none' "
-    "(all ComputeDomains share host channel 0, no isolation between them)"
-)
 # Upstream's alpha recipe was the gate alone. Here the gate only allows hostManaged; running
 # driver-managed daemons beside the host's nvidia-imex because the mode was left at its
 # default would be the opposite of what the operator asked for, so the pair is refused.
@@ -189,10 +184,10 @@ def _resolve_isolation(mode: models.IMEXMode, isolation: str) -> models.Isolatio
             return models.Isolation.DOMAIN
         raise errors.ConfigError(driver_managed_isolation_message(isolation))
 
-    # hostManaged. Kept explicit in this release (docs/proposals/0003): the isolation an
-    # operator runs under must never be a silent default.
+    # hostManaged: channel isolation is the default (DESIGN §1): the safe choice, and what an
+    # empty value never meant before (it was a startup error), so no install changes meaning.
     if chosen is None:
-        raise errors.ConfigError(HOST_MANAGED_NEEDS_ISOLATION)
+        return models.Isolation.CHANNEL
     if chosen is models.Isolation.DOMAIN:
         raise errors.ConfigError(HOST_MANAGED_DOMAIN_INVALID)
     return chosen

@@ -76,10 +76,13 @@ Empty fields fall back to the global `image`, the tag finally to the chart's app
 {{- if eq (include "cdd.mode" .) "hostManaged" -}}true{{- end -}}
 {{- end -}}
 
-{{/* The isolation the apps run with: empty means the mode's default (domain for driverManaged). */}}
+{{/* The isolation the apps run with: empty means the mode's default (domain for driverManaged,
+channel for hostManaged). */}}
 {{- define "cdd.isolation" -}}
 {{- $iso := .Values.resources.computeDomains.imex.isolation | default "" -}}
-{{- if and (eq (include "cdd.mode" .) "driverManaged") (eq $iso "") -}}domain{{- else -}}{{ $iso }}{{- end -}}
+{{- if ne $iso "" -}}{{ $iso }}
+{{- else if eq (include "cdd.mode" .) "driverManaged" -}}domain
+{{- else -}}channel{{- end -}}
 {{- end -}}
 
 {{/* "true" under host-managed channel isolation (one IMEX channel per ComputeDomain). */}}
@@ -174,9 +177,6 @@ Every message is the apps' ConfigError text.
 {{- fail (printf "isolation '%s' is only valid with mode hostManaged: with mode driverManaged leave isolation empty or set it to 'domain'" $iso) -}}
 {{- end -}}
 {{- else -}}
-{{- if eq $iso "" -}}
-{{- fail "IMEX mode hostManaged needs an explicit isolation: set isolation to 'channel' (one IMEX channel per ComputeDomain) or 'none' (all ComputeDomains share host channel 0, no isolation between them)" -}}
-{{- end -}}
 {{- if eq $iso "domain" -}}
 {{- fail "isolation 'domain' needs driver-managed IMEX daemons (one IMEX domain per ComputeDomain) and is invalid with mode hostManaged: set isolation to 'none' (all ComputeDomains share host channel 0) or 'channel' (one channel per ComputeDomain)" -}}
 {{- end -}}

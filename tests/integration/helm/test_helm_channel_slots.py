@@ -67,3 +67,15 @@ def test_out_of_range_channel_values_fail_schema_validation(channels: cr.Obj) ->
     values["resources"]["computeDomains"]["imex"]["channels"] = channels
     with pytest.raises(Exception, match="channels"):
         cr.render(values)
+
+
+def test_host_managed_without_an_isolation_installs_channel_isolation_like_the_apps() -> None:
+    values = cr.imex("hostManaged", "", featureGates={"HostManagedIMEX": True})
+    objects = cr.render(values)
+    for kind, suffix in (("Deployment", "-controller"), ("DaemonSet", "-kubelet-plugin")):
+        assert _env(objects, kind, suffix)["IMEX_ISOLATION"] == "channel"
+    assert cr.one(objects, "DeviceClass", names.SLOT_DEVICE_CLASS)
+    resolved = modes.resolve_driver_config(
+        mode="hostManaged", isolation="", feature_gates="HostManagedIMEX=true", namespace="ns"
+    )
+    assert resolved.config.isolation.value == "channel"

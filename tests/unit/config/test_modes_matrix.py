@@ -164,14 +164,13 @@ def test_host_managed_with_domain_isolation_is_rejected() -> None:
     )
 
 
-def test_host_managed_with_empty_isolation_is_rejected() -> None:
-    message = config_error(mode="hostManaged", feature_gates="HostManagedIMEX=true")
-    assert message == modes.HOST_MANAGED_NEEDS_ISOLATION
-    assert message == (
-        "IMEX mode hostManaged needs an explicit isolation: set isolation to 'channel' "
-        "(one IMEX channel per ComputeDomain) or 'none' "
-        "(all ComputeDomains share host channel 0, no isolation between them)"
+def test_host_managed_with_empty_isolation_defaults_to_one_channel_per_domain() -> None:
+    # DESIGN §1: once channel isolation exists it is hostManaged's default (isolation is
+    # never lost silently: the default is the isolating choice).
+    resolved = modes.resolve_driver_config(
+        mode="hostManaged", isolation="", feature_gates="HostManagedIMEX=true", namespace="ns"
     )
+    assert resolved.config.isolation is models.Isolation.CHANNEL
 
 
 def test_host_managed_with_channel_isolation_resolves_to_one_channel_per_domain() -> None:
