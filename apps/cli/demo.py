@@ -42,8 +42,12 @@ def run(args: argparse.Namespace, *, env: Mapping[str, str]) -> int:
         step += 1
         print(f"[{step:2d}] {time.monotonic() - started:5.2f}s  {line}", flush=True)
 
+    # NB: the demo's own default story is host channel 0 shared (isolation none); the driver's
+    # default under hostManaged is channel isolation (`--isolation channel` shows it).
+    shown = args.isolation or ("none (the demo's default)" if args.mode == "hostManaged"
+                               else "domain")
     print(f"ComputeDomain DRA driver demo: profile={args.profile} mode={args.mode} "
-          f"isolation={args.isolation or '(default)'}", flush=True)
+          f"isolation={shown}", flush=True)
     try:
         with embedded.running(
             workdir=args.workdir, profile=args.profile, mode=args.mode, isolation=args.isolation,

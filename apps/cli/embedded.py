@@ -203,6 +203,8 @@ def start_embedded(
     if mode == models.IMEXMode.HOST_MANAGED.value and "HostManagedIMEX" not in gates:
         gates = ",".join(g for g in (gates, "HostManagedIMEX=true") if g)
     if mode == models.IMEXMode.HOST_MANAGED.value and not isolation:
+        # The embedded default story is host channel 0 shared; the driver itself defaults to
+        # channel isolation, which callers ask for explicitly here.
         isolation = models.Isolation.NONE.value
     resolved = modes.resolve_driver_config(
         mode=mode, isolation=isolation, feature_gates=gates, namespace="nvidia-dra-driver",
