@@ -17,6 +17,8 @@ import pytest
 import realkube_driver
 import realkube_server
 
+from adapters.kube import KubeCluster
+
 pytestmark = pytest.mark.slow
 
 
@@ -63,6 +65,22 @@ def installed(request: pytest.FixtureRequest) -> Iterator[realkube_driver.Driver
     driver.stop()
     kube.stop()
     shutil.rmtree(kube.workdir, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def admin(installed: realkube_driver.Driver) -> Iterator[KubeCluster]:
+    """Our own adapter with the admin token, for arranging and inspecting the cluster."""
+    cluster = installed.admin()
+    yield cluster
+    cluster.close()
+
+
+@pytest.fixture(scope="module")
+def controller(installed: realkube_driver.Driver) -> Iterator[realkube_driver.AppProcess]:
+    """The controller as the chart runs it, for the whole module."""
+    process = installed.start_controller()
+    yield process
+    process.stop()
 
 
 @pytest.fixture(scope="module")

@@ -11,7 +11,6 @@ from __future__ import annotations
 import dataclasses
 import os
 import pathlib
-import signal
 import subprocess
 import sys
 import tempfile
@@ -63,49 +62,15 @@ def nodes() -> tuple[str, ...]:
     return tuple(str(n) for n in simulated.profile_nodes(PROFILE))
 
 
-class AppProcess:
-    """`python -m <module>` with an explicit environment; output kept in a file."""
+class AppProcess(realkube_server.ChildProcess):
+    """`python -m <module>` from the repo root with an explicit environment."""
 
     def __init__(
         self, module: str, args: Sequence[str], *, env: Mapping[str, str], log_path: pathlib.Path
     ) -> None:
         self.module = module
-        self.log_path = log_path
-        self._log = open(log_path, "ab")  # noqa: SIM115 - closed in stop()
-        self.popen = subprocess.Popen(
-            [sys.executable, "-m", module, *args],
-            cwd=REPO_ROOT,
-            env=dict(env),
-            stdin=subprocess.DEVNULL,
-            stdout=self._log,
-            stderr=subprocess.STDOUT,
-        )
-
-    @property
-    def running(self) -> bool:
-        return self.popen.poll() is None
-
-    def output(self) -> str:
-        return self.log_path.read_text(encoding="utf-8", errors="replace")
-
-    def signal(self, signum: signal.Signals) -> None:
-        if self.running:
-            self.popen.send_signal(signum)
-
-    def wait(self, timeout_s: float = 60.0) -> int:
-        code = self.popen.wait(timeout=timeout_s)
-        self._log.close()
-        return code
-
-    def stop(self) -> None:
-        if self.running:
-            self.popen.terminate()
-            try:
-                self.popen.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                self.popen.kill()
-                self.popen.wait(timeout=20)
-        self._log.close()
+        super().__init__([sys.executable, "-m", module, *args], log_path=log_path, env=env,
+                         cwd=REPO_ROOT)
 
 
 def container_env(

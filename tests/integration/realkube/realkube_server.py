@@ -16,6 +16,7 @@ import os
 import pathlib
 import secrets
 import shutil
+import signal
 import socket
 import subprocess
 import time
@@ -70,25 +71,43 @@ def wait_for(probe: Callable[[], T | None], *, what: str, timeout_s: float = 60.
         time.sleep(0.05)
 
 
-class _Process:
+class ChildProcess:
     """A child process whose output goes to a file (a full pipe would stall it)."""
 
-    def __init__(self, argv: list[str], *, log_path: pathlib.Path) -> None:
+    def __init__(
+        self,
+        argv: list[str],
+        *,
+        log_path: pathlib.Path,
+        env: Mapping[str, str] | None = None,
+        cwd: pathlib.Path | None = None,
+    ) -> None:
         self.argv = argv
         self.log_path = log_path
-        self._log = open(log_path, "ab")  # noqa: SIM115 - closed in stop()
+        self._log = open(log_path, "ab")  # noqa: SIM115 - closed in stop()/wait()
         self.popen = subprocess.Popen(
-            argv, stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT
+            argv, cwd=cwd, env=None if env is None else dict(env),
+            stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT,
         )
 
     def output(self) -> str:
-        return self.log_path.read_text(encoding="utf-8", errors="replace")[-6000:]
+        return self.log_path.read_text(encoding="utf-8", errors="replace")
 
     @property
     def running(self) -> bool:
         return self.popen.poll() is None
 
+    def signal(self, signum: signal.Signals) -> None:
+        if self.running:
+            self.popen.send_signal(signum)
+
+    def wait(self, timeout_s: float = 60.0) -> int:
+        code = self.popen.wait(timeout=timeout_s)
+        self._log.close()
+        return code
+
     def stop(self) -> None:
+        """SIGTERM, then SIGKILL after 20 s; reaps the child."""
         if self.running:
             self.popen.terminate()
             try:
@@ -125,8 +144,8 @@ class RealKube:
         self.port = free_port()
         self._etcd_port = free_port()
         self._etcd_peer_port = free_port()
-        self._etcd: _Process | None = None
-        self._apiserver: _Process | None = None
+        self._etcd: ChildProcess | None = None
+        self._apiserver: ChildProcess | None = None
         self._admin: client.ApiClient | None = None
 
     # -- lifecycle -------------------------------------------------------------------------
@@ -179,7 +198,7 @@ class RealKube:
         data = self.workdir / "etcd"
         client_url = f"http://127.0.0.1:{self._etcd_port}"
         peer_url = f"http://127.0.0.1:{self._etcd_peer_port}"
-        self._etcd = _Process(
+        self._etcd = ChildProcess(
             [
                 str(self.bin_dir / "etcd"),
                 "--data-dir", str(data),
@@ -198,7 +217,7 @@ class RealKube:
         def healthy() -> bool:
             assert self._etcd is not None
             if not self._etcd.running:
-                raise AssertionError(f"etcd exited:\n{self._etcd.output()}")
+                raise AssertionError(f"etcd exited:\n{self._etcd.output()[-6000:]}")
             try:
                 answer = http.request("GET", f"{client_url}/health", timeout=1.0, retries=False)
             except urllib3.exceptions.HTTPError:
@@ -211,7 +230,7 @@ class RealKube:
         """(Re)start kube-apiserver on the same port and etcd; waits until /readyz says ok."""
         certs = self.workdir / "certs"
         certs.mkdir(exist_ok=True)
-        self._apiserver = _Process(
+        self._apiserver = ChildProcess(
             [
                 str(self.bin_dir / "kube-apiserver"),
                 "--etcd-servers", f"http://127.0.0.1:{self._etcd_port}",
@@ -239,7 +258,7 @@ class RealKube:
         def ready() -> bool:
             assert self._apiserver is not None
             if not self._apiserver.running:
-                raise AssertionError(f"kube-apiserver exited:\n{self._apiserver.output()}")
+                raise AssertionError(f"kube-apiserver exited:\n{self._apiserver.output()[-6000:]}")
             try:
                 answer = http.request(
                     "GET", f"{self.url}/readyz", headers=headers, timeout=2.0, retries=False

@@ -7,7 +7,7 @@ the server under a running controller.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import pytest
@@ -21,20 +21,6 @@ from core import errors, kinds, names
 pytestmark = pytest.mark.slow
 
 GONE_WITHIN_S = 30.0
-
-
-@pytest.fixture(scope="module")
-def controller(installed: Driver) -> Iterator[realkube_driver.AppProcess]:
-    process = installed.start_controller()
-    yield process
-    process.stop()
-
-
-@pytest.fixture(scope="module")
-def admin(installed: Driver) -> Iterator[KubeCluster]:
-    cluster = installed.admin()
-    yield cluster
-    cluster.close()
 
 
 def create_compute_domain(admin: KubeCluster, name: str, *, rct: str = "") -> Mapping[str, Any]:

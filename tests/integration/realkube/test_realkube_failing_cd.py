@@ -8,7 +8,7 @@ condition naming the webhook; once the webhook is gone, it gets its RCT and the 
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import pytest
@@ -48,13 +48,6 @@ def _down_webhook() -> dict[str, Any]:
             "timeoutSeconds": 2,
         }],
     }
-
-
-@pytest.fixture(scope="module")
-def admin(installed: Driver) -> Iterator[KubeCluster]:
-    cluster = installed.admin()
-    yield cluster
-    cluster.close()
 
 
 def _present(admin: KubeCluster, namespace: str, name: str) -> bool:

@@ -7,7 +7,7 @@ their RCT as usual. (A CD the API server keeps failing: `test_realkube_failing_c
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import pytest
@@ -24,20 +24,6 @@ pytestmark = [
 ]
 
 HEALTHY = 5
-
-
-@pytest.fixture(scope="module")
-def admin(installed: Driver) -> Iterator[KubeCluster]:
-    cluster = installed.admin()
-    yield cluster
-    cluster.close()
-
-
-@pytest.fixture(scope="module")
-def controller(installed: Driver) -> Iterator[realkube_driver.AppProcess]:
-    process = installed.start_controller()
-    yield process
-    process.stop()
 
 
 def create_cd(admin: KubeCluster, name: str, *, namespace: str, rct: str) -> Mapping[str, Any]:

@@ -7,6 +7,7 @@ would, through the kubelet's gRPC socket.
 
 from __future__ import annotations
 
+import pathlib
 import uuid
 from collections.abc import Iterator, Mapping
 from typing import Any
@@ -23,20 +24,6 @@ from adapters.nvml import simulated
 from core import errors, kinds, models, names
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture(scope="module")
-def admin(installed: Driver) -> Iterator[KubeCluster]:
-    cluster = installed.admin()
-    yield cluster
-    cluster.close()
-
-
-@pytest.fixture(scope="module")
-def controller(installed: Driver) -> Iterator[realkube_driver.AppProcess]:
-    process = installed.start_controller()
-    yield process
-    process.stop()
 
 
 @pytest.fixture(scope="module")
@@ -72,33 +59,43 @@ def test_the_plugin_publishes_its_node_slice_with_a_pod_bound_token(
     assert all(s["spec"]["driver"] == names.DRIVER_NAME for s in slices)
 
 
-def test_the_admission_policy_refuses_a_slice_for_another_node(
-    installed: Driver, node: PluginNode, plugin: realkube_driver.AppProcess
-) -> None:
-    other = realkube_driver.nodes()[1]
-    credentials = installed.plugin_credentials(node.name)
-    as_plugin = installed.kube.cluster(credentials.kubeconfig, component="as-plugin")
-    forged = {
+def _empty_slice(*, name: str, node: str) -> dict[str, Any]:
+    return {
         "apiVersion": names.DRA_GROUP_VERSION, "kind": "ResourceSlice",
-        "metadata": {"name": f"{other}-forged"},
-        "spec": {"driver": names.DRIVER_NAME, "nodeName": other,
-                 "pool": {"name": other, "generation": 1, "resourceSliceCount": 1},
+        "metadata": {"name": name},
+        "spec": {"driver": names.DRIVER_NAME, "nodeName": node,
+                 "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
                  "devices": []},
     }
+
+
+def _refusal(installed: Driver, kubeconfig: pathlib.Path, slice_obj: dict[str, Any]) -> str:
+    """The API server's refusal of `slice_obj` written with `kubeconfig`'s credentials."""
+    writer = installed.kube.cluster(kubeconfig, component="slice-writer")
 
     def refused() -> str | None:
         # NB: the API server loads a new policy through an informer: until it has, writes pass.
         try:
-            as_plugin.create(kinds.RESOURCE_SLICE.kind, forged)
+            writer.create(kinds.RESOURCE_SLICE.kind, slice_obj)
         except errors.ClusterError as exc:
             return exc.message
-        as_plugin.delete(kinds.RESOURCE_SLICE.kind, namespace="", name=f"{other}-forged")
+        writer.delete(kinds.RESOURCE_SLICE.kind, namespace="", name=slice_obj["metadata"]["name"])
         return None
 
     try:
-        message = wait_for(refused, what="the policy to refuse another node's slice", timeout_s=30)
+        return wait_for(refused, what="the admission policy to refuse the slice", timeout_s=30)
     finally:
-        as_plugin.close()
+        writer.close()
+
+
+def test_the_admission_policy_refuses_a_slice_for_another_node(
+    installed: Driver, node: PluginNode, plugin: realkube_driver.AppProcess
+) -> None:
+    other = realkube_driver.nodes()[1]
+    message = _refusal(
+        installed, installed.plugin_credentials(node.name).kubeconfig,
+        _empty_slice(name=f"{other}-forged", node=other),
+    )
     assert (
         f"the kubelet plugin on node {node.name} may only write ResourceSlices with "
         f"spec.nodeName {node.name}, not {other}"
@@ -117,27 +114,8 @@ def test_the_admission_policy_names_the_problem_for_a_token_without_a_node(
             namespace=realkube_driver.NAMESPACE,
             service_account=installed.service_account("kubelet-plugin"),
         ).kubeconfig
-    as_plugin = installed.kube.cluster(kubeconfig, component="nodeless")
-    own = {
-        "apiVersion": names.DRA_GROUP_VERSION, "kind": "ResourceSlice",
-        "metadata": {"name": f"{node.name}-unbound"},
-        "spec": {"driver": names.DRIVER_NAME, "nodeName": node.name,
-                 "pool": {"name": node.name, "generation": 1, "resourceSliceCount": 1},
-                 "devices": []},
-    }
-
-    def refused() -> str | None:
-        try:
-            as_plugin.create(kinds.RESOURCE_SLICE.kind, own)
-        except errors.ClusterError as exc:
-            return exc.message
-        as_plugin.delete(kinds.RESOURCE_SLICE.kind, namespace="", name=f"{node.name}-unbound")
-        return None
-
-    try:
-        message = wait_for(refused, what="the policy to refuse a nodeless token", timeout_s=30)
-    finally:
-        as_plugin.close()
+    message = _refusal(installed, kubeconfig,
+                       _empty_slice(name=f"{node.name}-nodeless", node=node.name))
     assert "the kubelet plugin's token names no node" in message
     assert "no such key" not in message
 

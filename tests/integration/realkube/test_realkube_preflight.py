@@ -7,7 +7,7 @@ ComputeDomains admitted under the installed mode exist.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 
 import pytest
 import realkube_driver
@@ -21,13 +21,6 @@ pytestmark = [
     pytest.mark.slow,
     pytest.mark.parametrize("installed", ["hostManaged"], indirect=True),
 ]
-
-
-@pytest.fixture(scope="module")
-def admin(installed: Driver) -> Iterator[KubeCluster]:
-    cluster = installed.admin()
-    yield cluster
-    cluster.close()
 
 
 def preflight_command(values_mode: str) -> list[str]:

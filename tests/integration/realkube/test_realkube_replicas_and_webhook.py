@@ -9,7 +9,7 @@ from __future__ import annotations
 import base64
 import pathlib
 import subprocess
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import pytest
@@ -27,13 +27,6 @@ pytestmark = [
 ]
 
 LEASE = "compute-domain-controller"
-
-
-@pytest.fixture(scope="module")
-def admin(installed: Driver) -> Iterator[KubeCluster]:
-    cluster = installed.admin()
-    yield cluster
-    cluster.close()
 
 
 def lease_holder(admin: KubeCluster) -> str | None:
