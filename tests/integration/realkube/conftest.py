@@ -47,9 +47,11 @@ def _fresh_kube() -> realkube_server.RealKube:
 def real_kube() -> Iterator[realkube_server.RealKube]:
     """A fresh etcd + kube-apiserver for one test module, nothing installed."""
     kube = _fresh_kube()
-    yield kube
-    kube.stop()
-    shutil.rmtree(kube.workdir, ignore_errors=True)
+    try:
+        yield kube
+    finally:
+        kube.stop()
+        shutil.rmtree(kube.workdir, ignore_errors=True)
 
 
 @pytest.fixture(scope="module", params=sorted(realkube_driver.MODES))
@@ -60,11 +62,13 @@ def installed(request: pytest.FixtureRequest) -> Iterator[realkube_driver.Driver
     """
     kube = _fresh_kube()
     mode = str(request.param)
-    driver = realkube_driver.Driver(kube, mode=mode, workdir=kube.workdir).install()
-    yield driver
-    driver.stop()
-    kube.stop()
-    shutil.rmtree(kube.workdir, ignore_errors=True)
+    driver = realkube_driver.Driver(kube, mode=mode, workdir=kube.workdir)
+    try:
+        yield driver.install()
+    finally:
+        driver.stop()
+        kube.stop()
+        shutil.rmtree(kube.workdir, ignore_errors=True)
 
 
 @pytest.fixture(scope="module")

@@ -160,9 +160,13 @@ class RealKube:
 
     def start(self) -> RealKube:
         self.workdir.mkdir(parents=True, exist_ok=True)
-        self._write_keys_and_tokens()
-        self._start_etcd()
-        self.start_apiserver()
+        try:
+            self._write_keys_and_tokens()
+            self._start_etcd()
+            self.start_apiserver()
+        except BaseException:
+            self.stop()  # never leave an etcd or API server behind a failed start
+            raise
         return self
 
     def __enter__(self) -> RealKube:
