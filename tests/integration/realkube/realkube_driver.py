@@ -18,11 +18,12 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import realkube_server
+from kubernetes import client
 from realkube_server import Credentials, RealKube, wait_for
 
 from adapters.grpc import client as grpc_client
 from adapters.nvml import simulated
-from core import names
+from core import kinds, models, names, ports
 
 REPO_ROOT = realkube_server.REPO_ROOT
 RELEASE = "cdd"
@@ -148,12 +149,20 @@ class Driver:
             namespace=NAMESPACE, service_account=self.service_account("controller")
         )
 
-    def plugin_credentials(self, node: str) -> Credentials:
+    def plugin_credentials(self, node: str, *, server: str = "") -> Credentials:
+        """A token of the plugin's ServiceAccount bound to a Pod on `node` (`server`: a proxy)."""
         sa = self.service_account("kubelet-plugin")
         pod = self.kube.create_pod_on_node(
             namespace=NAMESPACE, name=f"plugin-{node}", node=node, service_account=sa
         )
-        return self.kube.credentials_for(namespace=NAMESPACE, service_account=sa, bound_pod=pod)
+        credentials = self.kube.credentials_for(
+            namespace=NAMESPACE, service_account=sa, bound_pod=pod
+        )
+        if not server:
+            return credentials
+        kubeconfig = self.kube.kubeconfig(credentials.token, name=f"plugin-{node}-via-proxy",
+                                          server=server)
+        return Credentials(token=credentials.token, kubeconfig=kubeconfig)
 
     # -- apps ---------------------------------------------------------------------------
 
@@ -186,7 +195,8 @@ class Driver:
         self._node_roots.append(root)
         return PluginNode(name=node, root=root)
 
-    def start_plugin(self, node: PluginNode) -> AppProcess:
+    def start_plugin(self, node: PluginNode, *, api_url: str = "") -> AppProcess:
+        """The plugin on `node`; `api_url` puts something (a proxy) before the API server."""
         env = container_env(
             self.rendered, kind="DaemonSet", container="compute-domain-kubelet-plugin",
             field_refs={"metadata.namespace": NAMESPACE, "spec.nodeName": node.name,
@@ -198,7 +208,7 @@ class Driver:
         boot_id = node.root / "boot_id"
         boot_id.write_text(simulated.simulated_boot_id(node.name) + "\n", encoding="utf-8")
         env.update({
-            "KUBECONFIG": str(self.plugin_credentials(node.name).kubeconfig),
+            "KUBECONFIG": str(self.plugin_credentials(node.name, server=api_url).kubeconfig),
             "HEALTH_PORT": "0", "METRICS_PORT": "0",
             "NVML": f"simulated:{PROFILE}",
             "CDI_ROOT": str(node.cdi_root),
@@ -208,6 +218,20 @@ class Driver:
         args = ["--proc-devices", str(devices), "--boot-id-path", str(boot_id),
                 "--retry-budget-seconds", "5"]
         return self.launch("apps.kubeletplugin", args, env)
+
+    def workload_pod(self, name: str, *, node: str) -> Obj:
+        """A workload Pod bound to `node` (nothing runs it), as the scheduler leaves one."""
+        core = client.CoreV1Api(self.kube.admin_client())
+        try:  # no controller-manager here creates the namespace's `default` ServiceAccount
+            core.create_namespaced_service_account(
+                WORKLOAD_NAMESPACE, {"metadata": {"name": "worker"}}
+            )
+        except client.ApiException as exc:
+            if exc.status != 409:
+                raise
+        return self.kube.create_pod_on_node(
+            namespace=WORKLOAD_NAMESPACE, name=name, node=node, service_account="worker"
+        )
 
     def stop(self) -> None:
         for process in self._started:
@@ -255,3 +279,33 @@ def running_or_fail(process: AppProcess) -> Callable[[], None]:
             raise AssertionError(f"{process.module} exited:\n{process.output()}")
 
     return check
+
+
+def allocated_channel_claim(
+    admin: ports.Cluster, *, name: str, node: str, cd_uid: str, pod: Mapping[str, Any]
+) -> models.ClaimRef:
+    """A channel claim allocated on `node` and reserved for `pod`, as the scheduler leaves it."""
+    created = admin.create(kinds.RESOURCE_CLAIM.kind, {
+        "apiVersion": names.DRA_GROUP_VERSION, "kind": "ResourceClaim",
+        "metadata": {"name": name, "namespace": WORKLOAD_NAMESPACE},
+        "spec": {"devices": {"requests": [{"name": names.CHANNEL_REQUEST_NAME, "exactly": {
+            "deviceClassName": names.CHANNEL_DEVICE_CLASS}}]}},
+    })
+    parameters = {"apiVersion": names.GROUP_VERSION, "kind": names.KIND_CHANNEL_CONFIG,
+                  "domainID": cd_uid}
+    admin.patch(
+        kinds.RESOURCE_CLAIM.kind, namespace=WORKLOAD_NAMESPACE, name=name, subresource="status",
+        patch={"status": {
+            "allocation": {"devices": {
+                "results": [{"request": names.CHANNEL_REQUEST_NAME, "driver": names.DRIVER_NAME,
+                             "pool": node, "device": names.channel_device_name(0)}],
+                "config": [{"source": "FromClaim", "requests": [names.CHANNEL_REQUEST_NAME],
+                            "opaque": {"driver": names.DRIVER_NAME, "parameters": parameters}}],
+            }},
+            "reservedFor": [{"resource": "pods", "name": pod["metadata"]["name"],
+                             "uid": pod["metadata"]["uid"]}],
+        }},
+    )
+    return models.ClaimRef(
+        uid=names.ClaimUID(created["metadata"]["uid"]), namespace=WORKLOAD_NAMESPACE, name=name
+    )

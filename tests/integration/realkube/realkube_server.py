@@ -283,8 +283,10 @@ class RealKube:
 
     # -- clients ---------------------------------------------------------------------------
 
-    def kubeconfig(self, token: str, *, name: str) -> pathlib.Path:
-        """A kubeconfig file for `token`, trusting the server's self-signed certificate."""
+    def kubeconfig(self, token: str, *, name: str, server: str = "") -> pathlib.Path:
+        """A kubeconfig file for `token`, trusting the server's self-signed certificate.
+
+        `server` replaces the API server's URL (a proxy in front of it)."""
         path = self.workdir / f"kubeconfig-{name}.yaml"
         path.write_text(
             yaml.safe_dump(
@@ -292,7 +294,7 @@ class RealKube:
                     "apiVersion": "v1",
                     "kind": "Config",
                     "clusters": [{"name": "real", "cluster": {
-                        "server": self.url, "certificate-authority": str(self.ca_file)}}],
+                        "server": server or self.url, "certificate-authority": str(self.ca_file)}}],
                     "users": [{"name": name, "user": {"token": token}}],
                     "contexts": [{"name": "real", "context": {"cluster": "real", "user": name}}],
                     "current-context": "real",

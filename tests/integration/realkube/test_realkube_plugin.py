@@ -14,14 +14,13 @@ from typing import Any
 
 import pytest
 import realkube_driver
-from kubernetes import client
 from realkube_driver import WORKLOAD_NAMESPACE, Driver, PluginNode
 from realkube_server import wait_for
 
 from adapters.grpc import client as grpc_client
 from adapters.kube import KubeCluster
 from adapters.nvml import simulated
-from core import errors, kinds, models, names
+from core import errors, kinds, names
 
 pytestmark = pytest.mark.slow
 
@@ -120,36 +119,6 @@ def test_the_admission_policy_names_the_problem_for_a_token_without_a_node(
     assert "no such key" not in message
 
 
-def _allocated_claim(
-    admin: KubeCluster, *, name: str, node: str, cd_uid: str, pod: Mapping[str, Any]
-) -> models.ClaimRef:
-    """A channel claim allocated on `node` and reserved for `pod`, as the scheduler leaves it."""
-    created = admin.create(kinds.RESOURCE_CLAIM.kind, {
-        "apiVersion": names.DRA_GROUP_VERSION, "kind": "ResourceClaim",
-        "metadata": {"name": name, "namespace": WORKLOAD_NAMESPACE},
-        "spec": {"devices": {"requests": [{"name": names.CHANNEL_REQUEST_NAME, "exactly": {
-            "deviceClassName": names.CHANNEL_DEVICE_CLASS}}]}},
-    })
-    parameters = {"apiVersion": names.GROUP_VERSION, "kind": names.KIND_CHANNEL_CONFIG,
-                  "domainID": cd_uid}
-    admin.patch(
-        kinds.RESOURCE_CLAIM.kind, namespace=WORKLOAD_NAMESPACE, name=name, subresource="status",
-        patch={"status": {
-            "allocation": {"devices": {
-                "results": [{"request": names.CHANNEL_REQUEST_NAME, "driver": names.DRIVER_NAME,
-                             "pool": node, "device": names.channel_device_name(0)}],
-                "config": [{"source": "FromClaim", "requests": [names.CHANNEL_REQUEST_NAME],
-                            "opaque": {"driver": names.DRIVER_NAME, "parameters": parameters}}],
-            }},
-            "reservedFor": [{"resource": "pods", "name": pod["metadata"]["name"],
-                             "uid": pod["metadata"]["uid"]}],
-        }},
-    )
-    return models.ClaimRef(
-        uid=names.ClaimUID(created["metadata"]["uid"]), namespace=WORKLOAD_NAMESPACE, name=name
-    )
-
-
 def _stand_in_for_the_imex_daemon(admin: KubeCluster, *, cd_uid: str, node: PluginNode) -> None:
     """Driver-managed: the node's IMEX daemon reports itself Ready in its clique."""
     rack = "rack1"
@@ -180,11 +149,10 @@ def test_a_claim_allocated_on_the_node_is_prepared_through_the_kubelet_socket(
     )
     if installed.mode == "driverManaged":
         _stand_in_for_the_imex_daemon(admin, cd_uid=cd_uid, node=node)
-    pod = installed.kube.create_pod_on_node(
-        namespace=WORKLOAD_NAMESPACE, name="worker-0", node=node.name,
-        service_account=_workload_service_account(installed),
+    pod = installed.workload_pod("worker-0", node=node.name)
+    ref = realkube_driver.allocated_channel_claim(
+        admin, name="worker-0-channel", node=node.name, cd_uid=cd_uid, pod=pod
     )
-    ref = _allocated_claim(admin, name="worker-0-channel", node=node.name, cd_uid=cd_uid, pod=pod)
 
     with grpc_client.DRAClient(str(node.dra_socket), timeout_s=45) as dra:
         results = dra.prepare([ref])
@@ -198,17 +166,3 @@ def test_a_claim_allocated_on_the_node_is_prepared_through_the_kubelet_socket(
         undone = dra.unprepare([ref])
     assert undone[ref.uid].error == ""
     assert not node.cdi_file(ref.uid).exists()
-
-
-def _workload_service_account(installed: Driver) -> str:
-    """A ServiceAccount in the workload namespace (no controller-manager creates `default`)."""
-    core = client.CoreV1Api(installed.kube.admin_client())
-    try:
-        core.create_namespaced_service_account(
-            WORKLOAD_NAMESPACE, {"metadata": {"name": "worker"}}
-        )
-    except client.ApiException as exc:
-        if exc.status != 409:
-            raise
-    return "worker"
-
