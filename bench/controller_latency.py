@@ -12,9 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
-import pathlib
 import shutil
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -45,12 +43,11 @@ def real_apiserver_cluster() -> tuple[ports.Cluster, Callable[[], None]]:
     built the binaries."""
     from bench import realkube_controller
 
-    realkube_server, realkube_driver = realkube_controller._harness()
-    bin_dir = realkube_server.binaries_dir()
-    if bin_dir is None:
-        raise RuntimeError("no kube-apiserver: run `make kube-apiserver` first")
-    workdir = pathlib.Path(tempfile.mkdtemp(prefix="bench-controller-", dir="/tmp"))
-    kube = realkube_server.RealKube(workdir, bin_dir=bin_dir).start()
+    realkube_server, realkube_driver = realkube_controller.load_harness()
+    kube = realkube_server.start_fresh(prefix="bench-controller-")
+    if kube is None:
+        raise RuntimeError(realkube_server.MISSING)
+    workdir = kube.workdir
     kube.apply(realkube_driver.render_crds())
     kube.ensure_namespace(NAMESPACE)
     admin = kube.cluster(kube.admin_kubeconfig(), component="bench-controller")

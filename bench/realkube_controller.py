@@ -12,7 +12,6 @@ import concurrent.futures
 import pathlib
 import shutil
 import sys
-import tempfile
 import threading
 import time
 from typing import Any
@@ -23,7 +22,8 @@ from core import kinds, names, ports
 _TIER = pathlib.Path(__file__).resolve().parents[1] / "tests" / "integration" / "realkube"
 
 
-def _harness() -> tuple[Any, Any]:
+def load_harness() -> tuple[Any, Any]:
+    """The real-server tier's modules (`realkube_server`, `realkube_driver`) for bench."""
     sys.path.insert(0, str(_TIER))
     sys.path.insert(0, str(_TIER.parent / "helm"))
     import realkube_driver
@@ -77,12 +77,11 @@ class _TemplateWatch:
 
 def cd_to_rct_on_real_server(*, one_at_a_time: int = 50, burst: int = 200) -> dict[str, object]:
     """p50/p99 of CD create -> RCT ADDED, one at a time and `burst` created at once."""
-    realkube_server, realkube_driver = _harness()
-    bin_dir = realkube_server.binaries_dir()
-    if bin_dir is None:
-        return {"skipped": "no kube-apiserver: run `make kube-apiserver` first"}
-    workdir = pathlib.Path(tempfile.mkdtemp(prefix="bench-realkube-", dir="/tmp"))
-    kube = realkube_server.RealKube(workdir, bin_dir=bin_dir).start()
+    realkube_server, realkube_driver = load_harness()
+    kube = realkube_server.start_fresh(prefix="bench-realkube-")
+    if kube is None:
+        return {"skipped": realkube_server.MISSING}
+    workdir = kube.workdir
     driver = realkube_driver.Driver(kube, mode="hostManaged", workdir=workdir).install()
     namespace = realkube_driver.WORKLOAD_NAMESPACE
     admin = driver.admin()

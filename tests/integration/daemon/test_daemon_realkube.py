@@ -10,12 +10,10 @@ entries on SIGTERM: the real API server's semantics and the chart's RBAC, togeth
 
 from __future__ import annotations
 
-import os
 import pathlib
 import shutil
 import signal
 import sys
-import tempfile
 from collections.abc import Iterator
 from typing import Any
 
@@ -26,7 +24,6 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "realkube")
 import daemon_processes as dp
 import fake_nvidia_imex as fake
 import realkube_driver
-import realkube_server
 
 from core import errors, kinds, models, names
 from core.computedomain import imexconfig, membership
@@ -36,16 +33,8 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def driver() -> Iterator[realkube_driver.Driver]:
-    bin_dir = realkube_server.binaries_dir()
-    if bin_dir is None or shutil.which("openssl") is None:
-        reason = "no kube-apiserver/etcd (run `make kube-apiserver`) or no openssl"
-        if os.environ.get("CI") == "true":
-            pytest.fail(reason)
-        pytest.skip(reason)
-    workdir = pathlib.Path(tempfile.mkdtemp(prefix="realkube-daemon-", dir="/tmp"))
-    kube = realkube_server.RealKube(
-        workdir, bin_dir=bin_dir, static_users=realkube_driver.STATIC_USERS
-    ).start()
+    kube = realkube_driver.fresh_kube(prefix="realkube-daemon-")
+    workdir = kube.workdir
     installed = realkube_driver.Driver(kube, mode="driverManaged", workdir=workdir).install()
     yield installed
     installed.stop()

@@ -7,10 +7,7 @@ repo). Without them the tier is skipped on a developer checkout and fails under 
 
 from __future__ import annotations
 
-import os
-import pathlib
 import shutil
-import tempfile
 from collections.abc import Iterator
 
 import pytest
@@ -22,31 +19,10 @@ from adapters.kube import KubeCluster
 pytestmark = pytest.mark.slow
 
 
-def _require_binaries() -> pathlib.Path:
-    found = realkube_server.binaries_dir()
-    if found is None or shutil.which("openssl") is None:
-        reason = (
-            "no kube-apiserver/etcd (run `make kube-apiserver`, which builds them once into "
-            "~/.cache/cd-dra-driver) or no openssl"
-        )
-        if os.environ.get("CI") == "true":
-            pytest.fail(reason)
-        pytest.skip(reason)
-    return found
-
-
-def _fresh_kube() -> realkube_server.RealKube:
-    bin_dir = _require_binaries()
-    workdir = pathlib.Path(tempfile.mkdtemp(prefix="realkube-", dir="/tmp"))
-    return realkube_server.RealKube(
-        workdir, bin_dir=bin_dir, static_users=realkube_driver.STATIC_USERS
-    ).start()
-
-
 @pytest.fixture(scope="module")
 def real_kube() -> Iterator[realkube_server.RealKube]:
     """A fresh etcd + kube-apiserver for one test module, nothing installed."""
-    kube = _fresh_kube()
+    kube = realkube_driver.fresh_kube()
     try:
         yield kube
     finally:
@@ -60,7 +36,7 @@ def installed(request: pytest.FixtureRequest) -> Iterator[realkube_driver.Driver
 
     NB: one server holds one mode: DeviceClasses and RBAC differ between the modes.
     """
-    kube = _fresh_kube()
+    kube = realkube_driver.fresh_kube()
     mode = str(request.param)
     driver = realkube_driver.Driver(kube, mode=mode, workdir=kube.workdir)
     try:

@@ -17,6 +17,7 @@ import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+import pytest
 import realkube_server
 from kubernetes import client
 from realkube_server import Credentials, RealKube, wait_for
@@ -238,6 +239,16 @@ class Driver:
             process.stop()
         for root in self._node_roots:
             subprocess.run(["rm", "-rf", str(root)], check=False)
+
+
+def fresh_kube(prefix: str = "realkube-") -> RealKube:
+    """A started server for a test; without the binaries: skip, or fail under CI=true."""
+    kube = realkube_server.start_fresh(prefix=prefix, static_users=STATIC_USERS)
+    if kube is None:
+        if os.environ.get("CI") == "true":
+            pytest.fail(realkube_server.MISSING)
+        pytest.skip(realkube_server.MISSING)
+    return kube
 
 
 def render(values: Mapping[str, Any]) -> list[Obj]:

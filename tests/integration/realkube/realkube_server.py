@@ -19,6 +19,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import tempfile
 import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, TypeVar
@@ -433,9 +434,17 @@ class RealKube:
         return dict(self.admin_client().sanitize_for_serialization(pod))
 
 
-def start_real_kube(workdir: pathlib.Path) -> RealKube | None:
-    """Start a server from the cached binaries, or None when they are not built."""
+MISSING = (
+    "no kube-apiserver/etcd (run `make kube-apiserver`, which builds them once into "
+    "~/.cache/cd-dra-driver) or no openssl"
+)
+
+
+def start_fresh(*, prefix: str = "realkube-", static_users: Iterable[str] = ()) -> RealKube | None:
+    """A started server in a new temporary directory, or None when the binaries (`MISSING`)
+    are not there. The caller stops it and removes `workdir`."""
     bin_dir = binaries_dir()
     if bin_dir is None or shutil.which("openssl") is None:
         return None
-    return RealKube(workdir, bin_dir=bin_dir).start()
+    workdir = pathlib.Path(tempfile.mkdtemp(prefix=prefix, dir="/tmp"))
+    return RealKube(workdir, bin_dir=bin_dir, static_users=static_users).start()
