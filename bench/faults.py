@@ -296,18 +296,13 @@ class Node:
         while True:
             if not process.running:
                 raise PluginDied(f"plugin exited with {process.popen.returncode} while starting")
-            if socket.exists():
-                try:
-                    with grpc_client.RegistrationClient(str(socket), timeout_s=2) as reg:
-                        reg.get_info()
-                        reg.notify(True)
-                    return
-                except grpc_client.PluginCallError:
-                    pass
+            if grpc_client.try_register(str(socket)) is not None:
+                return
             if time.monotonic() > deadline:
                 raise AssertionError(
                     f"plugin did not register within {START_TIMEOUT_S:.0f}s; output:\n"
                     f"{process.output_tail()}")
+            time.sleep(0.02)  # poll the starting plugin, do not spin on it
             time.sleep(0.05)
 
     def _dra(self) -> grpc_client.DRAClient:

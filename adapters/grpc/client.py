@@ -7,6 +7,7 @@ plugin exactly as a kubelet would: same method paths, same messages, same 45 s d
 from __future__ import annotations
 
 import dataclasses
+import os
 from collections.abc import Iterable
 from types import TracebackType
 from typing import Any, Literal, Self
@@ -173,3 +174,19 @@ class RegistrationClient(_Channel):
         except grpc.RpcError as exc:
             what = "NotifyRegistrationStatus"
             raise _call_error(exc, what=what, target=self.socket_path) from exc
+
+
+def try_register(socket_path: str, *, timeout_s: float = 2.0) -> PluginInfo | None:
+    """GetInfo then NotifyRegistrationStatus(true), as the kubelet's plugin watcher does.
+
+    None while nothing answers on `socket_path` yet (absent socket, or a call that fails).
+    """
+    if not os.path.exists(socket_path):
+        return None
+    try:
+        with RegistrationClient(socket_path, timeout_s=timeout_s) as reg:
+            info = reg.get_info()
+            reg.notify(True)
+    except PluginCallError:
+        return None
+    return info

@@ -45,15 +45,7 @@ def wait_registered(
                 f"plugin exited with {process.popen.returncode} before registering; "
                 f"output:\n{process.output()}"
             )
-        if not paths.registration_socket.exists():
-            return None
-        with grpc_client.RegistrationClient(str(paths.registration_socket), timeout_s=2) as reg:
-            try:
-                info = reg.get_info()
-            except grpc_client.PluginCallError:
-                return None
-            reg.notify(True)
-            return info
+        return grpc_client.try_register(str(paths.registration_socket))
 
     return eventually(
         probe, what="the plugin's registration socket to answer GetInfo",

@@ -246,3 +246,12 @@ def test_client_reports_an_absent_plugin_as_a_call_error(sock_base: pathlib.Path
         pytest.raises(client.PluginCallError, match="UNAVAILABLE"),
     ):
         dra.prepare([_ref("u1")])
+
+
+def test_try_register_registers_as_the_plugin_watcher_does(
+    plugin: server.PluginServer, tmp_path: pathlib.Path
+) -> None:
+    assert client.try_register(str(tmp_path / "absent.sock")) is None
+    info = client.try_register(plugin.registration_socket_path)
+    assert info is not None and info.name == DRIVER
+    assert plugin.registered.wait(5)

@@ -271,15 +271,7 @@ def wait_registered(process: AppProcess, node: PluginNode) -> grpc_client.Plugin
     def probe() -> grpc_client.PluginInfo | None:
         if not process.running:
             raise AssertionError(f"plugin exited before registering:\n{process.output()}")
-        if not node.registration_socket.exists():
-            return None
-        with grpc_client.RegistrationClient(str(node.registration_socket), timeout_s=2) as reg:
-            try:
-                info = reg.get_info()
-            except grpc_client.PluginCallError:
-                return None
-            reg.notify(True)
-            return info
+        return grpc_client.try_register(str(node.registration_socket))
 
     return wait_for(probe, what="the plugin to register", timeout_s=START_TIMEOUT_S)
 
