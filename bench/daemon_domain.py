@@ -92,7 +92,6 @@ def _start(cluster: memory_cluster.InMemoryCluster, *, workdir: str, bin_dir: st
 def _stop(daemons: list[_Daemon]) -> None:
     for d in daemons:
         d.stop.set()
-        d.runner.on_object(None)  # wake its loop
     for d in daemons:
         d.thread.join(timeout=30)
 

@@ -1,4 +1,4 @@
-"""The IMEX channel character-device major, parsed from the text of `/proc/devices`.
+"""Character-device majors (the IMEX channels', nvidia-caps') from the text of `/proc/devices`.
 
 The major is assigned by the kernel when the nvidia driver loads and differs between nodes,
 so it must be read on every node; the CDI device nodes we hand to containers carry it.
@@ -12,11 +12,8 @@ _CHARACTER_SECTION = "Character devices:"
 _BLOCK_SECTION = "Block devices:"
 
 
-def imex_channel_major(proc_devices_text: str) -> int:
-    """Major number of `nvidia-caps-imex-channels` among the character devices.
-
-    Raises ConfigError (the plugin must not start) when the device is not registered.
-    """
+def character_major(proc_devices_text: str, device: str) -> int | None:
+    """Major number of `device` among the character devices, or None when not registered."""
     in_character_section = False
     for line in proc_devices_text.splitlines():
         stripped = line.strip()
@@ -28,8 +25,19 @@ def imex_channel_major(proc_devices_text: str) -> int:
         if not in_character_section:
             continue
         fields = stripped.split()
-        if len(fields) == 2 and fields[1] == names.IMEX_CHANNELS_PROC_NAME and fields[0].isdigit():
+        if len(fields) == 2 and fields[1] == device and fields[0].isdigit():
             return int(fields[0])
+    return None
+
+
+def imex_channel_major(proc_devices_text: str) -> int:
+    """Major number of `nvidia-caps-imex-channels` among the character devices.
+
+    Raises ConfigError (the plugin must not start) when the device is not registered.
+    """
+    major = character_major(proc_devices_text, names.IMEX_CHANNELS_PROC_NAME)
+    if major is not None:
+        return major
     raise errors.ConfigError(
         f"the NVIDIA driver's IMEX channel device ({names.IMEX_CHANNELS_PROC_NAME}) is not "
         "registered on this node (no entry among the character devices in /proc/devices); "

@@ -76,7 +76,6 @@ class DaemonRunner:
         self._ready_pid: int | None = None
         self._reload_pending = False
         self._next_poll = 0.0
-        self.reloads = 0
 
     def on_object(self, obj: Mapping[str, Any] | None) -> None:
         """Informer callback: keep the newest version and wake the loop."""
@@ -195,8 +194,7 @@ class DaemonRunner:
         ready = self._ready_pid is not None and self._ready_pid == self._supervisor.pid
         if not ready and age < self._reload_grace_s:
             return  # retried on the next pass (at most `ready_poll_s` away while not Ready)
-        if self._supervisor.reload():
-            self.reloads += 1
+        self._supervisor.reload()
         self._reload_pending = False
 
     def _apply_peers(self, obj: Mapping[str, Any] | None) -> None:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import posixpath
 
-from core import cdi, errors, models
+from core import cdi, errors, models, procdevices
 
 CONTAINER_CONFIG_DIR = "/imexd"
 TEMPLATE_FILE_NAME = "imexd.cfg.tmpl"
@@ -42,18 +42,7 @@ def domain_config_dir(root: str, domain_uid: str) -> str:
 
 def nvidia_caps_major(proc_devices_text: str) -> int | None:
     """Major of the `nvidia-caps` character device in /proc/devices, or None if absent."""
-    in_characters = False
-    for line in proc_devices_text.splitlines():
-        stripped = line.strip()
-        if stripped == "Character devices:":
-            in_characters = True
-        elif stripped == "Block devices:":
-            break
-        elif in_characters:
-            fields = stripped.split()
-            if len(fields) == 2 and fields[1] == NVIDIA_CAPS_PROC_NAME and fields[0].isdigit():
-                return int(fields[0])
-    return None
+    return procdevices.character_major(proc_devices_text, NVIDIA_CAPS_PROC_NAME)
 
 
 def parse_mgmt_capability(text: str, *, major: int) -> models.ImexMgmtDevice:

@@ -151,9 +151,8 @@ def upsert_entry(
         return None
     if mine:
         position = next(i for i, item in enumerate(entries) if item.get(key) == me.node_name)
-        result = [dict(item) for item in entries if item.get(key) != me.node_name]
-        result.insert(min(position, len(result)), wanted)
-        return result
+        others.insert(min(position, len(others)), wanted)
+        return others
     return [*others, wanted]
 
 
