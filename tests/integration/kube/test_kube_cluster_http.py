@@ -1,8 +1,9 @@
 """KubeCluster end to end: the official client over real HTTP against a local API stand-in.
 
-No kube-apiserver binary is available on this machine, so the server is
-`kube_apiserver_standin` (stdlib http.server); the client, its config loading, auth
-headers, the HTTP layer and streaming watches are all real.
+The server is `kube_apiserver_standin` (stdlib http.server), which injects failures (401s,
+dropped watches, chosen status codes) the real kube-apiserver of `tests/integration/realkube`
+cannot be made to give; the client, its config loading, auth headers, the HTTP layer and
+streaming watches are all real.
 """
 
 from __future__ import annotations
@@ -10,7 +11,6 @@ from __future__ import annotations
 import itertools
 import pathlib
 import threading
-from collections.abc import Iterator
 from typing import Any
 
 import kube_apiserver_standin
@@ -20,24 +20,6 @@ from adapters.kube import _codec, cluster, leader, retrying, slices
 from core import errors, models, names, ports
 
 NS = "team-a"
-
-
-@pytest.fixture
-def server() -> Iterator[kube_apiserver_standin.StandInAPIServer]:
-    standin = kube_apiserver_standin.StandInAPIServer().start()
-    yield standin
-    standin.stop()
-
-
-@pytest.fixture
-def kube(
-    server: kube_apiserver_standin.StandInAPIServer, tmp_path: pathlib.Path
-) -> Iterator[cluster.KubeCluster]:
-    path = tmp_path / "kubeconfig"
-    path.write_text(server.kubeconfig())
-    kc = cluster.KubeCluster.from_config(str(path), component="test-controller")
-    yield kc
-    kc.close()
 
 
 def _cd(name: str, **labels: str) -> dict[str, Any]:

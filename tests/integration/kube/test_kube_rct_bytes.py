@@ -9,8 +9,6 @@ keeps the patch's resourceVersion precondition.
 
 from __future__ import annotations
 
-import pathlib
-from collections.abc import Iterator
 from typing import Any
 
 import kube_apiserver_standin
@@ -20,24 +18,6 @@ from adapters.kube import _codec, cluster
 from core import errors, kinds, models, names, objects
 
 RCT = kinds.RESOURCE_CLAIM_TEMPLATE.kind
-
-
-@pytest.fixture
-def server() -> Iterator[kube_apiserver_standin.StandInAPIServer]:
-    standin = kube_apiserver_standin.StandInAPIServer().start()
-    yield standin
-    standin.stop()
-
-
-@pytest.fixture
-def kube(
-    server: kube_apiserver_standin.StandInAPIServer, tmp_path: pathlib.Path
-) -> Iterator[cluster.KubeCluster]:
-    path = tmp_path / "kubeconfig"
-    path.write_text(server.kubeconfig())
-    kc = cluster.KubeCluster.from_config(str(path), component="test-controller")
-    yield kc
-    kc.close()
 
 
 def _config() -> models.DriverConfig:
