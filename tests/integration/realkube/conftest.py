@@ -64,6 +64,23 @@ def controller(installed: realkube_driver.Driver) -> Iterator[realkube_driver.Ap
 
 
 @pytest.fixture(scope="module")
+def node(installed: realkube_driver.Driver) -> realkube_driver.PluginNode:
+    """The first simulated node's plugin directories."""
+    return installed.plugin_node(realkube_driver.nodes()[0])
+
+
+@pytest.fixture(scope="module")
+def plugin(
+    installed: realkube_driver.Driver, node: realkube_driver.PluginNode
+) -> Iterator[realkube_driver.AppProcess]:
+    """The kubelet plugin on `node`, registered, for the whole module."""
+    process = installed.start_plugin(node)
+    realkube_driver.wait_registered(process, node)
+    yield process
+    process.stop()
+
+
+@pytest.fixture(scope="module")
 def real_apiserver(real_kube: realkube_server.RealKube) -> realkube_server.RealKube:
     """Alias of `real_kube`: `.url`, `.admin_token`, `.admin_kubeconfig()`, `.cluster(kubeconfig)`
     (a `KubeCluster`), `.apply(objects)`, `.stop_apiserver()` / `.start_apiserver()`."""

@@ -17,7 +17,6 @@ from typing import Any
 import pytest
 import realkube_driver
 import yaml
-from kubernetes import client
 from realkube_driver import WORKLOAD_NAMESPACE, Driver, PluginNode
 from realkube_server import wait_for
 
@@ -32,37 +31,12 @@ MODE = "hostManaged-channel-max3"
 
 
 @pytest.fixture(scope="module")
-def driver(real_kube: Any) -> Iterator[Driver]:
-    installed = realkube_driver.Driver(real_kube, mode=MODE, workdir=real_kube.workdir).install()
-    yield installed
-    installed.stop()
-
-
-@pytest.fixture(scope="module")
-def admin(driver: Driver) -> Iterator[KubeCluster]:
-    cluster = driver.admin()
-    yield cluster
-    cluster.close()
-
-
-@pytest.fixture(scope="module")
-def controller(driver: Driver) -> Iterator[realkube_driver.AppProcess]:
-    process = driver.start_controller()
-    yield process
-    process.stop()
-
-
-@pytest.fixture(scope="module")
-def node(driver: Driver) -> PluginNode:
-    return driver.plugin_node(realkube_driver.nodes()[0])
-
-
-@pytest.fixture(scope="module")
-def plugin(driver: Driver, node: PluginNode) -> Iterator[realkube_driver.AppProcess]:
-    process = driver.start_plugin(node)
-    realkube_driver.wait_registered(process, node)
-    yield process
-    process.stop()
+def installed(real_kube: Any) -> Iterator[Driver]:
+    """The chart under channel isolation (3 channels: IDs 1 and 2), replacing the tier's
+    per-mode `installed` for this module."""
+    driver = realkube_driver.Driver(real_kube, mode=MODE, workdir=real_kube.workdir).install()
+    yield driver
+    driver.stop()
 
 
 def _create_cd(admin: KubeCluster, name: str) -> None:
@@ -87,28 +61,15 @@ def _ready_channel(admin: KubeCluster, name: str, process: realkube_driver.AppPr
     return int(wait_for(ready, what=f"ComputeDomain {name} Ready with a channel", timeout_s=60))
 
 
-def _workload_service_account(driver: Driver) -> str:
-    core = client.CoreV1Api(driver.kube.admin_client())
-    try:
-        core.create_namespaced_service_account(WORKLOAD_NAMESPACE, {"metadata": {"name": "w"}})
-    except client.ApiException as exc:
-        if exc.status != 409:
-            raise
-    return "w"
-
-
 def _claim_from_template(
-    admin: KubeCluster, driver: Driver, *, cd_name: str, node: str, slot: int
+    admin: KubeCluster, installed: Driver, *, cd_name: str, node: str, slot: int
 ) -> models.ClaimRef:
     """What the ResourceClaim controller and the scheduler leave: a claim made from the
     ComputeDomain's template, allocated one slot on `node`, reserved for a pod bound there."""
     rct = admin.get(kinds.RESOURCE_CLAIM_TEMPLATE.kind, namespace=WORKLOAD_NAMESPACE,
                     name=f"{cd_name}-channel")
     spec = rct["spec"]["spec"]
-    pod = driver.kube.create_pod_on_node(
-        namespace=WORKLOAD_NAMESPACE, name=f"{cd_name}-worker", node=node,
-        service_account=_workload_service_account(driver),
-    )
+    pod = installed.workload_pod(f"{cd_name}-worker", node=node)
     created = admin.create(kinds.RESOURCE_CLAIM.kind, {
         "apiVersion": names.DRA_GROUP_VERSION, "kind": "ResourceClaim",
         "metadata": {"name": f"{cd_name}-worker-channel", "namespace": WORKLOAD_NAMESPACE},
@@ -133,7 +94,7 @@ def _claim_from_template(
 
 
 def test_two_domains_get_different_channels_and_their_pods_different_device_nodes(
-    driver: Driver, admin: KubeCluster, controller: realkube_driver.AppProcess,
+    installed: Driver, admin: KubeCluster, controller: realkube_driver.AppProcess,
     node: PluginNode, plugin: realkube_driver.AppProcess,
 ) -> None:
     slices = wait_for(
@@ -151,7 +112,7 @@ def test_two_domains_get_different_channels_and_their_pods_different_device_node
 
     major = procdevices.imex_channel_major(simulated.simulated_proc_devices())
     for slot, name in enumerate(("alpha", "beta")):
-        ref = _claim_from_template(admin, driver, cd_name=name, node=node.name, slot=slot)
+        ref = _claim_from_template(admin, installed, cd_name=name, node=node.name, slot=slot)
         with grpc_client.DRAClient(str(node.dra_socket), timeout_s=45) as dra:
             result = dra.prepare([ref])[ref.uid]
         assert result.error == "", f"{result.error}\nplugin:\n{plugin.output()[-4000:]}"

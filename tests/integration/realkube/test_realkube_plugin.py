@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pathlib
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import pytest
@@ -23,19 +23,6 @@ from adapters.nvml import simulated
 from core import errors, kinds, names
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture(scope="module")
-def node(installed: Driver) -> PluginNode:
-    return installed.plugin_node(realkube_driver.nodes()[0])
-
-
-@pytest.fixture(scope="module")
-def plugin(installed: Driver, node: PluginNode) -> Iterator[realkube_driver.AppProcess]:
-    process = installed.start_plugin(node)
-    realkube_driver.wait_registered(process, node)
-    yield process
-    process.stop()
 
 
 def slices_of(admin: KubeCluster, node: str) -> list[Mapping[str, Any]]:
