@@ -52,8 +52,6 @@ class Reconciler:
         self._metrics = metrics
         # uid -> resourceVersion of each undecodable CD already reported by an event.
         self._reported_invalid: dict[str, str] = {}
-        # uid -> message of the reconcile failure last reported by an event.
-        self._reported_failure: dict[str, str] = {}
         # Channel isolation: fresh lists until a Controller points it at its caches.
         self.channels = channel_allocator.ChannelAllocator(
             max_channels=config.max_channels, snapshot=self._listed_channels
@@ -127,8 +125,6 @@ class Reconciler:
             self._metrics.forget_missing(frozenset(live))
         for uid in set(self._reported_invalid) - live:
             del self._reported_invalid[uid]
-        for uid in set(self._reported_failure) - live:
-            del self._reported_failure[uid]
         return applied
 
     # ------------------------------------------------------------ one ComputeDomain
@@ -162,7 +158,7 @@ class Reconciler:
                       cd.meta.namespace, cd.meta.name, exc.message)
             raise
         except errors.ClusterError as exc:
-            self._report_failure(cd, observed=observed, exc=exc)
+            self._report_failure(cd, observed=observed, exc=exc, writer=writer)
             raise
         if actions:
             log.info(
@@ -175,7 +171,6 @@ class Reconciler:
             applied += self._apply(recovered, writer=writer)
             log.info("event=compute_domain_recovered cd=%s/%s uid=%s",
                      cd.meta.namespace, cd.meta.name, cd.meta.uid)
-        self._reported_failure.pop(cd.uid, None)
         if self._metrics is not None and not cd.meta.deleting:
             self._metrics.record_domain(cd, config=self._config)
         return applied
@@ -183,7 +178,6 @@ class Reconciler:
     def forget_domain(self, uid: str) -> None:
         """The CD is gone: drop what was remembered about it (metrics series, reports)."""
         self._reported_invalid.pop(uid, None)
-        self._reported_failure.pop(uid, None)
         self.channels.forget(uid)
         if self._metrics is not None:
             self._metrics.forget(uid)
@@ -236,8 +230,11 @@ class Reconciler:
 
     def _report_failure(
         self, cd: models.ComputeDomain, *, observed: controlling.Observed,
-        exc: errors.ClusterError,
+        exc: errors.ClusterError, writer: ports.Cluster | None = None,
     ) -> None:
+        """Report the failure on the CD through `writer`, so the caches see the condition
+        written and the next retry's plan (which skips a condition already set) sends
+        neither the patch nor the event again."""
         status = getattr(exc, "status", 0)
         actions = controlling.plan_reconcile_failure(
             cd, observed=observed, cause=exc.message,
@@ -247,19 +244,11 @@ class Reconciler:
             "event=compute_domain_reconcile_failed cd=%s/%s uid=%s reason=%r",
             cd.meta.namespace, cd.meta.name, cd.meta.uid, exc.message,
         )
-        reported = self._reported_failure.get(cd.uid)
-        events = [a for a in actions if isinstance(a, models.EmitEvent)]
-        if events and reported == events[0].message:
-            # The cache has not caught up with the condition we wrote: no second event.
-            actions = tuple(a for a in actions if not isinstance(a, models.EmitEvent))
         try:
-            executing.execute_cluster_actions(self._cluster, actions)
+            executing.execute_cluster_actions(writer or self._cluster, actions)
         except errors.ClusterError as report_exc:
             log.warning("event=failure_report_failed cd=%s/%s reason=%r",
                         cd.meta.namespace, cd.meta.name, report_exc.message)
-            return
-        if events:
-            self._reported_failure[cd.uid] = events[0].message
 
     def _apply(
         self, actions: Iterable[models.ClusterAction], *, writer: ports.Cluster | None = None

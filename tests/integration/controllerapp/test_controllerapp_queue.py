@@ -23,7 +23,7 @@ from adapters.kube import workqueue
 from adapters.memory import cluster as memory_cluster
 from apps.controller import metrics as controller_metrics
 from apps.controller import reconciler as controller_reconciler
-from apps.controller import running
+from apps.controller import running, writes
 from core import controlling, errors, kinds, models, modes, names, ports
 
 NS = "ml"
@@ -250,10 +250,39 @@ def test_a_refused_cd_backs_off_alone_is_reported_once_and_recovers(cluster: _Cl
         condition = _conditions(cluster, "broken")[controlling.RECONCILED_CONDITION]
         assert condition["status"] == "False" and condition["message"] == event["message"]
         assert not _ready(cluster, "broken")
+        # Written through the caches' writer: the retries see the condition, none re-sends it.
+        patches = [w for w in cluster.writes if w[1] == CD and w[2] == "broken"][1:]
+        assert patches == [("patch", CD, "broken"), ("patch/status", CD, "broken")], (
+            f"the failure report is re-sent on retries: {patches}")
 
         cluster.refused.clear()
         _eventually(lambda: _ready(cluster, "broken"), what="the CD Ready once the webhook is up")
         assert controlling.RECONCILED_CONDITION not in _conditions(cluster, "broken")
+
+
+def test_a_failure_report_goes_through_the_writer_so_a_retry_does_not_resend_it(
+    cluster: _Cluster,
+) -> None:
+    config = _host_config()
+    reconciler = controller_reconciler.Reconciler(cluster=cluster, config=config)
+    written: list[Mapping[str, Any]] = []
+    writer = writes.WriteReporting(cluster, on_written=lambda kind, obj: written.append(obj),
+                                   on_exists=lambda kind, namespace, name: None)
+
+    def observe(cd: models.ComputeDomain, raw: Mapping[str, Any]) -> controlling.Observed:
+        return controlling.observe(cd, objects=controlling.index_cluster({}), config=config,
+                                   conditions=controlling.conditions_from_k8s(raw))
+
+    cluster.refused.add("broken-channel")
+    cluster.create(CD, _cd("broken"))
+    raw: Mapping[str, Any] = cluster.get(CD, namespace=NS, name="broken")
+    for _ in range(3):  # each retry plans from what the writer reported last (the caches)
+        with pytest.raises(_WebhookDown):
+            reconciler.sync_domain(raw, observe=observe, writer=writer)
+        raw = written[-1]
+    assert controlling.RECONCILED_CONDITION in _conditions(cluster, "broken")
+    assert cluster.writes.count(("patch/status", CD, "broken")) == 1
+    [_] = _events(cluster, controlling.RECONCILE_FAILED_REASON)
 
 
 def test_a_cd_refused_for_a_taken_rct_is_served_once_the_holder_is_gone(
