@@ -169,13 +169,17 @@ def read_checkpoint(path: str) -> models.Checkpoint | None:
     """The checkpoint at `path` as the plugin sees it (snapshot + journal; None if absent).
 
     For tools and tests that inspect a node; raises CheckpointCorruptError like the plugin's
-    own read. A torn journal tail is ignored, not cut.
+    own read. A torn journal tail is ignored, not cut; so is a journal that follows another
+    snapshot (stale), as the plugin ignores it.
     """
     store = FileCheckpointStore(path)
     raw = store.read()
     if raw is None:
         return None
-    return checkpoint_codec.replay(checkpoint_codec.decode(raw), store.read_journal()).checkpoint
+    return checkpoint_codec.replay(
+        checkpoint_codec.decode(raw), store.read_journal(),
+        snapshot=checkpoint_codec.snapshot_id(raw),
+    ).checkpoint
 
 
 def _stamp(path: str) -> FileStamp:

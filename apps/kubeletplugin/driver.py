@@ -155,7 +155,14 @@ class PluginDriver:
             try:
                 store.truncate_journal(replayed.valid_length)
             except OSError as exc:
+                # The next append would follow the uncut bytes, and a later read would drop
+                # or reject the whole journal: nothing more is written (as if unwritable).
                 log.error("event=checkpoint_journal_cut_failed error=%r", str(exc))
+                problem = "its journal's torn or stale tail could not be cut"
+                self._enter_degraded(
+                    replayed.checkpoint, path=exc.filename, problem=problem, cause=exc
+                )
+                return replayed.checkpoint
         self._remember(replayed.checkpoint, records=replayed.records)
         assert self._state is not None
         return self._state

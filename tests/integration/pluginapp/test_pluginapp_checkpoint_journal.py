@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import errno
 import glob
 import os
 from collections.abc import Iterator
@@ -119,6 +120,42 @@ def test_a_torn_journal_tail_is_cut_and_every_acknowledged_claim_kept(
     assert current is not None and {ref.uid, later.uid} <= set(current.entries)
 
 
+class _UncuttableJournal(fs_checkpoints.FileCheckpointStore):
+    def truncate_journal(self, length: int) -> None:
+        raise PermissionError(errno.EACCES, "Permission denied", self.path)
+
+
+def test_a_torn_tail_that_cannot_be_cut_stops_prepares_instead_of_appending_after_it(
+    env: embedded.Embedded,
+) -> None:
+    domain = create_domain(env)
+    ref = create_claim(env, "a", domain_id=domain)
+    assert not prepare(env, ref).error
+    snapshot, journal = _paths(env)
+    with open(journal, "ab") as f:  # a kill in the middle of the next append
+        f.write(b"0f3a9c")
+    with open(journal, "rb") as f:
+        torn = f.read()
+    settings = node(env).settings
+    driver = plugin_driver.PluginDriver(
+        ports=plugin_driver.PluginPorts(
+            cluster=env.cluster,
+            checkpoints=_UncuttableJournal(snapshot),
+            cdi=fs_cdi.CDIDirectory(settings.cdi_root),
+        ),
+        node=node(env).plugin.node,
+        config=env.config,
+        retry_budget_s=0.2,
+    )
+    assert ref.uid in driver.recover().entries  # the plugin stays up with what it read
+    later = create_claim(env, "b", domain_id=domain)
+    refused = driver.node_prepare((later,))[later.uid].error
+    assert "cannot be written" in refused and "serves no prepares" in refused
+    with open(journal, "rb") as f:
+        assert f.read() == torn, "appended after the uncut torn tail"
+    assert driver.node_unprepare((ref,))[ref.uid] == models.ClaimResult()
+
+
 def test_a_corrupt_journal_record_is_quarantined_with_its_snapshot_and_state_rebuilt(
     env: embedded.Embedded,
 ) -> None:
@@ -169,6 +206,10 @@ def test_a_journal_left_beside_a_snapshot_rewritten_by_an_older_plugin_is_not_re
             dataclasses.replace(current, entries={}), current))
     with open(snapshot, "wb") as f:
         f.write(checkpoint_codec.encode(dataclasses.replace(current, entries={})))
+    # The inspection tool reads it as the plugin does: the stale journal is not applied.
+    inspected = fs_checkpoints.read_checkpoint(snapshot)
+    assert inspected is not None
+    assert ref.uid not in inspected.entries, "read_checkpoint replayed the stale journal"
     recovered = _fresh_driver(env).recover()
     assert ref.uid not in recovered.entries, "the stale journal brought the claim back"
     assert os.path.getsize(journal) == 0
