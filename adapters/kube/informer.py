@@ -142,10 +142,12 @@ class Informer:
                 for name, indexer in self._indexers.items():
                     for value in indexer(new):
                         self._indices[name].setdefault(value, set()).add(key)
+        if old is None and new is None:
+            # Never cached (e.g. a MODIFIED event of an object outside the selection): no
+            # handler hears of a delete of something it never saw added.
+            return
         if new is None and final is not None:
             old = final
-        if old is None and new is None:
-            return
         for handler in self._handlers:
             try:
                 handler(old, new)

@@ -1,7 +1,8 @@
 """The informer cache on the embedded cluster: follows list + watch, indexes, relists.
 
 Covers: the first list fills the cache and sets `synced`; watch events update it and call the
-handlers with (old, new); a label selector keeps other objects out; indexes follow changes; a
+handlers with (old, new); a label selector keeps other objects out (their changes call no
+handler); indexes follow changes; a
 transform slims what is stored; a relist after 410 drops objects that vanished meanwhile.
 """
 
@@ -65,6 +66,28 @@ def test_the_cache_follows_list_and_watch_and_tells_handlers_old_and_new(
         assert [o["metadata"]["name"] for o in leases.by_index("holder", "z")] == ["a"]
         assert leases.by_index("holder", "a") == ()
         assert leases.get("ns", "other") is None
+    finally:
+        stop.set()
+
+
+def test_changes_of_objects_outside_the_selection_call_no_handler(
+    cluster: memory_cluster.InMemoryCluster,
+) -> None:
+    cluster.create("Lease", _lease("other", team="y"))
+    seen: list[tuple[object, object]] = []
+    leases = informer.Informer(cluster, "Lease", namespace="ns", label_selector={"team": "x"},
+                               watch_timeout_s=1)
+    leases.add_handler(lambda old, new: seen.append((old, new)))
+    stop = threading.Event()
+    leases.start(stop)
+    try:
+        assert leases.synced.wait(10)
+        # A MODIFIED event of a never-selected object reads as DELETED (it may have just left
+        # the selection): with nothing cached under its key, no handler hears of it.
+        cluster.patch("Lease", namespace="ns", name="other", patch={"spec": {"x": "1"}})
+        cluster.create("Lease", _lease("sentinel", team="x"))
+        _eventually(lambda: len(seen) >= 1, what="the sentinel's add")
+        assert seen == [(None, leases.get("ns", "sentinel"))]
     finally:
         stop.set()
 
