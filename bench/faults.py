@@ -352,7 +352,7 @@ class Node:
         for directory in (self.plugin_dir, pathlib.Path(self.cdi.root)):
             if directory.is_dir():
                 found += [str((directory / n).relative_to(self.root)) for n in os.listdir(directory)
-                          if n.startswith(".") and n.endswith(_atomic.TEMP_SUFFIX)]
+                          if _atomic.is_temp_file(n)]
         return sorted(found)
 
     def entries(self) -> dict[str, models.ClaimState]:

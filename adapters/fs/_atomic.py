@@ -56,6 +56,33 @@ FAULT_POINTS: Final = (
 _CDI_PREFIX: Final = names.cdi_spec_file_name("").rsplit(".", 1)[0]
 
 
+def is_temp_file(name: str, target_prefix: str = "") -> bool:
+    """Whether `name` is a temp file `write_atomically` made for a target whose name starts
+    with `target_prefix` (any target when empty)."""
+    return name.startswith(f".{target_prefix}") and name.endswith(TEMP_SUFFIX)
+
+
+def remove_temp_files(directory: str, target_prefix: str) -> tuple[str, ...]:
+    """Delete the temp files that killed writes (targets starting `target_prefix`) left.
+
+    Returns their paths; a missing directory has none.
+    """
+    try:
+        entries = os.listdir(directory)
+    except (FileNotFoundError, NotADirectoryError):
+        return ()
+    removed = []
+    for entry in sorted(entries):
+        if is_temp_file(entry, target_prefix):
+            path = os.path.join(directory, entry)
+            with contextlib.suppress(FileNotFoundError, IsADirectoryError):
+                os.unlink(path)
+                removed.append(path)
+    if removed:
+        fsync_directory(directory)
+    return tuple(removed)
+
+
 def parse_fault(text: str) -> tuple[str, int]:
     """`<point>:<n>` -> (point, n); ValueError saying what is wrong for anything else."""
     point, sep, count = text.strip().rpartition(":")

@@ -68,20 +68,7 @@ class CDIDirectory:
 
     def remove_temp_files(self) -> tuple[str, ...]:
         """Delete temp files a killed write left in the root (ours only); returns their paths."""
-        removed = []
-        try:
-            entries = os.listdir(self.root)
-        except FileNotFoundError:
-            return ()
-        for entry in sorted(entries):
-            if entry.startswith(f".{_SPEC_PREFIX}") and entry.endswith(_atomic.TEMP_SUFFIX):
-                path = os.path.join(self.root, entry)
-                with contextlib.suppress(FileNotFoundError, IsADirectoryError):
-                    os.unlink(path)
-                    removed.append(path)
-        if removed:
-            _atomic.fsync_directory(self.root)
-        return tuple(removed)
+        return _atomic.remove_temp_files(self.root, _SPEC_PREFIX)
 
     def claim_uids(self) -> frozenset[names.ClaimUID]:
         """Claims with one of our spec files in the root (temp and foreign files ignored)."""

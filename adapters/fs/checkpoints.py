@@ -139,7 +139,7 @@ class FileCheckpointStore:
         Only `.<checkpoint name>.*.tmp` (what `_atomic` creates for this file) is touched.
         Call at start-up, before anything writes.
         """
-        return _remove_temp_files(os.path.dirname(self.path), os.path.basename(self.path))
+        return _atomic.remove_temp_files(os.path.dirname(self.path), os.path.basename(self.path))
 
     @contextlib.contextmanager
     def locked(self) -> Iterator[None]:
@@ -189,19 +189,3 @@ def _stamp(path: str) -> FileStamp:
         return None
     return st.st_ino, st.st_size, st.st_mtime_ns
 
-
-def _remove_temp_files(directory: str, target_prefix: str) -> tuple[str, ...]:
-    try:
-        entries = os.listdir(directory)
-    except (FileNotFoundError, NotADirectoryError):
-        return ()
-    removed = []
-    for entry in sorted(entries):
-        if entry.startswith(f".{target_prefix}") and entry.endswith(_atomic.TEMP_SUFFIX):
-            path = os.path.join(directory, entry)
-            with contextlib.suppress(FileNotFoundError, IsADirectoryError):
-                os.unlink(path)
-                removed.append(path)
-    if removed:
-        _atomic.fsync_directory(directory)
-    return tuple(removed)
