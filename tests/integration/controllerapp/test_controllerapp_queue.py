@@ -195,9 +195,12 @@ def test_each_write_a_new_cd_needs_is_made_once_despite_the_caches_lag(
     )
 
 
-def test_a_foreign_rct_holding_the_name_refuses_the_cd_once_until_it_goes(
+def test_a_foreign_rct_holding_the_name_refuses_the_cd_once_and_a_resync_serves_it_once_gone(
     cluster: _Cluster, controller: running.Controller
 ) -> None:
+    """No event tells the controller that a foreign RCT went (the workload-RCT informer only
+    sees RCTs with our labels): production serves the CD at its next resync (300 s). The
+    label patch after the delete stands in for that resync here."""
     cluster.create(RCT, {"metadata": {"name": "users-own", "namespace": NS},
                          "spec": {"spec": {"devices": {}}}})
     cluster.create(CD, _cd("late", rct="users-own"))
@@ -212,6 +215,7 @@ def test_a_foreign_rct_holding_the_name_refuses_the_cd_once_until_it_goes(
     assert controlling.ADMITTED_CONDITION in _conditions(cluster, "late")
 
     cluster.delete(RCT, namespace=NS, name="users-own")
+    # Stands in for the next resync (see the docstring).
     cluster.patch(CD, namespace=NS, name="late", patch={"metadata": {"labels": {"n": "go"}}})
     _eventually(lambda: _ready(cluster, "late"), what="the CD served once the RCT is gone")
 
