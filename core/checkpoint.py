@@ -21,6 +21,9 @@ from typing import Any, TypeVar
 
 from core import cdi, errors, models, names
 
+# The states in which an entry holds its claim's devices (and CDI spec) on the node.
+HOLDING_STATES = (models.ClaimState.PREPARE_STARTED, models.ClaimState.PREPARE_COMPLETED)
+
 VERSION = 1
 _E = TypeVar("_E", models.IMEXMode, models.Isolation, models.ClaimState)
 TOMBSTONE_TTL_S = 300.0
@@ -368,12 +371,11 @@ def orphan_cdi_specs(
     Such a file is left over (a reboot dropped its entry, or an unprepare of a claim we did
     not know); kept, it could later be rebuilt into an entry that blocks other domains forever.
     """
-    holding = (models.ClaimState.PREPARE_STARTED, models.ClaimState.PREPARE_COMPLETED)
     return tuple(
         sorted(
             uid
             for uid in set(spec_claim_uids)
-            if (entry := cp.entries.get(uid)) is None or entry.state not in holding
+            if (entry := cp.entries.get(uid)) is None or entry.state not in HOLDING_STATES
         )
     )
 
@@ -426,8 +428,7 @@ class StaleCleanup:
 
 def entries_to_check(cp: models.Checkpoint) -> tuple[models.CheckpointEntry, ...]:
     """The PrepareStarted/PrepareCompleted entries whose claims the API server must confirm."""
-    holding = (models.ClaimState.PREPARE_STARTED, models.ClaimState.PREPARE_COMPLETED)
-    return tuple(e for _, e in sorted(cp.entries.items()) if e.state in holding)
+    return tuple(e for _, e in sorted(cp.entries.items()) if e.state in HOLDING_STATES)
 
 
 def plan_stale_cleanup(cp: models.Checkpoint, *, stale: Iterable[StaleEntry]) -> StaleCleanup:
@@ -470,8 +471,6 @@ def stale_reason(
 
 # ---------------------------------------------------------------- index
 
-_HOLDING = (models.ClaimState.PREPARE_STARTED, models.ClaimState.PREPARE_COMPLETED)
-
 
 def index_of(cp: models.Checkpoint) -> models.CheckpointIndex:
     """The counts over `cp.entries`: kept by the transitions below, else built (O(claims))."""
@@ -488,7 +487,7 @@ def index_of(cp: models.Checkpoint) -> models.CheckpointIndex:
             continue
         if entry.state is models.ClaimState.PREPARE_COMPLETED:
             devices += len(entry.devices)
-        if entry.state in _HOLDING:
+        if entry.state in HOLDING_STATES:
             for channel in entry.channel_ids:
                 held = channels.setdefault(channel, {})
                 held[entry.domain_id] = held.get(entry.domain_id, 0) + 1

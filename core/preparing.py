@@ -13,9 +13,9 @@ from collections.abc import Mapping, Sequence
 
 from core import cdi, channel_prepare, decoding, errors, models, modeswitch, names
 from core import checkpoint as checkpoints
+from core.checkpoint import HOLDING_STATES
 from core.computedomain import daemon_claim
 
-_HOLDING_STATES = (models.ClaimState.PREPARE_STARTED, models.ClaimState.PREPARE_COMPLETED)
 _SINGLE_MODES = ("", models.AllocationMode.SINGLE.value)
 _DRIVER_MANAGED_MODES = (*_SINGLE_MODES, models.AllocationMode.ALL.value)
 
@@ -331,7 +331,7 @@ def claims_under_other_mode(
         return ()  # the common case, without a scan of every entry
     return tuple(
         e for _, e in sorted(checkpoint.entries.items())
-        if e.state in _HOLDING_STATES and (e.mode, e.isolation) != (config.mode, config.isolation)
+        if e.state in HOLDING_STATES and (e.mode, e.isolation) != (config.mode, config.isolation)
     )
 
 
@@ -379,7 +379,7 @@ def _check_channel_conflict(
     holders = checkpoints.index_of(checkpoint).channel_holders
     own = checkpoint.entries.get(claim.uid)
     # The claim's own entry (a retried prepare) is counted in the index; it is no conflict.
-    own_held = own.channel_ids if own is not None and own.state in _HOLDING_STATES else ()
+    own_held = own.channel_ids if own is not None and own.state in HOLDING_STATES else ()
     own_domain = own.domain_id if own is not None else None
 
     def others(channel: int, domain_id: str) -> int:
@@ -395,7 +395,7 @@ def _check_channel_conflict(
         return  # no other domain holds a wanted channel: no scan of every entry
     wanted = set(channel_ids)
     for uid, entry in sorted(checkpoint.entries.items()):
-        if uid == claim.uid or entry.state not in _HOLDING_STATES or entry.domain_id == domain.uid:
+        if uid == claim.uid or entry.state not in HOLDING_STATES or entry.domain_id == domain.uid:
             continue
         shared = sorted(wanted.intersection(entry.channel_ids))
         if shared:
@@ -596,7 +596,7 @@ def plan_label_release(
         return None
     others = checkpoints.index_of(after).holders_by_domain.get(entry.domain_id, 0)
     held = after.entries.get(entry.claim_uid)
-    if held is not None and held.state in _HOLDING_STATES and held.domain_id == entry.domain_id:
+    if held is not None and held.state in HOLDING_STATES and held.domain_id == entry.domain_id:
         others -= 1
     if others > 0:
         return None
