@@ -13,7 +13,7 @@ import dataclasses
 from collections.abc import Iterable, Mapping
 from typing import Any, Final
 
-from core import names
+from core import errors, names
 
 FIRST_ASSIGNABLE: Final = 1
 # The kernel's channel minors are 0..2047.
@@ -63,9 +63,9 @@ class ChannelTable:
 
 
 def check_max_channels(max_channels: int) -> None:
-    """Raise ValueError when `max_channels` cannot bound IDs in [1, max) of 0..2047."""
+    """Raise ConfigError when `max_channels` cannot bound IDs in [1, max) of 0..2047."""
     if not FIRST_ASSIGNABLE < max_channels <= DEFAULT_MAX_CHANNELS:
-        raise ValueError(
+        raise errors.ConfigError(
             f"imex.channels.max is {max_channels}: it must be 2..{DEFAULT_MAX_CHANNELS} "
             f"(channel IDs 1..max-1 are assigned; the kernel has {DEFAULT_MAX_CHANNELS} channels)"
         )

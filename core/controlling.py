@@ -369,9 +369,7 @@ def _channel_steps(
                                        condition=condition))
         if cd.status is None or cd.status.status is not models.DomainStatus.NOT_READY:
             steps.append(_status_patch(cd, models.ComputeDomainStatus(
-                status=models.DomainStatus.NOT_READY,
-                channel_id=cd.status.channel_id if cd.status is not None else None,
-            )))
+                status=models.DomainStatus.NOT_READY)))
         return False, tuple(steps)
     steps = list(_report_condition(cd, observed=observed, kind=CHANNEL_ASSIGNED_CONDITION,
                                    condition=None))

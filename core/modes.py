@@ -114,10 +114,7 @@ def resolve_driver_config(
         max_channels=max_channels,
         channel_slots=channel_slots,
     )
-    try:
-        channels.check_max_channels(max_channels)
-    except ValueError as exc:
-        raise errors.ConfigError(str(exc)) from None
+    channels.check_max_channels(max_channels)
     if not 1 <= channel_slots <= MAX_CHANNEL_SLOTS:
         raise errors.ConfigError(
             f"imex.channels.slotsPerNode is {channel_slots}: it must be 1..{MAX_CHANNEL_SLOTS} "

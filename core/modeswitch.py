@@ -50,7 +50,6 @@ class Blocker:
 class PublishedSlice:
     """What preflight needs of one ResourceSlice of this driver."""
 
-    node_name: str
     device_types: frozenset[str]
 
 

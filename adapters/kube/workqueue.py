@@ -14,7 +14,7 @@ import heapq
 import itertools
 import threading
 import time
-from collections.abc import Callable, Hashable
+from collections.abc import Hashable
 from typing import Generic, TypeVar
 
 import tenacity
@@ -40,10 +40,8 @@ class WorkQueue(Generic[K]):
         self,
         *,
         backoff: retrying.Wait | None = None,
-        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._backoff = backoff or per_key_backoff()
-        self._clock = clock
         self._cond = threading.Condition()
         self._queue: collections.deque[K] = collections.deque()
         self._dirty: set[K] = set()
@@ -64,7 +62,7 @@ class WorkQueue(Generic[K]):
         with self._cond:
             if self._shut_down:
                 return
-            heapq.heappush(self._waiting, (self._clock() + delay_s, next(self._seq), key))
+            heapq.heappush(self._waiting, (time.monotonic() + delay_s, next(self._seq), key))
             self._cond.notify()
 
     def add_rate_limited(self, key: K) -> float:
@@ -88,7 +86,7 @@ class WorkQueue(Generic[K]):
     def get(self, timeout_s: float | None = None) -> K | None:
         """The next due key (the caller must call `done` with it), or None on shut-down or
         when `timeout_s` passes with nothing due."""
-        deadline = None if timeout_s is None else self._clock() + timeout_s
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
         with self._cond:
             while True:
                 self._promote_due_locked()
@@ -99,7 +97,7 @@ class WorkQueue(Generic[K]):
                     return key
                 if self._shut_down:
                     return None
-                now = self._clock()
+                now = time.monotonic()
                 waits = [w for w in (
                     self._waiting[0][0] - now if self._waiting else None,
                     deadline - now if deadline is not None else None,
@@ -133,7 +131,7 @@ class WorkQueue(Generic[K]):
             self._cond.notify()
 
     def _promote_due_locked(self) -> None:
-        now = self._clock()
+        now = time.monotonic()
         while self._waiting and self._waiting[0][0] <= now:
             _, _, key = heapq.heappop(self._waiting)
             self._add_locked(key)

@@ -95,8 +95,7 @@ def _published(obj: Mapping[str, Any]) -> modeswitch.PublishedSlice:
         kind = attrs.get("type") if isinstance(attrs, Mapping) else None
         if isinstance(kind, Mapping) and isinstance(kind.get("string"), str):
             types.add(kind["string"])
-    return modeswitch.PublishedSlice(node_name=str(spec.get("nodeName") or ""),
-                                     device_types=frozenset(types))
+    return modeswitch.PublishedSlice(device_types=frozenset(types))
 
 
 def _metadata_only(obj: Mapping[str, Any]) -> models.ComputeDomain:

@@ -14,9 +14,9 @@ import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-from apps.controller import channel_allocator
+from apps.controller import caches, channel_allocator
 from apps.controller import metrics as controller_metrics
-from core import channels, controlling, decoding, errors, executing, kinds, models, names, ports
+from core import channels, controlling, decoding, errors, executing, kinds, models, ports
 
 log = logging.getLogger(__name__)
 
@@ -278,12 +278,5 @@ def _describe(action: models.ClusterAction) -> str:
 def node_label_changed(old: Mapping[str, Any] | None, new: Mapping[str, Any] | None) -> bool:
     """True when a Node event matters to the planner: it came or went with a computeDomain
     label, or that label changed. The kubelet's status updates every few seconds do not."""
-    return _cd_label(old) != _cd_label(new)
-
-
-def _cd_label(node: Mapping[str, Any] | None) -> str:
-    if node is None:
-        return ""
-    labels = (node.get("metadata") or {}).get("labels") or {}
-    value = labels.get(names.COMPUTE_DOMAIN_LABEL)
-    return value if isinstance(value, str) else ""
+    return (caches.owner_uid(old) if old is not None else "") != (
+        caches.owner_uid(new) if new is not None else "")

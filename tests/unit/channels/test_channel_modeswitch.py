@@ -13,8 +13,7 @@ CHANNEL = models.Isolation.CHANNEL
 
 def _slices(*device_types: str) -> frozenset[modeswitch.PublishedSlice]:
     return frozenset(
-        modeswitch.PublishedSlice(node_name=f"n{i}", device_types=frozenset({t}))
-        for i, t in enumerate(device_types)
+        modeswitch.PublishedSlice(device_types=frozenset({t})) for t in device_types
     )
 
 

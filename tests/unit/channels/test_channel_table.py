@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from core import channels, names
+from core import channels, errors, names
 
 D = channels.DomainChannel
 C = channels.ClaimChannel
@@ -64,7 +64,7 @@ def test_a_pending_assignment_counts_as_taken() -> None:
 
 @pytest.mark.parametrize("bad", [0, 1, 2049])
 def test_a_maximum_outside_2_to_2048_is_refused(bad: int) -> None:
-    with pytest.raises(ValueError, match=r"imex\.channels\.max is"):
+    with pytest.raises(errors.ConfigError, match=r"imex\.channels\.max is"):
         channels.check_max_channels(bad)
 
 

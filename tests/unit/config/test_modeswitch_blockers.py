@@ -39,7 +39,7 @@ def _claim(name: str, *, driver: str = names.DRIVER_NAME, reserved: bool = True,
 
 
 def _slice(*types: str) -> modeswitch.PublishedSlice:
-    return modeswitch.PublishedSlice(node_name="n", device_types=frozenset(types))
+    return modeswitch.PublishedSlice(device_types=frozenset(types))
 
 
 def test_the_installed_mode_is_read_from_the_devices_the_plugins_publish() -> None:
