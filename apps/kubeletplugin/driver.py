@@ -809,7 +809,6 @@ class PluginDriver:
         undone: the checkpoint before it is written back, then its CDI spec deleted (the
         entry goes first, so a kill in between leaves only an orphan file, removed at start).
         """
-        self._written = None
         done: list[models.PluginAction] = []
         for step in steps:
             abandoned = self._abandonment(flight) if flight is not None else None

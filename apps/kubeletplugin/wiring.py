@@ -102,8 +102,8 @@ class SliceResync:
 class StaleClaimCleanup:
     """Runs the driver's stale-claim clean-up at start and then every `interval_s`.
 
-    An entry whose claim disappeared is gone within one interval plus one round. `rounds`
-    counts finished rounds (tests wait on `round_done`, which is set after each).
+    An entry whose claim disappeared is gone within one interval plus one round. Tests wait
+    on `round_done`, which is set after each round.
     """
 
     def __init__(
@@ -112,7 +112,6 @@ class StaleClaimCleanup:
         self._clean = clean
         self._node_name = node_name
         self._interval_s = interval_s
-        self.rounds = 0
         self.round_done = threading.Event()
 
     def start(self, stopping: threading.Event) -> threading.Thread:
@@ -128,7 +127,6 @@ class StaleClaimCleanup:
                 self._clean()
             except Exception:  # keep going: the next round may succeed
                 log.exception("event=stale_claim_cleanup_failed node=%s", self._node_name)
-            self.rounds += 1
             self.round_done.set()
             stopping.wait(self._interval_s)
 
