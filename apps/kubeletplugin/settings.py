@@ -71,7 +71,7 @@ def parse(argv: Sequence[str] | None, env: Mapping[str, str]) -> Settings:
     add("--metrics-port", default=_flag(env, "METRICS_PORT", "0"))
     add("--nvidia-driver-root", default=_flag(env, "NVIDIA_DRIVER_ROOT", "/"))
     add("--host-imex-check", default=_flag(env, "HOST_IMEX_CHECK", "false"))
-    add("--imex-channel-slots", default=env.get("IMEX_CHANNEL_SLOTS", "8"),
+    add("--imex-channel-slots", default=_flag(env, "IMEX_CHANNEL_SLOTS", "8"),
         help="channel isolation: ComputeDomain pods this node can run (slot devices)")
     add(
         "--imex-host-socket",
@@ -99,6 +99,12 @@ def parse(argv: Sequence[str] | None, env: Mapping[str, str]) -> Settings:
             "--stale-claim-cleanup-interval-seconds (env STALE_CLAIM_CLEANUP_INTERVAL_SECONDS) "
             f"must be a number of seconds above 0, got {ns.stale_claim_cleanup_interval_seconds!r}"
         )
+    channel_slots = _positive_int(ns.imex_channel_slots)
+    if channel_slots is None:
+        parser.error(
+            "--imex-channel-slots (env IMEX_CHANNEL_SLOTS) must be a whole number above 0, "
+            f"got {ns.imex_channel_slots!r}"
+        )
     return Settings(
         node_name=ns.node_name,
         namespace=ns.namespace,
@@ -112,7 +118,7 @@ def parse(argv: Sequence[str] | None, env: Mapping[str, str]) -> Settings:
         metrics_port=_port(ns.metrics_port),
         nvidia_driver_root=ns.nvidia_driver_root,
         host_imex_check=_bool(ns.host_imex_check),
-        channel_slots=int(ns.imex_channel_slots),
+        channel_slots=channel_slots,
         imex_host_socket=ns.imex_host_socket,
         nvml=ns.nvml,
         cluster=ns.cluster,
@@ -123,6 +129,14 @@ def parse(argv: Sequence[str] | None, env: Mapping[str, str]) -> Settings:
         log_verbosity=int(ns.log_verbosity),
         stale_claim_cleanup_interval_s=cleanup_s,
     )
+
+
+def _positive_int(text: str) -> int | None:
+    try:
+        value = int(text)
+    except ValueError:
+        return None
+    return value if value > 0 else None
 
 
 def _positive_seconds(text: str) -> float | None:

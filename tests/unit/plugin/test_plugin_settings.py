@@ -1,4 +1,4 @@
-"""The kubelet plugin's flags: the stale-claim clean-up interval and its validation."""
+"""The kubelet plugin's flags: the stale-claim clean-up interval, channel slots, validation."""
 
 from __future__ import annotations
 
@@ -29,3 +29,21 @@ def test_a_clean_up_interval_that_is_not_positive_seconds_is_refused(
         )
     assert exited.value.code == 2
     assert "must be a number of seconds above 0" in capsys.readouterr().err
+
+
+def test_the_channel_slots_come_from_the_environment_the_chart_sets() -> None:
+    parsed = plugin_settings.parse(["--node-name", "n"], {"IMEX_CHANNEL_SLOTS": "2"})
+    assert parsed.channel_slots == 2
+    assert plugin_settings.parse(["--node-name", "n"], {}).channel_slots == 8
+
+
+@pytest.mark.parametrize("bad", ["eight", "2.5", "", "0", "-1"])
+def test_channel_slots_that_are_not_a_whole_number_above_0_are_refused(
+    bad: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exited:
+        plugin_settings.parse(["--node-name", "n"], {"IMEX_CHANNEL_SLOTS": bad})
+    assert exited.value.code == 2
+    assert "--imex-channel-slots (env IMEX_CHANNEL_SLOTS) must be a whole number above 0" in (
+        capsys.readouterr().err
+    )
