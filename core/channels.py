@@ -39,10 +39,10 @@ class ClaimChannel:
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class ChannelTable:
-    """Who holds which channel: channel ID -> the ComputeDomain UIDs holding it."""
+    """Which channels are taken, and the channel of each ComputeDomain known to hold one."""
 
     max_channels: int
-    holders: Mapping[int, frozenset[str]]
+    taken: frozenset[int]
     # domain UID -> its channel (live CDs with an assignment, and gone CDs whose claims remain).
     by_domain: Mapping[str, int]
 
@@ -53,13 +53,13 @@ class ChannelTable:
     def lowest_free(self) -> int | None:
         """The lowest ID in [1, max_channels) nobody holds; None when all are taken."""
         for channel in range(FIRST_ASSIGNABLE, self.max_channels):
-            if channel not in self.holders:
+            if channel not in self.taken:
                 return channel
         return None
 
     @property
     def in_use(self) -> int:
-        return sum(1 for c in self.holders if FIRST_ASSIGNABLE <= c < self.max_channels)
+        return sum(1 for c in self.taken if FIRST_ASSIGNABLE <= c < self.max_channels)
 
 
 def check_max_channels(max_channels: int) -> None:
@@ -82,50 +82,38 @@ def build_table(
     Claims count for their channel whether or not their ComputeDomain still exists; channel 0
     (shared) is ignored. Deterministic: the same inputs give an equal table.
     """
-    holders: dict[int, set[str]] = {}
-    by_domain: dict[str, int] = {}
-    for claim in claims:
-        if claim.channel_id >= FIRST_ASSIGNABLE:
-            holders.setdefault(claim.channel_id, set()).add(claim.domain_uid)
-            by_domain.setdefault(claim.domain_uid, claim.channel_id)
-    for domain in domains:
+    assigned = [d for d in domains if d.channel_id is not None]
+    table = table_from_taken((d.channel_id for d in assigned if d.channel_id is not None),
+                             own=claims, max_channels=max_channels)
+    by_domain = dict(table.by_domain)
+    for domain in assigned:
         if domain.channel_id is not None and domain.channel_id >= FIRST_ASSIGNABLE:
-            holders.setdefault(domain.channel_id, set()).add(domain.domain_uid)
             # The status is the record of a live CD; it wins over what its claims say.
             by_domain[domain.domain_uid] = domain.channel_id
-    return ChannelTable(
-        max_channels=max_channels,
-        holders={c: frozenset(uids) for c, uids in holders.items()},
-        by_domain=by_domain,
-    )
+    return dataclasses.replace(table, by_domain=by_domain)
 
 
 def table_from_taken(
     taken: Iterable[int], *, own: Iterable[ClaimChannel] = (),
     max_channels: int = DEFAULT_MAX_CHANNELS,
 ) -> ChannelTable:
-    """A table from the channel IDs known to be held (holders unnamed), plus the channels one
-    ComputeDomain's own claims carry: what an assignment for that CD needs, built without one
-    object per holder (the controller reads `taken` from its informers' indexes)."""
+    """A table from the channel IDs known to be held, plus the channels `own` claims carry
+    (the controller: one ComputeDomain's own claims, `taken` read from its informers' indexes;
+    `build_table`: every claim)."""
     held = {c for c in taken if c >= FIRST_ASSIGNABLE}
     by_domain: dict[str, int] = {}
     for claim in own:
         if claim.channel_id >= FIRST_ASSIGNABLE:
             held.add(claim.channel_id)
             by_domain.setdefault(claim.domain_uid, claim.channel_id)
-    unnamed: frozenset[str] = frozenset()
-    return ChannelTable(
-        max_channels=max_channels, holders=dict.fromkeys(held, unnamed), by_domain=by_domain
-    )
+    return ChannelTable(max_channels=max_channels, taken=frozenset(held), by_domain=by_domain)
 
 
 def with_assignment(table: ChannelTable, *, domain_uid: str, channel_id: int) -> ChannelTable:
     """The table after `domain_uid` takes `channel_id` (an assignment not yet observed)."""
-    holders = dict(table.holders)
-    holders[channel_id] = holders.get(channel_id, frozenset()) | {domain_uid}
     by_domain = dict(table.by_domain)
     by_domain[domain_uid] = channel_id
-    return dataclasses.replace(table, holders=holders, by_domain=by_domain)
+    return dataclasses.replace(table, taken=table.taken | {channel_id}, by_domain=by_domain)
 
 
 def exhausted_message(*, namespace: str, name: str, table: ChannelTable) -> str:

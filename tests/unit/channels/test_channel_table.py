@@ -92,13 +92,3 @@ def test_domain_channel_is_read_tolerantly_from_status() -> None:
         {"metadata": {"uid": "u"}, "status": {"channelID": True}}
     ) == D(domain_uid="u", channel_id=None)
     assert channels.domain_channel_from_k8s({}) == D(domain_uid="", channel_id=None)
-
-
-def test_a_table_from_taken_ids_gives_the_same_answers_as_a_full_rebuild() -> None:
-    domains = (D(domain_uid="a", channel_id=1), D(domain_uid="b", channel_id=3))
-    own = (C(domain_uid="c", channel_id=4),)
-    full = channels.build_table(domains=domains, claims=own, max_channels=8)
-    light = channels.table_from_taken((1, 3, 0), own=own, max_channels=8)
-    assert light.lowest_free() == full.lowest_free() == 2
-    assert light.channel_of("c") == full.channel_of("c") == 4
-    assert light.in_use == full.in_use == 3
