@@ -69,12 +69,6 @@ class Reconciler:
     def metrics(self) -> controller_metrics.ControllerMetrics | None:
         return self._metrics
 
-    @property
-    def watched_kinds(self) -> tuple[str, ...]:
-        # Channel isolation also reads every ResourceClaim (a channel's last holders).
-        claims = (kinds.RESOURCE_CLAIM.kind,) if self._config.channel_isolation else ()
-        return (kinds.COMPUTE_DOMAIN.kind, *RELATED_KINDS, *claims)
-
     def watch_namespace(self, kind: str) -> str:
         """The namespace `kind` is listed and watched in ("" for all namespaces)."""
         return self._config.namespace if kind in DRIVER_NAMESPACE_KINDS else ""

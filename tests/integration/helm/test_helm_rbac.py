@@ -20,6 +20,7 @@ import pytest
 from adapters.kube import leader
 from adapters.memory import cluster as memory_cluster
 from apps.cli import preflight
+from apps.controller import caches as controller_caches
 from apps.controller import reconciler as controller_reconciler
 from core import kinds, models, modes, names, ports
 
@@ -147,11 +148,10 @@ def _controller_needs(mode: str) -> set[Need]:
                                    name="compute-domain-controller", identity="replica-a")
     assert elector.try_acquire_or_renew() and elector.try_acquire_or_renew()
     elector.release()
-    # Informers: list + watch of every watched kind, in the namespace the reconciler uses.
-    for kind in own.watched_kinds:
-        namespace = own.watch_namespace(kind)
-        cluster.list(kind, namespace=namespace)
-        cluster.watch(kind, namespace=namespace, resource_version="", timeout_s=0)
+    # Informers: list + watch of what each of the controller's informers follows.
+    for each in controller_caches.ControllerCaches(cluster, config=own.config).all:
+        cluster.list(each.kind, namespace=each.namespace)
+        cluster.watch(each.kind, namespace=each.namespace, resource_version="", timeout_s=0)
     # A CD admitted by this mode: admitted, then deleted.
     with cluster.as_user():
         cd = cluster.create(kinds.COMPUTE_DOMAIN.kind, _cd("own"))
