@@ -693,15 +693,10 @@ class PluginDriver:
         conflicting change) is the controller's stale-label clean-up's to remove.
         """
         try:
-            node_obj = self._ports.cluster.get(
-                kinds.NODE.kind, namespace="", name=self._node.node_name
-            )
-            meta = node_obj.get("metadata") or {}
-            labels = meta.get("labels") or {}
+            labels, resource_version = self._read_node()
             patch = preparing.plan_label_release(
                 entry, after=after, node=self._node,
-                node_labels=dict(labels) if isinstance(labels, Mapping) else {},
-                resource_version=str(meta.get("resourceVersion") or ""),
+                node_labels=labels, resource_version=resource_version,
             )
             if patch is None:
                 return
@@ -786,13 +781,22 @@ class PluginDriver:
         if self._config.host_managed:
             return {}  # host-managed never labels nodes
         try:
-            node = self._ports.cluster.get(kinds.NODE.kind, namespace="", name=self._node.node_name)
+            labels, _ = self._read_node()
         except errors.NotFoundError:
             return {}
         except errors.ClusterError as exc:
             raise _api_unavailable(f"reading Node {self._node.node_name}", exc) from exc
-        labels = node.get("metadata", {}).get("labels") or {}
-        return dict(labels) if isinstance(labels, collections.abc.Mapping) else {}
+        return labels
+
+    def _read_node(self) -> tuple[dict[str, str], str]:
+        """This node's labels and resourceVersion; raises ClusterError (NotFoundError if gone)."""
+        node = self._ports.cluster.get(kinds.NODE.kind, namespace="", name=self._node.node_name)
+        meta = node.get("metadata") or {}
+        labels = meta.get("labels") or {}
+        return (
+            dict(labels) if isinstance(labels, Mapping) else {},
+            str(meta.get("resourceVersion") or ""),
+        )
 
     # ------------------------------------------------------------ effects
 
