@@ -79,10 +79,8 @@ class NodeDevices:
 
     def _emit(self, node: models.NodeFacts, reason: str, message: str) -> None:
         try:
-            self._cluster.emit_event(
-                involved=models.ObjectRef(kind="Node", name=node.node_name, api_version="v1"),
-                reason=reason,
-                message=message,
+            plugin_driver.emit_node_event(
+                self._cluster, node.node_name, reason, message,
                 warning=reason == "NoNVLinkClique",
             )
         except errors.ClusterError as exc:  # an event is best effort

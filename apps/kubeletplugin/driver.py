@@ -318,11 +318,7 @@ class PluginDriver:
         return rebuilt, tuple(unreadable)
 
     def _emit_node_event(self, reason: str, message: str) -> None:
-        self._ports.cluster.emit_event(
-            involved=models.ObjectRef(kind="Node", name=self._node.node_name, api_version="v1"),
-            reason=reason,
-            message=message,
-        )
+        emit_node_event(self._ports.cluster, self._node.node_name, reason, message)
 
     def recover(self) -> models.Checkpoint:
         """Startup pass: load (and repair) the checkpoint, persist it, drop orphan CDI specs.
@@ -887,6 +883,18 @@ def _collector_paused() -> collections.abc.Iterator[None]:
     finally:
         if enabled:
             gc.enable()
+
+
+def emit_node_event(
+    cluster: ports.Cluster, node_name: str, reason: str, message: str, *, warning: bool = True
+) -> None:
+    """Record a Kubernetes Event about the Node `node_name` (raises ClusterError)."""
+    cluster.emit_event(
+        involved=models.ObjectRef(kind="Node", name=node_name, api_version="v1"),
+        reason=reason,
+        message=message,
+        warning=warning,
+    )
 
 
 def _claim_or_placeholder(raw: Mapping[str, Any]) -> models.ResourceClaim:
