@@ -38,6 +38,10 @@ IMEX_DAEMONS_WITH_DNS_NAMES: Final = "IMEXDaemonsWithDNSNames"
 COMPUTE_DOMAIN_CLIQUES: Final = "ComputeDomainCliques"
 CRASH_ON_NVLINK_FABRIC_ERRORS: Final = "CrashOnNVLinkFabricErrors"
 HOST_MANAGED_IMEX: Final = "HostManagedIMEX"
+# The GPU half's gates (gpu.nvidia.com), with upstream's names and defaults.
+TIME_SLICING_SETTINGS: Final = "TimeSlicingSettings"
+MPS_SUPPORT: Final = "MPSSupport"
+PASSTHROUGH_SUPPORT: Final = "PassthroughSupport"
 
 REGISTRY: Final[Mapping[str, Gate]] = {
     g.name: g
@@ -52,6 +56,9 @@ REGISTRY: Final[Mapping[str, Gate]] = {
             ),
             Gate(name=CRASH_ON_NVLINK_FABRIC_ERRORS, default=True, stage=Stage.BETA),
             Gate(name=HOST_MANAGED_IMEX, default=False, stage=Stage.ALPHA),
+            Gate(name=TIME_SLICING_SETTINGS, default=False, stage=Stage.ALPHA),
+            Gate(name=MPS_SUPPORT, default=False, stage=Stage.ALPHA),
+            Gate(name=PASSTHROUGH_SUPPORT, default=False, stage=Stage.ALPHA),
         ),
         key=lambda g: g.name,
     )

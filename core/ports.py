@@ -14,6 +14,8 @@ from collections.abc import Iterator, Mapping
 from typing import Any, Protocol
 
 from core import models, names
+from core.gpu import configs as gpu_configs
+from core.gpu import devices as gpu_devices
 
 
 class WatchEventType(enum.StrEnum):
@@ -153,6 +155,44 @@ class DeviceInventory(Protocol):
 
     def fabric_records(self) -> tuple[models.FabricRecord, ...]:
         """One record per GPU; an empty tuple on a node without GPUs."""
+        ...
+
+
+class GpuDiscovery(Protocol):
+    """The node's GPUs, MIG devices and VFIO functions (real NVML + sysfs, or simulated)."""
+
+    def gpu_inventory(self) -> gpu_devices.GpuInventory:
+        """What the node has now; raises errors.DriverError when discovery fails."""
+        ...
+
+
+class DriverFilesLocator(Protocol):
+    """The NVIDIA driver's device nodes and user-space files under the driver root."""
+
+    def driver_files(self) -> gpu_devices.DriverFiles:
+        """What a GPU container needs mounted; raises errors.DriverError naming what is missing."""
+        ...
+
+
+class TimeSlicer(Protocol):
+    """Applies a compute time-slice to GPUs through the driver's own tool (nvidia-smi)."""
+
+    def set_time_slice(
+        self, gpu_uuids: tuple[str, ...], interval: gpu_configs.TimeSliceInterval
+    ) -> None:
+        """Set the interval on each GPU; raises errors.RetryableError when the tool fails."""
+        ...
+
+
+class VfioBinder(Protocol):
+    """Moves a PCI function between the nvidia driver and vfio-pci (gate PassthroughSupport)."""
+
+    def bind_vfio(self, pci_bus_id: str) -> None:
+        """Bind the function to vfio-pci (idempotent)."""
+        ...
+
+    def unbind_vfio(self, pci_bus_id: str) -> None:
+        """Give the function back to the nvidia driver (idempotent)."""
         ...
 
 

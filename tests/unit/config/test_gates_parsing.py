@@ -10,7 +10,7 @@ from core import errors, gates, models
 
 UNKNOWN_GATE_SUFFIX = (
     ": known gates are ComputeDomainCliques, CrashOnNVLinkFabricErrors, HostManagedIMEX, "
-    "IMEXDaemonsWithDNSNames"
+    "IMEXDaemonsWithDNSNames, MPSSupport, PassthroughSupport, TimeSlicingSettings"
 )
 
 
@@ -71,6 +71,9 @@ def test_registry_matches_upstream_defaults_and_stages() -> None:
         "ComputeDomainCliques": (True, "beta"),
         "CrashOnNVLinkFabricErrors": (True, "beta"),
         "HostManagedIMEX": (False, "alpha"),
+        "TimeSlicingSettings": (False, "alpha"),
+        "MPSSupport": (False, "alpha"),
+        "PassthroughSupport": (False, "alpha"),
     }
     assert registry["ComputeDomainCliques"].requires == ("IMEXDaemonsWithDNSNames",)
 
@@ -82,6 +85,9 @@ def test_resolve_fills_in_defaults_for_unset_gates() -> None:
         "CrashOnNVLinkFabricErrors": False,
         "HostManagedIMEX": True,
         "IMEXDaemonsWithDNSNames": True,
+        "MPSSupport": False,
+        "PassthroughSupport": False,
+        "TimeSlicingSettings": False,
     }
 
 

@@ -34,6 +34,9 @@ def test_empty_mode_and_isolation_mean_driver_managed_domain_with_default_gates(
         "CrashOnNVLinkFabricErrors": True,
         "HostManagedIMEX": False,
         "IMEXDaemonsWithDNSNames": True,
+        "MPSSupport": False,
+        "PassthroughSupport": False,
+        "TimeSlicingSettings": False,
     }
     assert resolved.notes == ()
 
@@ -250,7 +253,8 @@ def test_describe_is_one_key_value_line() -> None:
     assert line == (
         "mode=hostManaged isolation=none namespace=dra host_imex_check=false "
         "feature_gates=ComputeDomainCliques=false,CrashOnNVLinkFabricErrors=true,"
-        "HostManagedIMEX=true,IMEXDaemonsWithDNSNames=false"
+        "HostManagedIMEX=true,IMEXDaemonsWithDNSNames=false,MPSSupport=false,"
+        "PassthroughSupport=false,TimeSlicingSettings=false"
     )
 
 
