@@ -1,19 +1,59 @@
 """Opaque configs of `gpu.nvidia.com` claims (`resource.nvidia.com/v1beta1`), decoded strictly.
 
-`GpuConfig`, `MigDeviceConfig` and `VfioDeviceConfig`, with the defaulting and validation of
-the upstream driver. Sharing: TimeSlicing is supported; MPS is refused with a clear error.
+`GpuConfig`, `MigDeviceConfig` and `VfioDeviceConfig`, with the defaulting (upstream's
+`Normalize()`) and validation (upstream's `Validate()`) of the upstream driver applied at
+decode time, so a decoded value is always the normalized, valid config. Sharing: TimeSlicing
+is supported (gate TimeSlicingSettings); MPS is refused with a clear error whatever the
+MPSSupport gate says, until this driver runs MPS control daemons.
+
+The prepare planner and the admission webhook both decode through `decode_device_config`, so
+a config the webhook admits is one prepare accepts, with the same message when it does not.
+Every error is an `errors.DecodeError` (a PermanentError) whose `field` is the path inside
+`parameters` and whose message names that path and what would be accepted there.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import enum
+from collections.abc import Mapping
+from typing import Any, Final, NoReturn
 
-API_VERSION = "resource.nvidia.com/v1beta1"
+from core import decoding, errors, models
+from core import gates as feature_gates
+from core.gpu import devices
+
+API_VERSION: Final = "resource.nvidia.com/v1beta1"
+# The DRA driver name of the GPU half; opaque configs with this `driver` are ours.
+DRIVER_NAME: Final = "gpu.nvidia.com"
+
+KIND_GPU_CONFIG: Final = "GpuConfig"
+KIND_MIG_DEVICE_CONFIG: Final = "MigDeviceConfig"
+KIND_VFIO_DEVICE_CONFIG: Final = "VfioDeviceConfig"
+KINDS: Final = (KIND_GPU_CONFIG, KIND_MIG_DEVICE_CONFIG, KIND_VFIO_DEVICE_CONFIG)
+# Kinds of the same API group that belong to the other driver (compute-domain.nvidia.com).
+_COMPUTE_DOMAIN_KINDS: Final = ("ComputeDomainChannelConfig", "ComputeDomainDaemonConfig")
+
+# Accepted JSON fields at each level, as upstream's types declare them (strict decoding).
+GPU_CONFIG_FIELDS: Final = ("apiVersion", "kind", "sharing")
+MIG_DEVICE_CONFIG_FIELDS: Final = ("apiVersion", "kind", "sharing")
+VFIO_DEVICE_CONFIG_FIELDS: Final = ("apiVersion", "kind", "iommu")
+# NB: upstream's MigDeviceSharing has no timeSlicingConfig: the interval is a property of
+# the whole GPU and cannot be set for one MIG device.
+GPU_SHARING_FIELDS: Final = ("strategy", "timeSlicingConfig", "mpsConfig")
+MIG_SHARING_FIELDS: Final = ("strategy", "mpsConfig")
+TIME_SLICING_FIELDS: Final = ("interval",)
+IOMMU_FIELDS: Final = ("backendPolicy", "enableAPIDevice")
+
+MPS_REFUSED: Final = (
+    "MPS sharing is not supported by this driver yet; use strategy TimeSlicing or remove sharing"
+)
+_MAX_SHOWN: Final = 64
 
 
 class SharingStrategy(enum.StrEnum):
     TIME_SLICING = "TimeSlicing"
+    # Known so that it can be named in errors; the decoder never returns it (refused).
     MPS = "MPS"
 
 
@@ -24,6 +64,13 @@ class TimeSliceInterval(enum.StrEnum):
     LONG = "Long"
 
 
+class IommuBackendPolicy(enum.StrEnum):
+    """How a VFIO device's IOMMU backend is chosen (upstream `iommu.backendPolicy`)."""
+
+    LEGACY_ONLY = "LegacyOnly"
+    PREFER_IOMMU_FD = "PreferIommuFD"
+
+
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class TimeSlicing:
     interval: TimeSliceInterval = TimeSliceInterval.DEFAULT
@@ -32,7 +79,8 @@ class TimeSlicing:
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class Sharing:
     strategy: SharingStrategy
-    # Set (defaulted) when the strategy is TimeSlicing.
+    # Set (defaulted to Default) when a GpuConfig's strategy is TimeSlicing; always None for
+    # a MigDeviceConfig (the interval cannot be set per MIG device).
     time_slicing: TimeSlicing | None = None
 
 
@@ -48,8 +96,324 @@ class MigDeviceConfig:
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class VfioDeviceConfig:
-    # IOMMU backend: "legacy" (/dev/vfio/<group>) or "iommufd"; None means upstream's default.
-    iommu_backend: str | None = None
+    # The IOMMU backend policy (upstream `iommu.backendPolicy`), defaulted to LegacyOnly:
+    # LegacyOnly uses /dev/vfio/<group>; PreferIommuFD uses iommufd where the host has it.
+    iommu_backend: IommuBackendPolicy = IommuBackendPolicy.LEGACY_ONLY
+    # Whether the IOMMU API device (/dev/vfio/vfio or /dev/iommu, by backend) is added too.
+    enable_api_device: bool = False
 
 
 DeviceConfig = GpuConfig | MigDeviceConfig | VfioDeviceConfig
+
+# Which config kind serves which device type (upstream matchesDeviceType).
+_KIND_FOR_TYPE: Final[Mapping[str, str]] = {
+    devices.GPU_TYPE: KIND_GPU_CONFIG,
+    devices.MIG_TYPE: KIND_MIG_DEVICE_CONFIG,
+    devices.VFIO_TYPE: KIND_VFIO_DEVICE_CONFIG,
+}
+
+
+# ---------------------------------------------------------------- public functions
+
+
+def decode_device_config(
+    parameters: Mapping[str, Any], *, gates: models.FeatureGates, strict: bool = True
+) -> DeviceConfig:
+    """Decode, default and validate the `parameters` of a `gpu.nvidia.com` opaque config.
+
+    strict=True (configs read from claims): an unknown field at any level is an error naming
+    its path. strict=False (copies read back from a checkpoint): unknown fields are ignored,
+    so a newer writer's additions do not break an older reader; every other rule holds.
+    Rules (upstream api/nvidia.com/resource/v1beta1): apiVersion resource.nvidia.com/v1beta1;
+    kind GpuConfig, MigDeviceConfig or VfioDeviceConfig; VfioDeviceConfig only with gate
+    PassthroughSupport; sharing.strategy TimeSlicing only with gate TimeSlicingSettings, its
+    interval defaulted to Default; MPS always refused; iommu defaulted to LegacyOnly and
+    enableAPIDevice false. Deterministic; raises only errors.DecodeError, for any JSON value.
+    """
+    if not isinstance(parameters, Mapping):
+        _fail(
+            "parameters",
+            "opaque config parameters must be a JSON object, got "
+            f"{decoding.json_type_name(parameters)}",
+        )
+    obj: Mapping[Any, Any] = parameters
+    api_version = obj.get("apiVersion")
+    if not (isinstance(api_version, str) and api_version == API_VERSION):
+        _fail(
+            "apiVersion",
+            f"opaque config apiVersion {_show(api_version)} is not supported: use {API_VERSION}",
+        )
+    kind = obj.get("kind")
+    if isinstance(kind, str) and kind in _COMPUTE_DOMAIN_KINDS:
+        _fail(
+            "kind",
+            f"opaque config kind {_show(kind)} belongs to driver compute-domain.nvidia.com, not "
+            f"{DRIVER_NAME}: set opaque.driver to compute-domain.nvidia.com, or use "
+            f"{' or '.join(KINDS)}",
+        )
+    if not (isinstance(kind, str) and kind in KINDS):
+        _fail(
+            "kind",
+            f"opaque config kind {_show(kind)} is not supported by {DRIVER_NAME}: "
+            f"use {' or '.join(KINDS)}",
+        )
+
+    if kind == KIND_VFIO_DEVICE_CONFIG:
+        # NB: upstream decodes it and then never matches it (no VFIO devices are published
+        # without the gate); refusing here says why at apply time instead.
+        gate = feature_gates.PASSTHROUGH_SUPPORT
+        if not gates.enabled(gate):
+            _fail(
+                "kind",
+                f"{kind} needs feature gate {gate}, which is off: enable it "
+                f"(Helm featureGates.{gate}=true) or use {KIND_GPU_CONFIG}",
+            )
+        _check_fields(obj, VFIO_DEVICE_CONFIG_FIELDS, path="", what=kind, strict=strict)
+        return _vfio_config(obj.get("iommu"), kind=kind, strict=strict)
+
+    gpu = kind == KIND_GPU_CONFIG
+    accepted = GPU_CONFIG_FIELDS if gpu else MIG_DEVICE_CONFIG_FIELDS
+    _check_fields(obj, accepted, path="", what=kind, strict=strict)
+    sharing = _sharing(obj.get("sharing"), kind=kind, gpu=gpu, gates=gates, strict=strict)
+    return GpuConfig(sharing=sharing) if gpu else MigDeviceConfig(sharing=sharing)
+
+
+def default_config(device_type: str) -> DeviceConfig:
+    """The config a device gets when no opaque config applies to it (upstream Default*Config).
+
+    "gpu": GpuConfig without sharing; "mig": MigDeviceConfig without sharing; "vfio":
+    VfioDeviceConfig with backend policy LegacyOnly and no API device. Raises PermanentError
+    for any other device type.
+    """
+    if device_type == devices.GPU_TYPE:
+        return GpuConfig()
+    if device_type == devices.MIG_TYPE:
+        return MigDeviceConfig()
+    if device_type == devices.VFIO_TYPE:
+        return VfioDeviceConfig()
+    raise errors.PermanentError(_unknown_type(device_type))
+
+
+def applies_to(config: DeviceConfig, *, device_type: str) -> bool:
+    """Whether `config` is the kind for `device_type` (upstream matchesDeviceType).
+
+    A config whose `requests` is empty applies to every request of the claim, but only to
+    the devices of its own type: the prepare planner skips it for the others, silently.
+    """
+    return _KIND_FOR_TYPE.get(device_type) == kind_of(config)
+
+
+def check_applies(config: DeviceConfig, *, device_type: str, request: str) -> None:
+    """Raise PermanentError when `config` cannot apply to a `device_type` device of `request`.
+
+    For a config that names `request` in its `requests`: upstream refuses a kind that does
+    not match the allocated device's type (validateDeviceConfigType) instead of skipping it,
+    since the person named that request on purpose. Configs with empty `requests` use
+    `applies_to` instead.
+    """
+    if device_type not in _KIND_FOR_TYPE:
+        raise errors.PermanentError(_unknown_type(device_type))
+    if applies_to(config, device_type=device_type):
+        return
+    expected = _KIND_FOR_TYPE[device_type]
+    raise errors.PermanentError(
+        f"a {kind_of(config)} cannot apply to request '{request}': it was allocated a "
+        f"{device_type} device, which takes a {expected}; use a {expected} for that request, "
+        "or remove the request from this config's requests"
+    )
+
+
+def allows_sharing(config: DeviceConfig) -> bool:
+    """Whether several claims may be prepared on the same device with this config.
+
+    True for a GpuConfig or MigDeviceConfig with a sharing strategy (only TimeSlicing ever
+    decodes); False without sharing and for VFIO passthrough, which hands the whole
+    function to one VM.
+    """
+    if isinstance(config, VfioDeviceConfig):
+        return False
+    return config.sharing is not None
+
+
+def kind_of(config: DeviceConfig) -> str:
+    """The `kind` of a config (GpuConfig, MigDeviceConfig or VfioDeviceConfig)."""
+    if isinstance(config, GpuConfig):
+        return KIND_GPU_CONFIG
+    if isinstance(config, MigDeviceConfig):
+        return KIND_MIG_DEVICE_CONFIG
+    return KIND_VFIO_DEVICE_CONFIG
+
+
+def device_config_to_k8s(config: DeviceConfig) -> dict[str, Any]:
+    """The normalized `parameters` JSON of a config (every default written out).
+
+    decode_device_config of the result gives `config` back (with the gates it needs), so
+    this is how a decoded config is stored, e.g. in the checkpoint.
+    """
+    out: dict[str, Any] = {"apiVersion": API_VERSION, "kind": kind_of(config)}
+    if isinstance(config, VfioDeviceConfig):
+        out["iommu"] = {
+            "backendPolicy": config.iommu_backend.value,
+            "enableAPIDevice": config.enable_api_device,
+        }
+        return out
+    if config.sharing is not None:
+        sharing: dict[str, Any] = {"strategy": config.sharing.strategy.value}
+        if config.sharing.time_slicing is not None:
+            sharing["timeSlicingConfig"] = {"interval": config.sharing.time_slicing.interval.value}
+        out["sharing"] = sharing
+    return out
+
+
+# ---------------------------------------------------------------- levels
+
+
+def _sharing(
+    value: object, *, kind: str, gpu: bool, gates: models.FeatureGates, strict: bool
+) -> Sharing | None:
+    if value is None:
+        return None
+    obj = _object(value, "sharing", kind)
+    _check_fields(
+        obj, GPU_SHARING_FIELDS if gpu else MIG_SHARING_FIELDS,
+        path="sharing", what=kind, strict=strict,
+    )
+    strategy = obj.get("strategy")
+    field = "sharing.strategy"
+    if strategy == SharingStrategy.MPS.value:
+        _fail(field, f"{kind}.{field} 'MPS': {MPS_REFUSED}")
+    if strategy is None or strategy == "":
+        _fail(
+            field,
+            f"{kind}.{field} is required: use {SharingStrategy.TIME_SLICING.value}, "
+            "or remove sharing",
+        )
+    if strategy != SharingStrategy.TIME_SLICING.value:
+        _fail(
+            field,
+            f"{kind}.{field} {_show(strategy)} is not valid: use "
+            f"{SharingStrategy.TIME_SLICING.value} (MPS is not supported by this driver yet)",
+        )
+    # NB: upstream refuses the TimeSlicing strategy as a whole without this gate (Validate),
+    # whatever the interval, so the default interval is refused as well.
+    gate = feature_gates.TIME_SLICING_SETTINGS
+    if not gates.enabled(gate):
+        _fail(
+            field,
+            f"{kind}.{field} 'TimeSlicing' needs feature gate {gate}, which is off: enable it "
+            f"(Helm featureGates.{gate}=true) or remove sharing",
+        )
+    if obj.get("mpsConfig") is not None:
+        _fail(
+            "sharing.mpsConfig",
+            f"{kind}.sharing.mpsConfig cannot be used with strategy TimeSlicing: remove it",
+        )
+    if not gpu:
+        return Sharing(strategy=SharingStrategy.TIME_SLICING)
+    return Sharing(
+        strategy=SharingStrategy.TIME_SLICING,
+        time_slicing=_time_slicing(obj.get("timeSlicingConfig"), kind=kind, strict=strict),
+    )
+
+
+def _time_slicing(value: object, *, kind: str, strict: bool) -> TimeSlicing:
+    path = "sharing.timeSlicingConfig"
+    if value is None:
+        return TimeSlicing()
+    obj = _object(value, path, kind)
+    _check_fields(obj, TIME_SLICING_FIELDS, path=path, what=kind, strict=strict)
+    interval = obj.get("interval")
+    if interval is None:
+        # NB: upstream leaves a nil interval in an explicit timeSlicingConfig; Default is what
+        # applying it would mean.
+        return TimeSlicing()
+    field = f"{path}.interval"
+    for member in TimeSliceInterval:
+        if interval == member.value:
+            return TimeSlicing(interval=member)
+    _fail(
+        field,
+        f"{kind}.{field} {_show(interval)} is not valid: use "
+        f"{' or '.join(member.value for member in TimeSliceInterval)}",
+    )
+
+
+def _vfio_config(value: object, *, kind: str, strict: bool) -> VfioDeviceConfig:
+    if value is None:
+        return VfioDeviceConfig()
+    obj = _object(value, "iommu", kind)
+    _check_fields(obj, IOMMU_FIELDS, path="iommu", what=kind, strict=strict)
+    policy = IommuBackendPolicy.LEGACY_ONLY
+    raw_policy = obj.get("backendPolicy")
+    if raw_policy is not None and raw_policy != "":
+        field = "iommu.backendPolicy"
+        for member in IommuBackendPolicy:
+            if raw_policy == member.value:
+                policy = member
+                break
+        else:
+            _fail(
+                field,
+                f"{kind}.{field} {_show(raw_policy)} is not valid: use "
+                f"{' or '.join(member.value for member in IommuBackendPolicy)}",
+            )
+    enable = obj.get("enableAPIDevice")
+    if enable is not None and not isinstance(enable, bool):
+        field = "iommu.enableAPIDevice"
+        _fail(
+            field,
+            f"{kind}.{field} must be true or false, got {decoding.json_type_name(enable)}",
+        )
+    return VfioDeviceConfig(iommu_backend=policy, enable_api_device=bool(enable))
+
+
+# ---------------------------------------------------------------- field readers
+
+
+def _fail(path: str, message: str) -> NoReturn:
+    raise errors.DecodeError(message, field=path)
+
+
+def _object(value: object, path: str, kind: str) -> Mapping[Any, Any]:
+    if not isinstance(value, Mapping):
+        _fail(
+            path,
+            f"{kind}.{path} must be an object, got {decoding.json_type_name(value)}",
+        )
+    return value
+
+
+def _check_fields(
+    obj: Mapping[Any, Any], accepted: tuple[str, ...], *, path: str, what: str, strict: bool
+) -> None:
+    """Refuse unknown fields (strict only), naming each by its path, first one as `field`."""
+    if not strict:
+        return
+    unknown = sorted(str(key) for key in obj if not (isinstance(key, str) and key in accepted))
+    if not unknown:
+        return
+    paths = [f"{path}.{key}" if path else key for key in unknown]
+    plural = "s" if len(unknown) > 1 else ""
+    where = f"{what}.{path}" if path else what
+    _fail(
+        paths[0],
+        f"unknown field{plural} {', '.join(_show(p) for p in paths)} in {where}: "
+        f"accepted fields are {', '.join(accepted)}",
+    )
+
+
+def _show(value: object) -> str:
+    """A value for a message: quoted and truncated strings, the JSON type otherwise."""
+    if value is None:
+        return "(missing)"
+    if isinstance(value, str):
+        text = value if len(value) <= _MAX_SHOWN else value[:_MAX_SHOWN] + "..."
+        return f"'{text}'"
+    return f"(a {decoding.json_type_name(value)})"
+
+
+def _unknown_type(device_type: str) -> str:
+    return (
+        f"unknown GPU device type {_show(device_type)}: the GPU half knows "
+        f"{', '.join(_KIND_FOR_TYPE)}; this is a driver bug, report it"
+    )
