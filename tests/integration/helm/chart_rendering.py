@@ -13,7 +13,7 @@ import helm_python
 import yaml
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[3]
-CHART_DIR = REPO_ROOT / "helm" / "compute-domain-dra-driver"
+CHART_DIR = REPO_ROOT / "helm" / "nvidia-dra-driver"
 RELEASE = "cdd"
 NAMESPACE = "nvidia-dra-driver"
 KUBE_VERSIONS = ("1.34", "1.35", "1.36", "1.37")

@@ -236,7 +236,7 @@ def test_only_the_exact_string_true_turns_a_gate_on(value: str) -> None:
 @pytest.fixture(scope="module")
 def schemaless_chart(tmp_path_factory: pytest.TempPathFactory) -> pathlib.Path:
     """The chart without values.schema.json, as `helm install --skip-schema-validation` sees it."""
-    target = tmp_path_factory.mktemp("chart") / "compute-domain-dra-driver"
+    target = tmp_path_factory.mktemp("chart") / "nvidia-dra-driver"
     shutil.copytree(cr.CHART_DIR, target)
     (target / "values.schema.json").unlink()
     return target

@@ -21,7 +21,7 @@ from core import modes
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[3]
 SPEC_DIR = REPO_ROOT / "demo" / "specs" / "host-managed"
-CHART_DIR = REPO_ROOT / "helm" / "compute-domain-dra-driver"
+CHART_DIR = REPO_ROOT / "helm" / "nvidia-dra-driver"
 KUBE_VERSIONS = ("1.34", "1.35", "1.36", "1.37")
 
 MANIFESTS = sorted(p for p in SPEC_DIR.glob("*.yaml") if not p.name.startswith("values-"))

@@ -4,15 +4,23 @@ The validation here mirrors core/modes.py and core/gates.py word for word: an in
 combination fails `helm install` with the same message the apps would log at startup.
 */}}
 
+{{/*
+The base of every object name and of the app.kubernetes.io/name label. Pinned to the chart's
+former name (it was compute-domain-dra-driver before it grew the GPU half), not .Chart.Name, so
+that renaming the chart renames no object: a DaemonSet's selector is immutable, and upgrades
+and RBAC subjects keep pointing at the same names.
+*/}}
+{{- define "cdd.baseName" -}}compute-domain-dra-driver{{- end -}}
+
 {{- define "cdd.name" -}}
-{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" -}}
+{{- default (include "cdd.baseName" .) .Values.nameOverride | trunc 63 | trimSuffix "-" -}}
 {{- end -}}
 
 {{- define "cdd.fullname" -}}
 {{- if .Values.fullnameOverride -}}
 {{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" -}}
 {{- else -}}
-{{- $name := default .Chart.Name .Values.nameOverride -}}
+{{- $name := default (include "cdd.baseName" .) .Values.nameOverride -}}
 {{- if contains $name .Release.Name -}}
 {{- .Release.Name | trunc 63 | trimSuffix "-" -}}
 {{- else -}}
@@ -123,7 +131,7 @@ HostManagedIMEXDaemon becomes HostManagedIMEX; when both are set, HostManagedIME
 
 {{/* Every known gate with its effective value (upstream defaults, then user values, then the hostManaged overrides). */}}
 {{- define "cdd.effectiveGates" -}}
-{{- $g := dict "ComputeDomainCliques" true "CrashOnNVLinkFabricErrors" true "HostManagedIMEX" false "IMEXDaemonsWithDNSNames" true -}}
+{{- $g := dict "ComputeDomainCliques" true "CrashOnNVLinkFabricErrors" true "HostManagedIMEX" false "IMEXDaemonsWithDNSNames" true "MPSSupport" false "PassthroughSupport" false "TimeSlicingSettings" false -}}
 {{- range $name, $on := (include "cdd.explicitGates" . | fromJson) -}}
 {{- $_ := set $g $name $on -}}
 {{- end -}}
@@ -150,10 +158,10 @@ dependencies (after the hostManaged overrides), isolation.
 Every message is the apps' ConfigError text.
 */}}
 {{- define "cdd.validate" -}}
-{{- $known := list "ComputeDomainCliques" "CrashOnNVLinkFabricErrors" "HostManagedIMEX" "HostManagedIMEXDaemon" "IMEXDaemonsWithDNSNames" -}}
+{{- $known := list "ComputeDomainCliques" "CrashOnNVLinkFabricErrors" "HostManagedIMEX" "HostManagedIMEXDaemon" "IMEXDaemonsWithDNSNames" "MPSSupport" "PassthroughSupport" "TimeSlicingSettings" -}}
 {{- range $name, $_ := (.Values.featureGates | default dict) -}}
 {{- if not (has $name $known) -}}
-{{- fail (printf "unknown feature gate '%s': known gates are ComputeDomainCliques, CrashOnNVLinkFabricErrors, HostManagedIMEX, IMEXDaemonsWithDNSNames" $name) -}}
+{{- fail (printf "unknown feature gate '%s': known gates are ComputeDomainCliques, CrashOnNVLinkFabricErrors, HostManagedIMEX, IMEXDaemonsWithDNSNames, MPSSupport, PassthroughSupport, TimeSlicingSettings" $name) -}}
 {{- end -}}
 {{- end -}}
 {{- $mode := include "cdd.mode" . -}}
