@@ -43,6 +43,7 @@ _LOOSE_SEMVER: Final = re.compile(
     r"(\+([0-9A-Za-z\-]+(\.[0-9A-Za-z\-]+)*))?"
 )
 _UINT64_MAX: Final = 2**64 - 1
+_MAX_VERSION_LENGTH: Final = 256
 
 # deviceattribute accepts only the extended BDF form, lower-case: 0000:1b:00.0.
 _PCI_BDF: Final = re.compile(r"[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-9a-f]")
@@ -168,6 +169,8 @@ def coerce_semver(text: str) -> str:
     "580.65.6"); a pre-release or build suffix is kept. Raises ValueError where upstream's
     MustParse would panic.
     """
+    if len(text) > _MAX_VERSION_LENGTH:
+        raise ValueError(f"{text[:20]!r}... is longer than {_MAX_VERSION_LENGTH} characters")
     found = _LOOSE_SEMVER.fullmatch(text)
     if found is None:
         raise ValueError(f"{text!r} is not a version (want e.g. 580.65.06 or 9.0)")
@@ -190,23 +193,22 @@ def coerce_semver(text: str) -> str:
 def format_binary_si_quantity(value: int) -> str:
     """`value` as Kubernetes marshals `resource.NewQuantity(value, resource.BinarySI)`.
 
-    Whole powers of 1024 take a binary suffix (85899345920 -> "80Gi"); anything else is a
-    plain integer, except that below 1024 the canonical form is DecimalSI (1000 -> "1k").
+    A multiple of 1024 takes the largest binary suffix that divides it exactly (85899345920 ->
+    "80Gi", 2048000 -> "2000Ki"); any other value is a plain integer, except that below 1024
+    Kubernetes falls back to canonical DecimalSI (1000 -> "1k"). Negative values are refused:
+    no capacity here can be one.
     """
-    if not -(2**63) <= value < 2**63:
-        raise ValueError(f"{value} does not fit a Kubernetes quantity (int64)")
-    if value == 0:
-        return "0"
-    sign = "-" if value < 0 else ""
-    magnitude = abs(value)
-    if magnitude < 1024:
+    if not 0 <= value < 2**63:
+        raise ValueError(f"{value} is not a size or count a capacity can hold (0 to 2^63-1)")
+    if value < 1024:
         # Canonical DecimalSI: the exponent a multiple of 3, so only 1000 takes a suffix.
-        return f"{sign}1k" if magnitude == 1000 else f"{value}"
+        return "1k" if value == 1000 else str(value)
+    magnitude = value
     exponent = 0
     while magnitude % 1024 == 0:
         magnitude //= 1024
         exponent += 1
-    return f"{sign}{magnitude}{_BINARY_SUFFIXES[exponent]}"
+    return f"{magnitude}{_BINARY_SUFFIXES[exponent]}"
 
 
 def normalize_pci_bus_id(text: str) -> str:
@@ -363,11 +365,6 @@ def _version(text: str, *, device: str, field: str) -> models.JSONObject:
 
 
 def _quantity(value: int, *, device: str, field: str) -> models.JSONObject:
-    if value < 0:
-        raise errors.PermanentError(
-            f"device {device}: capacity {field}: {value} is negative; discovery must report "
-            "sizes and counts of zero or more"
-        )
     try:
         return {"value": format_binary_si_quantity(value)}
     except ValueError as error:
