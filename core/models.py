@@ -385,6 +385,9 @@ class WriteCheckpoint:
     # then logs only those); None: compare with the stored state (O(claims)).
     # A hint about how to write, not part of what is written: equality ignores it.
     changed: tuple[names.ClaimUID, ...] | None = dataclasses.field(default=None, compare=False)
+    # False for a write no answer to the kubelet rests on (a prepare's PrepareStarted): it is
+    # flushed with the next durable write of the same journal instead of paying its own sync.
+    durable: bool = dataclasses.field(default=True, compare=False)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

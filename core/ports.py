@@ -117,8 +117,8 @@ class CheckpointJournal(CheckpointStore, Protocol):
         """The journal's bytes (b"" when there is none)."""
         ...
 
-    def append(self, records: bytes) -> None:
-        """Append record lines durably (one fsync)."""
+    def append(self, records: bytes, *, sync: bool = True) -> None:
+        """Append record lines; durably (one fdatasync) unless `sync` is False."""
         ...
 
     def truncate_journal(self, length: int = 0) -> None:

@@ -496,7 +496,10 @@ def _prepare_steps(
     spec = _cdi_spec(claim, validated=validated, node=node)
     steps = (
         *label_steps,
-        models.WriteCheckpoint(checkpoint=cp_started, changed=changed),
+        # NB: PrepareStarted needs no sync of its own. A killed process leaves it in the page
+        # cache; a power loss reboots the node, and the boot-ID rule drops prepared state.
+        # The PrepareCompleted sync (the answer rests on it) flushes it too.
+        models.WriteCheckpoint(checkpoint=cp_started, changed=changed, durable=False),
         models.WriteCDISpec(claim_uid=claim.uid, spec=spec),
         models.WriteCheckpoint(checkpoint=cp_completed, changed=changed),
     )

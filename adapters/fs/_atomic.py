@@ -151,11 +151,13 @@ def _fsync_directory(directory: str) -> None:
         os.close(fd)
 
 
-def write_atomically(path: str, data: bytes, *, mode: int) -> None:
+def write_atomically(path: str, data: bytes, *, mode: int, durable: bool = True) -> None:
     """Replace `path` with `data` so that readers see either the old or the new content.
 
     The file gets permission bits `mode` (not subject to the umask). The parent
     directory must exist. On any failure the temp file is removed and `path` is untouched.
+    With `durable` False the file and directory are not fsynced: readers still never see a
+    torn file, but a power loss may lose the write (for files rebuilt from durable state).
     """
     directory, base = os.path.split(os.path.abspath(path))
     kind = _file_kind(base) if _ARMED else ""
@@ -167,9 +169,10 @@ def write_atomically(path: str, data: bytes, *, mode: int) -> None:
                 _hit(f"{kind}.tmp-write")
             temp_file.write(data)
             temp_file.flush()
-            if _ARMED:
-                _hit(f"{kind}.fsync")
-            os.fsync(temp_file.fileno())
+            if durable:
+                if _ARMED:
+                    _hit(f"{kind}.fsync")
+                os.fsync(temp_file.fileno())
         if _ARMED:
             _hit(f"{kind}.rename")
         os.replace(temp_path, path)
@@ -177,6 +180,8 @@ def write_atomically(path: str, data: bytes, *, mode: int) -> None:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(temp_path)
         raise
+    if not durable:
+        return
     if _ARMED:
         _hit(f"{kind}.dir-fsync")
     _fsync_directory(directory)

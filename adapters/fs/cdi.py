@@ -48,11 +48,17 @@ class CDIDirectory:
         return os.path.join(self.root, names.cdi_spec_file_name(claim_uid))
 
     def write(self, claim_uid: names.ClaimUID, spec: Mapping[str, Any]) -> None:
-        """Write atomically (temp, fsync, rename, dir fsync), mode 0644; replaces any old spec."""
+        """Write atomically (temp, rename), mode 0644; replaces any old spec.
+
+        NB: not fsynced. A spec is derived state: the claim's checkpoint entry is the durable
+        record, and a lost spec is rebuilt from it (`plan_restore_spec`). Only a power loss
+        can lose an unsynced file, and it reboots the node: the boot-ID rule drops prepared
+        state and start-up deletes the specs left over.
+        """
         path = self.spec_path(claim_uid)
         data = (json.dumps(spec, indent=2, sort_keys=True) + "\n").encode()
         self._ensure_root()
-        _atomic.write_atomically(path, data, mode=CDI_FILE_MODE)
+        _atomic.write_atomically(path, data, mode=CDI_FILE_MODE, durable=False)
         logger.debug("cdi spec written claim_uid=%s path=%s", claim_uid, path)
 
     def delete(self, claim_uid: names.ClaimUID) -> None:
@@ -63,7 +69,7 @@ class CDIDirectory:
             os.unlink(path)
         except FileNotFoundError:
             return
-        _atomic.fsync_directory(self.root)
+        # NB: no directory fsync, for the reason `write` gives.
         logger.debug("cdi spec deleted claim_uid=%s path=%s", claim_uid, path)
 
     def remove_temp_files(self) -> tuple[str, ...]:

@@ -63,9 +63,13 @@ class FileCheckpointStore:
         except FileNotFoundError:
             return b""
 
-    def append(self, records: bytes) -> None:
-        """Append record lines to the journal durably (write + fdatasync; a new file's
-        directory entry is fsynced too)."""
+    def append(self, records: bytes, *, sync: bool = True) -> None:
+        """Append record lines to the journal, durably unless `sync` is False (write +
+        fdatasync; a new file's directory entry is fsynced too).
+
+        An unsynced append reaches the disk with the next synced one (fdatasync flushes the
+        whole file) or the kernel's writeback; a killed process never loses it.
+        """
         created = not os.path.exists(self.journal_path)
         if created:
             self._ensure_directory()
@@ -78,8 +82,9 @@ class FileCheckpointStore:
             view = memoryview(records)
             while view:
                 view = view[os.write(fd, view):]
-            _atomic.fault_point(_atomic.JOURNAL_FSYNC)
-            os.fdatasync(fd)
+            if sync:
+                _atomic.fault_point(_atomic.JOURNAL_FSYNC)
+                os.fdatasync(fd)
         finally:
             os.close(fd)
         if created:

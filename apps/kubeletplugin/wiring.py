@@ -21,8 +21,8 @@ from apps.kubeletplugin import daemon_claims as plugin_daemon_claims
 from apps.kubeletplugin import devices as plugin_devices
 from apps.kubeletplugin import domains as plugin_domains
 from apps.kubeletplugin import driver as plugin_driver
-from apps.kubeletplugin import metrics as plugin_metrics
 from apps.kubeletplugin import settings as plugin_settings
+from apps.pluginkit import metrics as plugin_metrics
 from core import cliques, errors, models, names, ports, procdevices
 
 log = logging.getLogger(__name__)

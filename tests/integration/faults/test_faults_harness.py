@@ -90,13 +90,13 @@ def test_harness_kills_the_plugin_mid_prepare_restarts_it_and_finds_the_node_con
 
     summary = faults.run_matrix(
         modes=(mode,), operations=(faults.Operation.PREPARE,),
-        points=frozenset({"cdi.dir-fsync"}), report=lines.append,
+        points=frozenset({"cdi.rename"}), report=lines.append,
     )
 
     (verdict,) = summary.verdicts
     assert verdict.killed, "the plugin died of the injected SIGKILL"
     assert verdict.consistent, verdict.line()
-    assert lines == [f"mode={mode} op=prepare point=cdi.dir-fsync hit=1: consistent"]
+    assert lines == [f"mode={mode} op=prepare point=cdi.rename hit=1: consistent"]
     assert summary.line() == "faults: 1 injection points x 1 modes, 1 consistent, 0 inconsistent"
 
 
@@ -137,9 +137,9 @@ def test_the_summary_counts_inconsistent_cases_and_main_fails_on_any(
 # regression tests at the exact kill points that showed them.
 
 
-def test_a_kill_after_the_cdi_delete_of_an_unprepare_leaves_no_answer_without_its_file() -> None:
+def test_a_kill_at_the_cdi_delete_of_an_unprepare_leaves_no_answer_without_its_file() -> None:
     case = faults.Case(mode="hostManaged", operation=faults.Operation.UNPREPARE,
-                       point=_atomic.UNLINKED_DIR_FSYNC, hit=1)
+                       point=_atomic.CDI_UNLINK, hit=1)
 
     verdict = faults.run_case(case)
 
@@ -159,7 +159,7 @@ def test_a_kill_mid_write_leaves_no_temp_file_once_the_plugin_restarted() -> Non
 
 def test_a_kill_while_cleaning_a_deleted_claim_at_start_up_still_cleans_it_for_good() -> None:
     case = faults.Case(mode="hostManaged", operation=faults.Operation.CLEANUP,
-                       point=_atomic.UNLINKED_DIR_FSYNC, hit=1)
+                       point=_atomic.CDI_UNLINK, hit=1)
 
     verdict = faults.run_case(case)
 

@@ -33,7 +33,7 @@ class KilledAtCheckpointWrite(fs_checkpoints.FileCheckpointStore):
     def write(self, data: bytes) -> None:
         raise SystemExit("killed")
 
-    def append(self, records: bytes) -> None:
+    def append(self, records: bytes, *, sync: bool = True) -> None:
         raise SystemExit("killed")
 
 

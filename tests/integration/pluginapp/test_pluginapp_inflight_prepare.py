@@ -103,9 +103,9 @@ class HoldingCheckpoints(fs_checkpoints.FileCheckpointStore):
         self._hold.visit("write:checkpoint")
         super().write(data)
 
-    def append(self, records: bytes) -> None:
+    def append(self, records: bytes, *, sync: bool = True) -> None:
         self._hold.visit("write:checkpoint")
-        super().append(records)
+        super().append(records, sync=sync)
 
 
 class HoldingCDI(fs_cdi.CDIDirectory):

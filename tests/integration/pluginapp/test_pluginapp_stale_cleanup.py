@@ -20,7 +20,7 @@ from adapters.fs import cdi as fs_cdi
 from adapters.fs import checkpoints as fs_checkpoints
 from apps.cli import embedded
 from apps.kubeletplugin import driver as plugin_driver
-from apps.kubeletplugin import metrics as plugin_metrics
+from apps.pluginkit import metrics as plugin_metrics
 from apps.kubeletplugin import wiring
 from core import checkpoint as checkpoint_codec
 from core import errors, kinds, models, names

@@ -56,10 +56,10 @@ class NoPermission(fs_checkpoints.FileCheckpointStore):
             raise self._denied()
         super().write(data)
 
-    def append(self, records: bytes) -> None:
+    def append(self, records: bytes, *, sync: bool = True) -> None:
         if not self.writable:
             raise self._denied()
-        super().append(records)
+        super().append(records, sync=sync)
 
 
 def _driver(env: embedded.Embedded, store: NoPermission) -> plugin_driver.PluginDriver:
