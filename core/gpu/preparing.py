@@ -1,0 +1,709 @@
+"""Prepare and unprepare of one `gpu.nvidia.com` claim as pure transitions.
+
+The GPU half's counterpart of `core.preparing`, on the same checkpoint format and the same
+guarantees: every check runs before the first step that writes, so a rejected claim leaves
+no trace; the entry says PrepareStarted before any GPU is touched or any CDI file written and
+PrepareCompleted after; a completed claim prepared again gets the same devices and no steps;
+an unprepare of a started claim leaves a PrepareAborted tombstone so a late retry of its
+prepare cannot resurrect it.
+
+What the GPU half must remember about a claim beyond the shared entry fields (which devices
+it holds, whether they may be shared, what was done to the GPUs) is kept under the entry's
+`gpu` key: the checkpoint codec carries fields it does not know in `extra` and writes them
+back unchanged.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from typing import Any, Final
+
+from core import checkpoint as checkpoints
+from core import errors, models, names
+from core import gates as feature_gates
+from core.gpu import actions, configs, devices
+from core.gpu import cdi as gpu_cdi
+
+DRIVER_NAME: Final = configs.DRIVER_NAME
+# NB: `mode`/`isolation` of the checkpoint header and entries are read only by the
+# ComputeDomain half. The GPU half writes these constants there so that its file has the
+# shared format; their values mean nothing for GPU claims.
+CHECKPOINT_MODE: Final = models.IMEXMode.DRIVER_MANAGED
+CHECKPOINT_ISOLATION: Final = models.Isolation.DOMAIN
+# The key under which an entry keeps the GPU half's own record (see `_Record`).
+ENTRY_KEY: Final = "gpu"
+
+_GPU_PREFIX = "gpu-"
+_VFIO_PREFIX = "gpu-vfio-"
+
+Step = models.PluginAction | actions.GpuAction
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class GpuClaimOutcome:
+    """What prepare/unprepare of one GPU claim decided: steps to run in order, then the answer.
+
+    `error is None` means success. `checkpoint` is the state after all steps ran.
+    """
+
+    steps: tuple[models.PluginAction | actions.GpuAction, ...]
+    checkpoint: models.Checkpoint
+    devices: tuple[models.PreparedDevice, ...] = ()
+    error: Exception | None = None
+
+
+def empty_gpu_checkpoint(*, boot_id: str) -> models.Checkpoint:
+    """A fresh GPU-plugin checkpoint for this boot."""
+    return models.Checkpoint(boot_id=boot_id, mode=CHECKPOINT_MODE, isolation=CHECKPOINT_ISOLATION)
+
+
+# ---------------------------------------------------------------- the entry's GPU record
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class _Held:
+    """One device a claim holds on the node, as its entry records it."""
+
+    name: str
+    kind: str
+    # Minor of the physical GPU the device lives on (None: unknown, e.g. a VFIO function).
+    gpu_minor: int | None = None
+    # Full GPUs: the UUID a time-slice was set on.
+    uuid: str = ""
+    # VFIO functions: the PCI address bound to vfio-pci.
+    pci_bus_id: str = ""
+    shared: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        raw: dict[str, Any] = {"name": self.name, "type": self.kind, "shared": self.shared}
+        if self.gpu_minor is not None:
+            raw["gpuMinor"] = self.gpu_minor
+        if self.uuid:
+            raw["uuid"] = self.uuid
+        if self.pci_bus_id:
+            raw["pciBusID"] = self.pci_bus_id
+        return raw
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class _Record:
+    """The GPU half's part of a checkpoint entry (`entry.extra["gpu"]`)."""
+
+    held: tuple[_Held, ...] = ()
+    # Full GPUs whose time-slice this claim set (reset on unprepare, as upstream does).
+    time_sliced: tuple[str, ...] = ()
+    # The IOMMU API device the claim's spec gives ("" none, /dev/vfio/vfio or /dev/iommu).
+    vfio_api: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "devices": [h.to_json() for h in self.held],
+            "timeSliced": list(self.time_sliced),
+            "vfioAPIDevice": self.vfio_api,
+        }
+
+
+def _record_of(entry: models.CheckpointEntry) -> _Record:
+    """The entry's GPU record; one missing or malformed (hand-edited) reads as the names
+    in its devices, each held exclusively: the safe reading for conflict checks."""
+    raw = entry.extra.get(ENTRY_KEY)
+    if isinstance(raw, Mapping):
+        listed = raw.get("devices")
+        if isinstance(listed, list):
+            held = tuple(h for h in (_held_from_json(item) for item in listed) if h is not None)
+            sliced = raw.get("timeSliced")
+            return _Record(
+                held=held,
+                time_sliced=tuple(
+                    str(u) for u in sliced if isinstance(u, str)
+                ) if isinstance(sliced, list) else (),
+                vfio_api=str(raw.get("vfioAPIDevice") or ""),
+            )
+    return _Record(held=tuple(
+        _held_from_name(d.device_name) for d in entry.devices if d.device_name
+    ))
+
+
+def _held_from_json(raw: Any) -> _Held | None:
+    if not isinstance(raw, Mapping) or not isinstance(raw.get("name"), str):
+        return None
+    name = str(raw["name"])
+    guessed = _held_from_name(name)
+    minor = raw.get("gpuMinor")
+    return _Held(
+        name=name,
+        kind=str(raw.get("type") or guessed.kind),
+        gpu_minor=minor if type(minor) is int else guessed.gpu_minor,
+        uuid=str(raw.get("uuid") or ""),
+        pci_bus_id=str(raw.get("pciBusID") or ""),
+        shared=raw.get("shared") is True,
+    )
+
+
+def _held_from_name(name: str) -> _Held:
+    """What a slice device name alone tells: its kind and physical GPU (never shared)."""
+    if name.startswith(_VFIO_PREFIX):
+        return _Held(name=name, kind=devices.VFIO_TYPE)
+    mig = devices.parse_mig_name(name)
+    if mig is not None:
+        return _Held(name=name, kind=devices.MIG_TYPE, gpu_minor=mig[0])
+    suffix = name.removeprefix(_GPU_PREFIX)
+    if suffix != name and suffix.isascii() and suffix.isdigit():
+        return _Held(name=name, kind=devices.GPU_TYPE, gpu_minor=int(suffix))
+    return _Held(name=name, kind="")
+
+
+def _with_record(entry: models.CheckpointEntry, record: _Record | None) -> models.CheckpointEntry:
+    extra = {k: v for k, v in entry.extra.items() if k != ENTRY_KEY}
+    if record is not None:
+        extra[ENTRY_KEY] = record.to_json()
+    return dataclasses.replace(entry, extra=extra)
+
+
+# ---------------------------------------------------------------- prepare
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class _Planned:
+    """One allocation result of ours: the inventory device and the config that applies."""
+
+    result: models.DeviceResult
+    config: configs.DeviceConfig
+    gpu: devices.GpuInfo | None = None
+    mig: devices.MigDeviceInfo | None = None
+    vfio: devices.VfioDeviceInfo | None = None
+
+    @property
+    def kind(self) -> str:
+        if self.gpu is not None:
+            return devices.GPU_TYPE
+        return devices.MIG_TYPE if self.mig is not None else devices.VFIO_TYPE
+
+    def held(self) -> _Held:
+        shared = self.vfio is None and configs.allows_sharing(self.config)
+        if self.gpu is not None:
+            return _Held(name=self.gpu.name, kind=self.kind, gpu_minor=self.gpu.minor,
+                         uuid=self.gpu.uuid, shared=shared)
+        if self.mig is not None:
+            return _Held(name=self.mig.name, kind=self.kind, gpu_minor=self.mig.parent_minor,
+                         shared=shared)
+        assert self.vfio is not None
+        return _Held(name=self.vfio.name, kind=self.kind, gpu_minor=self.vfio.parent_minor,
+                     pci_bus_id=self.vfio.pci_bus_id)
+
+
+def plan_gpu_prepare(
+    claim: models.ResourceClaim,
+    *,
+    checkpoint: models.Checkpoint,
+    inventory: devices.GpuInventory,
+    files: devices.DriverFiles,
+    gates: models.FeatureGates,
+    now: float,
+    pool: str = "",
+    vfio_nodes: Mapping[str, Sequence[devices.DeviceNode]] | None = None,
+) -> GpuClaimOutcome:
+    """Decide how to prepare `claim` on this node; never raises for a bad claim.
+
+    `pool` is the node's pool (its name); when given, a result of ours in another pool is
+    refused. `vfio_nodes` are the vfio device nodes discovery found, by PCI address (else
+    the legacy group node by path). Idempotent: a completed claim gets the same devices and
+    no steps. Steps: PrepareStarted, GPU actions (vfio binds, then time-slices), the CDI
+    spec, PrepareCompleted. On error no step at all.
+    """
+    entry = checkpoint.entries.get(claim.uid)
+    if entry is not None and _is_reusable(entry):
+        return GpuClaimOutcome(steps=(), checkpoint=checkpoint, devices=entry.devices)
+    try:
+        _check_not_aborted(entry, now=now)
+        planned = _planned(claim, inventory=inventory, gates=gates, pool=pool)
+        _check_conflicts(claim, planned, checkpoint=checkpoint)
+        spec, vfio_api = _spec(claim.uid, planned, files=files, vfio_nodes=vfio_nodes)
+    except errors.PermanentError as err:
+        return GpuClaimOutcome(steps=(), checkpoint=checkpoint, error=err)
+    gpu_steps, sliced = _gpu_steps(planned, gates=gates)
+    record = _Record(held=tuple(p.held() for p in planned), time_sliced=sliced, vfio_api=vfio_api)
+    prepared = tuple(
+        models.PreparedDevice(
+            request_names=(p.result.request,),
+            pool_name=p.result.pool,
+            device_name=p.result.device,
+            cdi_device_ids=(gpu_cdi.qualified_name(claim.uid, p.result.device),),
+        )
+        for p in planned
+    )
+    started = _with_record(models.CheckpointEntry(
+        claim_uid=claim.uid,
+        namespace=claim.namespace,
+        name=claim.name,
+        state=models.ClaimState.PREPARE_STARTED,
+        mode=CHECKPOINT_MODE,
+        isolation=CHECKPOINT_ISOLATION,
+        updated_at=now,
+        extra=entry.extra if entry is not None else {},
+    ), record)
+    completed = dataclasses.replace(
+        started, state=models.ClaimState.PREPARE_COMPLETED, devices=prepared
+    )
+    unexpired = checkpoints.expire_tombstones(checkpoint, now=now)
+    # The tombstones that expired go in the same write as the new entry.
+    expired = () if unexpired is checkpoint else tuple(sorted(
+        uid for uid in checkpoints.index_of(checkpoint).tombstones if uid not in unexpired.entries
+    ))
+    changed = (claim.uid, *expired)
+    cp_started = checkpoints.with_entry(unexpired, started)
+    cp_completed = checkpoints.with_entry(unexpired, completed)
+    steps: tuple[Step, ...] = (
+        models.WriteCheckpoint(checkpoint=cp_started, changed=changed),
+        *gpu_steps,
+        models.WriteCDISpec(claim_uid=claim.uid, spec=spec),
+        models.WriteCheckpoint(checkpoint=cp_completed, changed=changed),
+    )
+    return GpuClaimOutcome(steps=steps, checkpoint=cp_completed, devices=prepared)
+
+
+def _is_reusable(entry: models.CheckpointEntry) -> bool:
+    """A completed entry with the full kubelet answer (not one rebuilt from a CDI file)."""
+    return (
+        entry.state is models.ClaimState.PREPARE_COMPLETED
+        and bool(entry.devices)
+        and all(d.request_names and d.pool_name and d.device_name for d in entry.devices)
+    )
+
+
+def _check_not_aborted(entry: models.CheckpointEntry | None, *, now: float) -> None:
+    if (
+        entry is not None
+        and entry.state is models.ClaimState.PREPARE_ABORTED
+        and not checkpoints.is_expired_tombstone(entry, now=now)
+    ):
+        raise errors.PermanentError(
+            f"claim {entry.namespace}/{entry.name} was unprepared while its prepare was in "
+            "flight; recreate the claim (delete and recreate the pod that uses it)"
+        )
+
+
+def _planned(
+    claim: models.ResourceClaim,
+    *,
+    inventory: devices.GpuInventory,
+    gates: models.FeatureGates,
+    pool: str,
+) -> tuple[_Planned, ...]:
+    ours = sorted(
+        (r for r in claim.results if r.driver == DRIVER_NAME),
+        key=lambda r: (r.request, r.pool, r.device),
+    )
+    if not claim.allocated or not ours:
+        raise errors.PermanentError(
+            f"claim {claim.namespace}/{claim.name} has no allocation for {DRIVER_NAME}; the "
+            "scheduler must allocate it first (does the claim request a gpu.nvidia.com, "
+            "mig.nvidia.com or vfio.gpu.nvidia.com device?)"
+        )
+    by_name = _inventory_by_name(inventory)
+    decoded = _decoded_configs(claim, gates=gates)
+    planned: list[_Planned] = []
+    for result in ours:
+        if pool and result.pool != pool:
+            raise errors.PermanentError(
+                f"request {result.request} of claim {claim.namespace}/{claim.name} was "
+                f"allocated device {result.device} of pool {result.pool!r}, but this node's "
+                f"pool is {pool!r}; the claim was allocated for another node: delete the pod "
+                "so the claim is allocated again"
+            )
+        found = by_name.get(result.device)
+        if found is None:
+            raise errors.PermanentError(
+                f"request {result.request} of claim {claim.namespace}/{claim.name} was "
+                f"allocated device {result.device}, which is not on this node (it has "
+                f"{_listing(by_name)}); the allocation is stale (the device went away or was "
+                "reconfigured): delete the pod and claim so that it is allocated again"
+            )
+        kind = _kind_of(found)
+        if kind == devices.VFIO_TYPE and not gates.enabled(feature_gates.PASSTHROUGH_SUPPORT):
+            raise errors.PermanentError(
+                f"device {result.device} of claim {claim.namespace}/{claim.name} is a VFIO "
+                "passthrough device, but feature gate PassthroughSupport is off on this node; "
+                "enable it (featureGates.PassthroughSupport=true) or request a full GPU"
+            )
+        config = _config_for(result, kind=kind, decoded=decoded)
+        planned.append(_Planned(
+            result=result,
+            config=config,
+            gpu=found if isinstance(found, devices.GpuInfo) else None,
+            mig=found if isinstance(found, devices.MigDeviceInfo) else None,
+            vfio=found if isinstance(found, devices.VfioDeviceInfo) else None,
+        ))
+    return tuple(planned)
+
+
+_Device = devices.GpuInfo | devices.MigDeviceInfo | devices.VfioDeviceInfo
+
+
+def _inventory_by_name(inventory: devices.GpuInventory) -> dict[str, _Device]:
+    found: dict[str, _Device] = {}
+    listed: tuple[_Device, ...] = (*inventory.gpus, *inventory.migs, *inventory.vfios)
+    for device in listed:
+        found.setdefault(device.name, device)
+    return found
+
+
+def _kind_of(device: _Device) -> str:
+    if isinstance(device, devices.GpuInfo):
+        return devices.GPU_TYPE
+    return devices.MIG_TYPE if isinstance(device, devices.MigDeviceInfo) else devices.VFIO_TYPE
+
+
+def _listing(by_name: Mapping[str, _Device], limit: int = 8) -> str:
+    if not by_name:
+        return "no gpu.nvidia.com devices"
+    shown = sorted(by_name)[:limit]
+    more = len(by_name) - len(shown)
+    return ", ".join(shown) + (f" and {more} more" if more > 0 else "")
+
+
+# ---------------------------------------------------------------- configs
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class _Decoded:
+    requests: tuple[str, ...]
+    config: configs.DeviceConfig
+
+
+def _decoded_configs(
+    claim: models.ResourceClaim, *, gates: models.FeatureGates
+) -> tuple[_Decoded, ...]:
+    """The claim's opaque configs for us, lowest precedence first: class, then claim configs.
+
+    Every one is decoded strictly, so an invalid entry is reported even when a later one
+    overrides it (as upstream decodes them all before choosing).
+    """
+    ours = [c for c in claim.configs if c.driver == DRIVER_NAME]
+    # NB: sorted() is stable, so entries keep their order within each source.
+    ours.sort(key=lambda c: 0 if c.source is models.ConfigSource.CLASS else 1)
+    return tuple(
+        _Decoded(
+            requests=c.requests,
+            config=configs.decode_device_config(c.parameters, gates=gates),
+        )
+        for c in ours
+    )
+
+
+def _config_for(
+    result: models.DeviceResult, *, kind: str, decoded: Sequence[_Decoded]
+) -> configs.DeviceConfig:
+    """The config that applies to one result, as upstream chooses it.
+
+    From the highest precedence down: a config naming the request applies (and must fit
+    the device's type, else the claim is refused); a config naming no request applies when
+    it is of the device's type; otherwise the type's default.
+    """
+    for candidate in reversed(decoded):
+        if _names_request(candidate.requests, result.request):
+            configs.check_applies(candidate.config, device_type=kind, request=result.request)
+            return candidate.config
+        if not candidate.requests and configs.applies_to(candidate.config, device_type=kind):
+            return candidate.config
+    return configs.default_config(kind)
+
+
+def _names_request(requests: Sequence[str], request: str) -> bool:
+    # A config naming a request with subrequests (firstAvailable) applies to the one chosen:
+    # results name it `<request>/<subrequest>`.
+    return request in requests or request.partition("/")[0] in requests
+
+
+# ---------------------------------------------------------------- conflicts
+
+
+def _check_conflicts(
+    claim: models.ResourceClaim, planned: Sequence[_Planned], *, checkpoint: models.Checkpoint
+) -> None:
+    """A device held by another claim is refused unless both claims allow sharing it.
+
+    Passthrough functions are never shared, and a physical GPU given to a VM cannot also
+    serve a container (nor the reverse): conflicts are checked per device name and, where
+    one side is VFIO, per physical GPU.
+    """
+    wanted = [p.held() for p in planned]
+    for uid, entry in sorted(checkpoint.entries.items()):
+        if uid == claim.uid or entry.state not in checkpoints.HOLDING_STATES:
+            continue
+        for theirs in _record_of(entry).held:
+            for mine in wanted:
+                if _clash(mine, theirs):
+                    raise errors.PermanentError(_conflict_message(mine, theirs, entry))
+
+
+def _clash(mine: _Held, theirs: _Held) -> bool:
+    if mine.name == theirs.name:
+        return not (mine.shared and theirs.shared)
+    vfio = devices.VFIO_TYPE in (mine.kind, theirs.kind)
+    same_gpu = mine.gpu_minor is not None and mine.gpu_minor == theirs.gpu_minor
+    # A full GPU and a MIG device of it cannot both be in use either.
+    whole = devices.GPU_TYPE in (mine.kind, theirs.kind)
+    return same_gpu and (vfio or whole)
+
+
+def _conflict_message(mine: _Held, theirs: _Held, entry: models.CheckpointEntry) -> str:
+    holder = (
+        f"claim {entry.namespace}/{entry.name}" if entry.name
+        else f"claim {entry.claim_uid} (recovered from its CDI spec)"
+    )
+    what = (
+        f"device {mine.name}" if mine.name == theirs.name
+        else f"device {mine.name} (the same physical GPU as {theirs.name})"
+    )
+    if mine.name == theirs.name and mine.kind != devices.VFIO_TYPE:
+        fix = (
+            "to share it, give both claims a config with sharing (strategy TimeSlicing); "
+            "otherwise wait until that claim is unprepared"
+        )
+    else:
+        fix = "it cannot be shared: wait until that claim is unprepared"
+    return f"{what} is already prepared on this node for {holder}; {fix}"
+
+
+# ---------------------------------------------------------------- GPU actions and CDI
+
+
+def _gpu_steps(
+    planned: Sequence[_Planned], *, gates: models.FeatureGates
+) -> tuple[tuple[actions.GpuAction, ...], tuple[str, ...]]:
+    """VFIO binds (sorted by PCI address), then one time-slice per interval (sorted UUIDs).
+
+    As upstream: the interval is set only with gate TimeSlicingSettings on, and only on full
+    GPUs (a MIG device has no time-slice of its own).
+    """
+    binds = sorted({p.vfio.pci_bus_id for p in planned if p.vfio is not None})
+    by_interval: dict[configs.TimeSliceInterval, set[str]] = {}
+    if gates.enabled(feature_gates.TIME_SLICING_SETTINGS):
+        for p in planned:
+            interval = _time_slice(p.config)
+            if p.gpu is not None and interval is not None:
+                by_interval.setdefault(interval, set()).add(p.gpu.uuid)
+    slices = [
+        actions.SetTimeSlice(gpu_uuids=tuple(sorted(uuids)), interval=interval)
+        for interval, uuids in sorted(by_interval.items())
+    ]
+    sliced = tuple(sorted({u for uuids in by_interval.values() for u in uuids}))
+    return (*(actions.BindVfio(pci_bus_id=b) for b in binds), *slices), sliced
+
+
+def _time_slice(config: configs.DeviceConfig) -> configs.TimeSliceInterval | None:
+    sharing = config.sharing if isinstance(config, configs.GpuConfig) else None
+    if sharing is None or sharing.strategy is not configs.SharingStrategy.TIME_SLICING:
+        return None
+    slicing = sharing.time_slicing or configs.TimeSlicing()
+    return slicing.interval
+
+
+def _spec(
+    claim_uid: names.ClaimUID,
+    planned: Sequence[_Planned],
+    *,
+    files: devices.DriverFiles,
+    vfio_nodes: Mapping[str, Sequence[devices.DeviceNode]] | None,
+) -> tuple[models.JSONObject, str]:
+    vfio_api = next((
+        _api_node(p.vfio, p.config) for p in planned
+        if p.vfio is not None and isinstance(p.config, configs.VfioDeviceConfig)
+        and p.config.enable_api_device
+    ), "")
+    return _spec_of(
+        claim_uid,
+        [p.gpu or p.mig or p.vfio for p in planned if (p.gpu or p.mig or p.vfio) is not None],
+        files=files, vfio_nodes=vfio_nodes, vfio_api=vfio_api,
+    ), vfio_api
+
+
+def _api_node(vfio: devices.VfioDeviceInfo, config: configs.VfioDeviceConfig) -> str:
+    """The IOMMU API device: /dev/iommu where iommufd is preferred and on, else /dev/vfio/vfio."""
+    iommufd = config.iommu_backend is configs.IommuBackendPolicy.PREFER_IOMMU_FD
+    return gpu_cdi.IOMMU_API_NODE if iommufd and vfio.iommu_fd_enabled else gpu_cdi.VFIO_API_NODE
+
+
+def _spec_of(
+    claim_uid: str,
+    found: Sequence[_Device | None],
+    *,
+    files: devices.DriverFiles,
+    vfio_nodes: Mapping[str, Sequence[devices.DeviceNode]] | None,
+    vfio_api: str,
+) -> models.JSONObject:
+    listed: list[models.JSONObject] = []
+    driver_files = False
+    for device in found:
+        if isinstance(device, devices.GpuInfo):
+            listed.append(gpu_cdi.gpu_device(claim_uid, device, files=files))
+            driver_files = True
+        elif isinstance(device, devices.MigDeviceInfo):
+            listed.append(gpu_cdi.mig_device(claim_uid, device, files=files))
+            driver_files = True
+        elif isinstance(device, devices.VfioDeviceInfo):
+            nodes = None if vfio_nodes is None else vfio_nodes.get(device.pci_bus_id)
+            listed.append(gpu_cdi.vfio_device(claim_uid, device, nodes=nodes))
+    edits = gpu_cdi.common_edits(files, driver_files=driver_files, vfio_api=vfio_api)
+    return gpu_cdi.claim_spec(devices_json=listed, edits=edits)
+
+
+# ---------------------------------------------------------------- unprepare
+
+
+def plan_gpu_unprepare(
+    ref: models.ClaimRef,
+    *,
+    checkpoint: models.Checkpoint,
+    inventory: devices.GpuInventory,
+    now: float,
+) -> GpuClaimOutcome:
+    """Undo what the claim's checkpoint entry says was done.
+
+    An unknown claim succeeds with only the (idempotent) deletion of its CDI spec; a
+    tombstone is a no-op. A claim whose entry records nothing done to its GPUs is dropped
+    before its spec is deleted, as in the ComputeDomain half. One that bound vfio functions
+    or set time-slices is undone first: spec deleted, functions given back to nvidia,
+    time-slices reset to Default (on GPUs no other claim still holds), and the entry goes
+    last: it is the only record of what to undo, so a kill part-way leaves it for the
+    kubelet's retried unprepare (every step is idempotent).
+    """
+    entry = checkpoint.entries.get(ref.uid)
+    if entry is None:
+        return GpuClaimOutcome(
+            steps=(models.DeleteCDISpec(claim_uid=ref.uid),), checkpoint=checkpoint
+        )
+    if entry.state is models.ClaimState.PREPARE_ABORTED:
+        return GpuClaimOutcome(steps=(), checkpoint=checkpoint)
+    if entry.state is models.ClaimState.PREPARE_STARTED:
+        tombstone = _with_record(dataclasses.replace(
+            entry, state=models.ClaimState.PREPARE_ABORTED, devices=(), updated_at=now
+        ), None)
+        after = checkpoints.with_entry(checkpoint, tombstone)
+    else:
+        after = checkpoints.without_entry(checkpoint, ref.uid)
+    undo = _undo_steps(entry, after=after, inventory=inventory)
+    write = models.WriteCheckpoint(checkpoint=after, changed=(ref.uid,))
+    delete = models.DeleteCDISpec(claim_uid=ref.uid)
+    steps: tuple[Step, ...] = (delete, *undo, write) if undo else (write, delete)
+    return GpuClaimOutcome(steps=steps, checkpoint=after)
+
+
+def _undo_steps(
+    entry: models.CheckpointEntry,
+    *,
+    after: models.Checkpoint,
+    inventory: devices.GpuInventory,
+) -> tuple[actions.GpuAction, ...]:
+    record = _record_of(entry)
+    by_name = {v.name: v for v in inventory.vfios}
+    unbinds: set[str] = set()
+    for held in record.held:
+        if held.kind != devices.VFIO_TYPE:
+            continue
+        bus_id = held.pci_bus_id or (
+            by_name[held.name].pci_bus_id if held.name in by_name else ""
+        )
+        if bus_id:
+            unbinds.add(bus_id)
+    still_held = {
+        h.uuid
+        for uid, other in after.entries.items()
+        if uid != entry.claim_uid and other.state in checkpoints.HOLDING_STATES
+        for h in _record_of(other).held
+        if h.uuid
+    }
+    reset = tuple(sorted(u for u in record.time_sliced if u not in still_held))
+    steps: list[actions.GpuAction] = [actions.UnbindVfio(pci_bus_id=b) for b in sorted(unbinds)]
+    if reset:
+        steps.append(actions.SetTimeSlice(
+            gpu_uuids=reset, interval=configs.TimeSliceInterval.DEFAULT
+        ))
+    return tuple(steps)
+
+
+# ---------------------------------------------------------------- recovery
+
+
+def plan_gpu_restore_spec(
+    entry: models.CheckpointEntry,
+    *,
+    inventory: devices.GpuInventory,
+    files: devices.DriverFiles,
+    vfio_nodes: Mapping[str, Sequence[devices.DeviceNode]] | None = None,
+) -> models.WriteCDISpec | None:
+    """The CDI spec a completed entry proves, to write back if its file was lost.
+
+    Deterministic: the bytes prepare wrote, given the same inventory and driver files.
+    None when the entry is not completed, holds no device, or names a device no longer on
+    the node (or one whose spec cannot be built any more): that claim must be unprepared.
+    """
+    if entry.state is not models.ClaimState.PREPARE_COMPLETED:
+        return None
+    record = _record_of(entry)
+    if not record.held:
+        return None
+    by_name = _inventory_by_name(inventory)
+    found = [by_name.get(h.name) for h in record.held]
+    if any(device is None for device in found):
+        return None
+    try:
+        spec = _spec_of(
+            entry.claim_uid, found, files=files, vfio_nodes=vfio_nodes,
+            vfio_api=record.vfio_api,
+        )
+    except errors.PermanentError:
+        return None
+    return models.WriteCDISpec(claim_uid=entry.claim_uid, spec=spec)
+
+
+def gpu_checkpoint_from_cdi(
+    specs: Mapping[names.ClaimUID, Mapping[str, Any]],
+    *,
+    boot_id: str,
+    now: float = 0.0,
+) -> models.Checkpoint:
+    """Entries provable from the GPU claims' CDI specs after the checkpoint was lost.
+
+    Each spec proves a PrepareCompleted claim holding the devices it names (and whether it
+    gave the vfio API device). What a spec cannot prove stays empty or takes the safe
+    reading: namespace, name and allocation are unknown (a repeated prepare is planned
+    afresh), no device is shareable (other claims wait until the kubelet unprepares it), no
+    time-slice is known to have been set (none is reset). A VFIO function's address is
+    looked up in the inventory at unprepare.
+    """
+    entries: dict[names.ClaimUID, models.CheckpointEntry] = {}
+    for uid, spec in sorted(specs.items()):
+        device_names = [
+            name for name in (
+                gpu_cdi.slice_device_of(uid, cdi_name) for cdi_name in gpu_cdi.spec_devices(spec)
+            ) if name is not None
+        ]
+        held = tuple(_held_from_name(name) for name in device_names)
+        prepared = tuple(
+            models.PreparedDevice(
+                request_names=(), pool_name="", device_name=name,
+                cdi_device_ids=(gpu_cdi.qualified_name(uid, name),),
+            )
+            for name in device_names
+        )
+        entry = models.CheckpointEntry(
+            claim_uid=uid, namespace="", name="", state=models.ClaimState.PREPARE_COMPLETED,
+            mode=CHECKPOINT_MODE, isolation=CHECKPOINT_ISOLATION, devices=prepared,
+            updated_at=now,
+        )
+        entries[uid] = _with_record(entry, _Record(held=held, vfio_api=_gives_vfio_api(spec)))
+    return models.Checkpoint(
+        boot_id=boot_id, mode=CHECKPOINT_MODE, isolation=CHECKPOINT_ISOLATION, entries=entries
+    )
+
+
+def _gives_vfio_api(spec: Mapping[str, Any]) -> str:
+    edits = spec.get("containerEdits")
+    nodes = edits.get("deviceNodes") if isinstance(edits, Mapping) else None
+    paths = {
+        n.get("path") for n in (nodes if isinstance(nodes, list) else ()) if isinstance(n, Mapping)
+    }
+    return next((p for p in gpu_cdi.API_NODES if p in paths), "")
