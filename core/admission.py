@@ -4,7 +4,9 @@ Without this, an opaque ComputeDomain config with a typo, a wrong kind or an all
 the installed IMEX mode cannot serve is only noticed when the kubelet prepares the claim, as
 a pod event on a pod that is already scheduled. The optional webhook (Helm `webhook.*`) runs
 the same strict decoding and the same mode rules at `kubectl apply`, so the person applying
-the manifest reads the error at once.
+the manifest reads the error at once. The same holds for the GPU half's configs (driver
+`gpu.nvidia.com`: GpuConfig, MigDeviceConfig, VfioDeviceConfig), decoded by the decoder
+prepare uses, under the feature gates the webhook runs with.
 
 Pure: an `admission.k8s.io/v1` AdmissionReview (already parsed JSON) and the driver config in,
 the `response` object out. Whatever JSON it is given, it never raises: a malformed review is
@@ -17,6 +19,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
 from core import decoding, errors, models, names
+from core.gpu import configs as gpu_configs
 
 ADMISSION_API_VERSION: Final = "admission.k8s.io/v1"
 ADMISSION_REVIEW_KIND: Final = "AdmissionReview"
@@ -43,11 +46,12 @@ def review(request: Mapping[str, Any], *, config: models.DriverConfig) -> dict[s
 
     Denies (HTTP-style code 422, reason Invalid) a ResourceClaim or ResourceClaimTemplate
     being created or updated when any opaque config of this driver fails strict decoding or
-    cannot be served in the installed IMEX mode; one message lists every bad config by its
-    field path. An UPDATE that leaves the configs as they were is allowed, so an object
-    admitted before the webhook existed can still get its finalizers removed. Other kinds,
-    other operations and other drivers' configs are allowed. A malformed request is denied
-    with code 400. Deterministic; never raises.
+    cannot be served in the installed IMEX mode, or any opaque config of the GPU half
+    (gpu.nvidia.com) fails its strict decoding under the installed feature gates; one
+    message lists every bad config by its field path. An UPDATE that leaves the configs as
+    they were is allowed, so an object admitted before the webhook existed can still get its
+    finalizers removed. Other kinds, other operations and other drivers' configs are
+    allowed. A malformed request is denied with code 400. Deterministic; never raises.
     """
     if not isinstance(request, Mapping):
         return _bad_request("", "AdmissionReview.request must be a JSON object")
@@ -79,7 +83,9 @@ def review(request: Mapping[str, Any], *, config: models.DriverConfig) -> dict[s
         )
     entries = _config_entries(obj, config_path)
     if isinstance(entries, str):
-        return _invalid(uid, _describe(request, obj, kind_name), [entries])
+        return _invalid(
+            uid, _describe(request, obj, kind_name), [entries], drivers={names.DRIVER_NAME}
+        )
 
     if operation == "UPDATE":
         old = request.get("oldObject")
@@ -88,12 +94,14 @@ def review(request: Mapping[str, Any], *, config: models.DriverConfig) -> dict[s
 
     field_path = ".".join(config_path)
     problems: list[str] = []
+    drivers: set[str] = set()
     for index, entry in enumerate(entries):
         problem = check_config_entry(entry, path=f"{field_path}[{index}]", config=config)
         if problem:
             problems.append(problem)
+            drivers.add(_driver_of(entry))
     if problems:
-        return _invalid(uid, _describe(request, obj, kind_name), problems)
+        return _invalid(uid, _describe(request, obj, kind_name), problems, drivers=drivers)
     return _allowed(uid)
 
 
@@ -130,8 +138,10 @@ def review_document(document: object, *, config: models.DriverConfig) -> dict[st
 def check_config_entry(entry: object, *, path: str, config: models.DriverConfig) -> str:
     """"" when a `devices.config[]` entry is acceptable, else one message naming `path`.
 
-    Only opaque configs whose driver is compute-domain.nvidia.com are checked: they are
-    decoded strictly (the same decoder prepare uses) and then held to the IMEX mode.
+    Opaque configs whose driver is compute-domain.nvidia.com are decoded strictly (the same
+    decoder prepare uses) and then held to the IMEX mode; those whose driver is
+    gpu.nvidia.com are decoded strictly by the GPU half's decoder with `config.gates`.
+    Other drivers' configs are not ours to judge.
     """
     if not isinstance(entry, Mapping):
         return f"{path}: must be an object, got {decoding.json_type_name(entry)}"
@@ -140,12 +150,16 @@ def check_config_entry(entry: object, *, path: str, config: models.DriverConfig)
         return ""
     if not isinstance(opaque, Mapping):
         return f"{path}.opaque: must be an object, got {decoding.json_type_name(opaque)}"
-    if opaque.get("driver") != names.DRIVER_NAME:
+    driver = opaque.get("driver")
+    if driver != names.DRIVER_NAME and driver != gpu_configs.DRIVER_NAME:
         return ""
     params_path = f"{path}.opaque.parameters"
     # NB: a missing `parameters` reaches the decoder as None, which it reports by name.
     parameters: Any = opaque.get("parameters")
     try:
+        if driver == gpu_configs.DRIVER_NAME:
+            gpu_configs.decode_device_config(parameters, gates=config.gates)
+            return ""
         decoded = decoding.decode_opaque_config(parameters, strict=True)
     except errors.DecodeError as exc:
         field = params_path if exc.field in ("", "parameters") else f"{params_path}.{exc.field}"
@@ -201,6 +215,15 @@ def _describe(request: Mapping[str, Any], obj: Mapping[Any, Any], kind: str) -> 
     return f"{kind} {ref}" if ref else kind
 
 
+def _driver_of(entry: object) -> str:
+    """The driver a refused entry is for (ours when the entry is too malformed to say)."""
+    if isinstance(entry, Mapping):
+        opaque = entry.get("opaque")
+        if isinstance(opaque, Mapping) and opaque.get("driver") == gpu_configs.DRIVER_NAME:
+            return gpu_configs.DRIVER_NAME
+    return names.DRIVER_NAME
+
+
 def _uid_of(request: object) -> str:
     if isinstance(request, Mapping):
         uid = request.get("uid")
@@ -221,14 +244,16 @@ def _bad_request(uid: str, message: str) -> dict[str, Any]:
     }
 
 
-def _invalid(uid: str, what: str, problems: Sequence[str]) -> dict[str, Any]:
+def _invalid(
+    uid: str, what: str, problems: Sequence[str], *, drivers: set[str]
+) -> dict[str, Any]:
+    # NB: "and"-joined, sorted, so a mix of both halves' configs names both drivers.
+    driver = " and ".join(sorted(drivers))
     if len(problems) == 1:
-        message = f"{what} has an invalid {names.DRIVER_NAME} device config: {problems[0]}"
+        message = f"{what} has an invalid {driver} device config: {problems[0]}"
     else:
         listed = "; ".join(f"({i}) {p}" for i, p in enumerate(problems, start=1))
-        message = (
-            f"{what} has {len(problems)} invalid {names.DRIVER_NAME} device configs: {listed}"
-        )
+        message = f"{what} has {len(problems)} invalid {driver} device configs: {listed}"
     return {
         "uid": uid,
         "allowed": False,

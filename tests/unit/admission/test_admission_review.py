@@ -120,7 +120,7 @@ def test_review_allows_daemon_config_in_driver_managed_mode() -> None:
 
 @BOTH_MODES
 def test_review_ignores_other_drivers_configs(config: models.DriverConfig) -> None:
-    obj = claim(opaque({"anything": ["goes"]}, driver="gpu.nvidia.com"), {"requests": ["x"]})
+    obj = claim(opaque({"anything": ["goes"]}, driver="gpu.example.com"), {"requests": ["x"]})
     assert admission.review(request(obj), config=config)["allowed"] is True
 
 
