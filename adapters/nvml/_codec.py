@@ -1,15 +1,26 @@
-"""The JSON the NVML probe child prints, and its translation into core fabric records.
+"""The JSON the NVML probe child prints, and its translation into core records.
 
 NVML runs in a child process (`adapters.nvml.probe`) so that a segfault or hang in the
 library cannot take the plugin down; this module is the contract between the two
-sides. Pure: no I/O, no pynvml, tested on its own.
+sides. Pure: no I/O, no pynvml, tested on its own. Two readers: the ComputeDomain half
+takes fabric records (`fabric_records`), the GPU half the GPU inventory (`gpu_inventory`).
 
 Shape (one JSON object on stdout):
-    {"schema": 1, "ok": true, "driver_version": "...", "gpus": [{"index", "uuid",
-     "name", "call", "state", "cluster_uuid" (32 hex digits), "clique_id", "status",
-     "note"}, ...]}
+    {"schema": 1, "ok": true, "driver_version": "...", "cuda_driver_version": "13.0" | null,
+     "gpus": [{"index", "uuid", "name", "call", "state", "cluster_uuid" (32 hex digits),
+     "clique_id", "status", "note",
+     "minor", "brand", "architecture", "cuda_compute_capability", "pci_bus_id",
+     "memory_bytes", "mig_capable", "mig_enabled", "addressing_mode", "numa_node",
+     "pcie_root", "skipped_calls": [...], "migs": [{"uuid", "profile", "gi_profile_id",
+     "gi_id", "ci_id", "placement_start", "placement_size", "memory_bytes",
+     "multiprocessors", "copy_engines", "decoders", "encoders", "jpeg_engines",
+     "ofa_engines", "gi_cap_minor", "ci_cap_minor"}, ...]}, ...]}
     {"schema": 1, "ok": false, "reason": "nvml-unavailable" | "nvml-error" |
      "probe-error", "message": "..."}
+
+The GPU details (from "minor" on) were added to schema 1 without a version bump: a report
+without them (an older probe) still decodes, with those fields None/empty, and serves the
+fabric records as before; only `gpu_inventory` needs them.
 """
 
 from __future__ import annotations
@@ -21,10 +32,13 @@ from collections.abc import Mapping
 from typing import Any
 
 from core import models
+from core.gpu import devices
 
 SCHEMA_VERSION = 1
 CLUSTER_UUID_LEN = 16
 NVML_SUCCESS = 0
+# Upstream's string for a brand or architecture NVML could not name.
+UNKNOWN = "Unknown"
 
 
 class ProbeOutputError(ValueError):
@@ -46,8 +60,35 @@ class FailureReason(enum.StrEnum):
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
+class ProbeMig:
+    """One existing MIG device (GPU instance + compute instance) as the probe saw it."""
+
+    uuid: str
+    # As nvidia-smi names it ("3g.20gb"); `gi_profile_id` is NVML's profile *id* (9 for it).
+    profile: str
+    gi_profile_id: int
+    gi_id: int
+    ci_id: int
+    placement_start: int
+    placement_size: int
+    memory_bytes: int
+    multiprocessors: int = 0
+    copy_engines: int = 0
+    decoders: int = 0
+    encoders: int = 0
+    jpeg_engines: int = 0
+    ofa_engines: int = 0
+    gi_cap_minor: int | None = None
+    ci_cap_minor: int | None = None
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class ProbeGpu:
-    """One GPU as the probe saw it; `state`/`status` are NVML's raw integers."""
+    """One GPU as the probe saw it; `state`/`status` are NVML's raw integers.
+
+    Everything after `note` is the GPU half's view; None where NVML (or sysfs) could not
+    say, each failed call named in `skipped_calls` ("nvmlDeviceGetBrand: Not Supported").
+    """
 
     index: int
     uuid: str
@@ -58,12 +99,27 @@ class ProbeGpu:
     clique_id: int = 0
     status: int = NVML_SUCCESS
     note: str = ""
+    minor: int | None = None
+    brand: str | None = None
+    architecture: str | None = None
+    cuda_compute_capability: str | None = None
+    pci_bus_id: str | None = None
+    memory_bytes: int | None = None
+    mig_capable: bool = False
+    mig_enabled: bool = False
+    addressing_mode: str | None = None
+    numa_node: int | None = None
+    pcie_root: str | None = None
+    skipped_calls: tuple[str, ...] = ()
+    migs: tuple[ProbeMig, ...] = ()
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class ProbeReport:
     driver_version: str
     gpus: tuple[ProbeGpu, ...]
+    # "13.0"; None from an older probe or when NVML could not say.
+    cuda_driver_version: str | None = None
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -78,6 +134,7 @@ def encode_report(report: ProbeReport) -> str:
             "schema": SCHEMA_VERSION,
             "ok": True,
             "driver_version": report.driver_version,
+            "cuda_driver_version": report.cuda_driver_version,
             "gpus": [_gpu_to_json(gpu) for gpu in report.gpus],
         },
         sort_keys=True,
@@ -121,6 +178,7 @@ def decode_probe_output(text: str) -> ProbeReport | ProbeFailure:
     return ProbeReport(
         driver_version=_str(obj, "driver_version"),
         gpus=tuple(_gpu_from_json(_mapping(gpu, "gpus[]")) for gpu in gpus),
+        cuda_driver_version=_opt_str(obj, "cuda_driver_version"),
     )
 
 
@@ -147,6 +205,83 @@ def fabric_record(gpu: ProbeGpu) -> models.FabricRecord:
     )
 
 
+def gpu_inventory(report: ProbeReport) -> devices.GpuInventory:
+    """The GPU half's view of the report: every GPU in NVML index order, then its MIG devices.
+
+    VFIO functions are not NVML's to report (sysfs discovery adds them). Brand and
+    architecture NVML could not name become "Unknown" (upstream's word for them); memory it
+    could not read becomes 0. ProbeOutputError, naming the GPU and the fact, when a GPU lacks
+    what its slice entry cannot do without (minor, PCI bus id, versions).
+    """
+    gpus: list[devices.GpuInfo] = []
+    migs: list[devices.MigDeviceInfo] = []
+    for gpu in sorted(report.gpus, key=lambda g: g.index):
+        info = _gpu_info(gpu, report=report)
+        gpus.append(info)
+        migs.extend(_mig_info(mig, parent=info) for mig in gpu.migs)
+    return devices.GpuInventory(gpus=tuple(gpus), migs=tuple(migs))
+
+
+def _gpu_info(gpu: ProbeGpu, *, report: ProbeReport) -> devices.GpuInfo:
+    minor, bus_id = gpu.minor, gpu.pci_bus_id
+    capability, cuda = gpu.cuda_compute_capability, report.cuda_driver_version
+    if minor is None or bus_id is None or capability is None or cuda is None:
+        facts = {
+            "minor": minor,
+            "pci_bus_id": bus_id,
+            "cuda_compute_capability": capability,
+            "cuda_driver_version": cuda,
+        }
+        missing = ", ".join(name for name, value in facts.items() if value is None)
+        skipped = "; ".join(gpu.skipped_calls) or "none recorded (a probe older than this plugin?)"
+        raise ProbeOutputError(
+            f"GPU {gpu.uuid} (index {gpu.index}): the NVML probe could not read {missing}, "
+            f"which its ResourceSlice entry needs; failed NVML calls: {skipped}. Check this "
+            f"GPU with nvidia-smi -q -i {gpu.index}"
+        )
+    return devices.GpuInfo(
+        minor=minor,
+        index=gpu.index,
+        uuid=gpu.uuid,
+        product_name=gpu.name,
+        brand=gpu.brand or UNKNOWN,
+        architecture=gpu.architecture or UNKNOWN,
+        cuda_compute_capability=capability,
+        driver_version=report.driver_version,
+        cuda_driver_version=cuda,
+        pci_bus_id=bus_id,
+        memory_bytes=gpu.memory_bytes or 0,
+        pcie_root=gpu.pcie_root,
+        numa_node=gpu.numa_node,
+        mig_capable=gpu.mig_capable,
+        mig_enabled=gpu.mig_enabled,
+        addressing_mode=gpu.addressing_mode,
+    )
+
+
+def _mig_info(mig: ProbeMig, *, parent: devices.GpuInfo) -> devices.MigDeviceInfo:
+    return devices.MigDeviceInfo(
+        uuid=mig.uuid,
+        profile=mig.profile,
+        parent_uuid=parent.uuid,
+        parent_minor=parent.minor,
+        gi_profile_id=mig.gi_profile_id,
+        gi_id=mig.gi_id,
+        ci_id=mig.ci_id,
+        placement_start=mig.placement_start,
+        placement_size=mig.placement_size,
+        memory_bytes=mig.memory_bytes,
+        multiprocessors=mig.multiprocessors,
+        copy_engines=mig.copy_engines,
+        decoders=mig.decoders,
+        encoders=mig.encoders,
+        jpeg_engines=mig.jpeg_engines,
+        ofa_engines=mig.ofa_engines,
+        gi_cap_minor=mig.gi_cap_minor,
+        ci_cap_minor=mig.ci_cap_minor,
+    )
+
+
 def _gpu_to_json(gpu: ProbeGpu) -> dict[str, Any]:
     return {
         "index": gpu.index,
@@ -158,6 +293,19 @@ def _gpu_to_json(gpu: ProbeGpu) -> dict[str, Any]:
         "clique_id": gpu.clique_id,
         "status": gpu.status,
         "note": gpu.note,
+        "minor": gpu.minor,
+        "brand": gpu.brand,
+        "architecture": gpu.architecture,
+        "cuda_compute_capability": gpu.cuda_compute_capability,
+        "pci_bus_id": gpu.pci_bus_id,
+        "memory_bytes": gpu.memory_bytes,
+        "mig_capable": gpu.mig_capable,
+        "mig_enabled": gpu.mig_enabled,
+        "addressing_mode": gpu.addressing_mode,
+        "numa_node": gpu.numa_node,
+        "pcie_root": gpu.pcie_root,
+        "skipped_calls": list(gpu.skipped_calls),
+        "migs": [dataclasses.asdict(mig) for mig in gpu.migs],
     }
 
 
@@ -187,6 +335,40 @@ def _gpu_from_json(obj: Mapping[str, Any]) -> ProbeGpu:
         clique_id=_int(obj, "clique_id"),
         status=_int(obj, "status"),
         note=_str(obj, "note"),
+        minor=_opt_int(obj, "minor"),
+        brand=_opt_str(obj, "brand"),
+        architecture=_opt_str(obj, "architecture"),
+        cuda_compute_capability=_opt_str(obj, "cuda_compute_capability"),
+        pci_bus_id=_opt_str(obj, "pci_bus_id"),
+        memory_bytes=_opt_int(obj, "memory_bytes"),
+        mig_capable=_opt_bool(obj, "mig_capable"),
+        mig_enabled=_opt_bool(obj, "mig_enabled"),
+        addressing_mode=_opt_str(obj, "addressing_mode"),
+        numa_node=_opt_int(obj, "numa_node"),
+        pcie_root=_opt_str(obj, "pcie_root"),
+        skipped_calls=tuple(_str_list(obj, "skipped_calls")),
+        migs=tuple(_mig_from_json(_mapping(mig, "migs[]")) for mig in _list(obj, "migs")),
+    )
+
+
+def _mig_from_json(obj: Mapping[str, Any]) -> ProbeMig:
+    return ProbeMig(
+        uuid=_str(obj, "uuid"),
+        profile=_str(obj, "profile"),
+        gi_profile_id=_int(obj, "gi_profile_id"),
+        gi_id=_int(obj, "gi_id"),
+        ci_id=_int(obj, "ci_id"),
+        placement_start=_int(obj, "placement_start"),
+        placement_size=_int(obj, "placement_size"),
+        memory_bytes=_int(obj, "memory_bytes"),
+        multiprocessors=_opt_int(obj, "multiprocessors") or 0,
+        copy_engines=_opt_int(obj, "copy_engines") or 0,
+        decoders=_opt_int(obj, "decoders") or 0,
+        encoders=_opt_int(obj, "encoders") or 0,
+        jpeg_engines=_opt_int(obj, "jpeg_engines") or 0,
+        ofa_engines=_opt_int(obj, "ofa_engines") or 0,
+        gi_cap_minor=_opt_int(obj, "gi_cap_minor"),
+        ci_cap_minor=_opt_int(obj, "ci_cap_minor"),
     )
 
 
@@ -208,3 +390,33 @@ def _int(obj: Mapping[str, Any], key: str) -> int:
     if not isinstance(value, int) or isinstance(value, bool):
         raise ProbeOutputError(f"field {key!r} must be an integer, got {value!r}")
     return value
+
+
+# Optional fields: absent (an older probe) and null both read as "unknown".
+def _opt_int(obj: Mapping[str, Any], key: str) -> int | None:
+    return None if obj.get(key) is None else _int(obj, key)
+
+
+def _opt_str(obj: Mapping[str, Any], key: str) -> str | None:
+    return None if obj.get(key) is None else _str(obj, key)
+
+
+def _opt_bool(obj: Mapping[str, Any], key: str) -> bool:
+    value = obj.get(key, False)
+    if not isinstance(value, bool):
+        raise ProbeOutputError(f"field {key!r} must be true or false, got {value!r}")
+    return value
+
+
+def _list(obj: Mapping[str, Any], key: str) -> list[Any]:
+    value = obj.get(key, [])
+    if not isinstance(value, list):
+        raise ProbeOutputError(f"field {key!r} must be a list, got {value!r}")
+    return value
+
+
+def _str_list(obj: Mapping[str, Any], key: str) -> list[str]:
+    values = _list(obj, key)
+    if not all(isinstance(value, str) for value in values):
+        raise ProbeOutputError(f"field {key!r} must be a list of strings, got {values!r}")
+    return values

@@ -1,6 +1,8 @@
 """The node's real GPUs, read through NVML in a child process that may crash without us.
 
-`NvmlInventory` runs `adapters.nvml.probe` (or an injected command) with a timeout and
+`NvmlInventory` serves both halves from one probe: fabric records (`core.ports.DeviceInventory`)
+for the ComputeDomain half and the GPU inventory (`core.ports.GpuDiscovery`) for the GPU half.
+It runs `adapters.nvml.probe` (or an injected command) with a timeout and
 turns every way it can go wrong into a typed error with a message an operator can act
 on: NVML missing (`NvmlUnavailable`: no driver here; the app may treat it as "no GPUs"),
 or the probe crashing, hanging or answering nonsense (`NvmlProbeFailed`).
@@ -18,6 +20,7 @@ from collections.abc import Mapping, Sequence
 
 from adapters.nvml import _codec
 from core import errors, models
+from core.gpu import devices
 
 logger = logging.getLogger(__name__)
 
@@ -66,7 +69,9 @@ def default_probe_command() -> tuple[str, ...]:
 
 
 class NvmlInventory:
-    """`core.ports.DeviceInventory` over real NVML, probed in a child process per call.
+    """`core.ports.DeviceInventory` and `core.ports.GpuDiscovery` over real NVML.
+
+    NVML is probed in a child process per call.
 
     `probe_command` replaces the child (tests inject stand-ins that crash or hang);
     `env` replaces the child's environment (default: ours, with this package importable;
@@ -97,6 +102,21 @@ class NvmlInventory:
         report = self.probe()
         try:
             return _codec.fabric_records(report)
+        except _codec.ProbeOutputError as exc:
+            raise NvmlProbeFailed(f"NVML probe report is not usable: {exc}") from exc
+
+    def gpu_inventory(self) -> devices.GpuInventory:
+        """Every GPU and existing MIG device (no VFIO functions: sysfs discovery adds those).
+
+        Raises NvmlUnavailable or NvmlProbeFailed, as `fabric_records` does; NVML calls a GPU
+        does not support only leave fields empty (logged once per call).
+        """
+        report = self.probe()
+        for gpu in report.gpus:
+            for skipped in gpu.skipped_calls:
+                logger.warning("event=nvml_call_skipped gpu=%s call=%r", gpu.uuid, skipped)
+        try:
+            return _codec.gpu_inventory(report)
         except _codec.ProbeOutputError as exc:
             raise NvmlProbeFailed(f"NVML probe report is not usable: {exc}") from exc
 
