@@ -3,6 +3,9 @@
 Thin wiring: flags (with the env the chart sets), the driver config resolved exactly as the
 controller and plugin resolve it, and a stdlib HTTPS server that hands every AdmissionReview
 to `core.admission`. Every decision lives in the core; this module only speaks HTTP and TLS.
+It validates the configs of both halves: compute-domain.nvidia.com against the IMEX mode, and
+gpu.nvidia.com against the feature gates it is given (TimeSlicingSettings, PassthroughSupport),
+which must therefore be the GPU plugin's gates (the chart passes the same `featureGates`).
 """
 
 from __future__ import annotations
@@ -53,7 +56,7 @@ class Settings:
 def add_parser(sub: Any) -> None:
     parser = sub.add_parser(
         "webhook",
-        help="serve the admission webhook that rejects invalid ComputeDomain claim configs",
+        help="serve the admission webhook that rejects invalid ComputeDomain and GPU claim configs",
     )
     add = parser.add_argument
     add("--address", default=None, help="listen address (env WEBHOOK_ADDRESS, default 0.0.0.0)")
@@ -61,7 +64,10 @@ def add_parser(sub: Any) -> None:
     add("--tls-cert-file", default=None, help="PEM serving certificate (env TLS_CERT_FILE)")
     add("--tls-key-file", default=None, help="PEM private key (env TLS_KEY_FILE)")
     add("--namespace", default=None, help="driver namespace (env NAMESPACE)")
-    add("--feature-gates", default=None, help='e.g. "HostManagedIMEX=true" (env FEATURE_GATES)')
+    add(
+        "--feature-gates", default=None,
+        help='e.g. "HostManagedIMEX=true,TimeSlicingSettings=true" (env FEATURE_GATES)',
+    )
     add("--imex-mode", default=None, help="driverManaged|hostManaged (env IMEX_MODE)")
     add("--imex-isolation", default=None, help="domain|none|channel (env IMEX_ISOLATION)")
     parser.set_defaults(run=run)

@@ -1,0 +1,140 @@
+"""`computedomain webhook` as a real process, judging gpu.nvidia.com configs by its gates.
+
+The gates come from FEATURE_GATES as the chart sets them; the same claim is admitted by a
+webhook running with TimeSlicingSettings and refused by one running without it.
+"""
+
+from __future__ import annotations
+
+import collections.abc
+import http.client
+import json
+import os
+import pathlib
+import re
+import signal
+import subprocess
+import sys
+import threading
+from typing import Any
+
+import pytest
+
+REPO_ROOT = pathlib.Path(__file__).resolve().parents[3]
+PATH = "/validate-resource-claim-parameters"
+_OWN_ENV = ("WEBHOOK_PORT", "WEBHOOK_ADDRESS", "TLS_CERT_FILE", "TLS_KEY_FILE", "IMEX_MODE",
+            "IMEX_ISOLATION", "FEATURE_GATES", "NAMESPACE")
+
+
+class GpuWebhook:
+    """A running plain-HTTP webhook subprocess and the port it listens on."""
+
+    def __init__(self, *, feature_gates: str) -> None:
+        base = {k: v for k, v in os.environ.items() if k not in _OWN_ENV}
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "apps.cli", "webhook", "--address", "127.0.0.1",
+             "--port", "0"],
+            cwd=REPO_ROOT, env={**base, "FEATURE_GATES": feature_gates},
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        )
+        assert self.proc.stderr is not None
+        self.lines: list[str] = []
+        # NB: readline blocks until the line is there or the process exits (EOF): no polling.
+        for line in self.proc.stderr:
+            self.lines.append(line)
+            found = re.search(r"event=listening .*port=(\d+)", line)
+            if found:
+                self.port = int(found.group(1))
+                # Keep reading, so the process never blocks on a full stderr pipe.
+                threading.Thread(target=self._drain, daemon=True).start()
+                return
+        raise AssertionError(f"webhook exited before listening:\n{''.join(self.lines)}")
+
+    def _drain(self) -> None:
+        assert self.proc.stderr is not None
+        for line in self.proc.stderr:
+            self.lines.append(line)
+
+    def review(self, uid: str, parameters: dict[str, Any]) -> dict[str, Any]:
+        claim = {
+            "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+            "metadata": {"name": "infer", "namespace": "ml"},
+            "spec": {"devices": {
+                "requests": [{"name": "gpu", "exactly": {"deviceClassName": "gpu.nvidia.com"}}],
+                "config": [{"requests": ["gpu"],
+                            "opaque": {"driver": "gpu.nvidia.com", "parameters": parameters}}],
+            }},
+        }
+        document = {
+            "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+            "request": {
+                "uid": uid, "kind": {"group": "resource.k8s.io", "version": "v1",
+                                     "kind": "ResourceClaim"},
+                "namespace": "ml", "name": "infer", "operation": "CREATE", "object": claim,
+            },
+        }
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=10)
+        try:
+            conn.request("POST", PATH, body=json.dumps(document).encode(),
+                         headers={"Content-Type": "application/json"})
+            reply = conn.getresponse()
+            assert reply.status == 200
+            response: dict[str, Any] = json.loads(reply.read())["response"]
+            return response
+        finally:
+            conn.close()
+
+    def stop(self) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        try:
+            return self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+            raise
+
+
+@pytest.fixture
+def start() -> collections.abc.Iterator[collections.abc.Callable[..., GpuWebhook]]:
+    started: list[GpuWebhook] = []
+
+    def _start(*, feature_gates: str) -> GpuWebhook:
+        hook = GpuWebhook(feature_gates=feature_gates)
+        started.append(hook)
+        return hook
+
+    yield _start
+    for hook in started:
+        hook.stop()
+
+
+def time_slicing(interval: str = "Long") -> dict[str, Any]:
+    return {"apiVersion": "resource.nvidia.com/v1beta1", "kind": "GpuConfig",
+            "sharing": {"strategy": "TimeSlicing", "timeSlicingConfig": {"interval": interval}}}
+
+
+def test_webhook_with_time_slicing_gate_admits_time_slicing_and_refuses_mps(start: Any) -> None:
+    hook = start(feature_gates="TimeSlicingSettings=true")
+    assert hook.review("uid-ts", time_slicing()) == {"uid": "uid-ts", "allowed": True}
+    mps = time_slicing()
+    mps["sharing"] = {"strategy": "MPS"}
+    denied = hook.review("uid-mps", mps)
+    assert denied["allowed"] is False
+    assert denied["status"]["code"] == 422
+    assert denied["status"]["message"] == (
+        "ResourceClaim ml/infer has an invalid gpu.nvidia.com device config: "
+        "spec.devices.config[0].opaque.parameters.sharing.strategy: GpuConfig.sharing.strategy "
+        "'MPS': MPS sharing is not supported by this driver yet; use strategy TimeSlicing or "
+        "remove sharing"
+    )
+    assert hook.stop() == 0
+
+
+def test_webhook_without_the_gate_refuses_time_slicing_naming_the_gate(start: Any) -> None:
+    hook = start(feature_gates="")
+    denied = hook.review("uid-off", time_slicing("Default"))
+    assert denied["allowed"] is False
+    assert "needs feature gate TimeSlicingSettings, which is off" in denied["status"]["message"]
+    assert hook.review("uid-plain", {"apiVersion": "resource.nvidia.com/v1beta1",
+                                     "kind": "GpuConfig"})["allowed"] is True
