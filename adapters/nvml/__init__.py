@@ -4,7 +4,7 @@ Only `adapters.nvml.probe` imports `pynvml`, and it runs in its own process so t
 NVML crash or hang cannot take the plugin down.
 """
 
-from adapters.nvml.inventory import inventory_from_spec
+from adapters.nvml.inventory import gpu_discovery_from_spec, inventory_from_spec
 from adapters.nvml.real import (
     NvmlError,
     NvmlInventory,
@@ -19,6 +19,11 @@ from adapters.nvml.simulated import (
     simulated_boot_id,
     simulated_proc_devices,
 )
+from adapters.nvml.simulated_gpus import (
+    SimulatedGpus,
+    gpu_profile_names,
+    simulated_gpus,
+)
 
 __all__ = [
     "PROFILES",
@@ -26,10 +31,14 @@ __all__ = [
     "NvmlInventory",
     "NvmlProbeFailed",
     "NvmlUnavailable",
+    "SimulatedGpus",
     "SimulatedInventory",
     "SimulatedNodeFiles",
+    "gpu_discovery_from_spec",
+    "gpu_profile_names",
     "inventory_from_spec",
     "profile_nodes",
     "simulated_boot_id",
+    "simulated_gpus",
     "simulated_proc_devices",
 ]

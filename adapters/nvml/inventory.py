@@ -1,8 +1,12 @@
-"""The one name -> constructor map of GPU inventories (`--nvml=real|simulated:<profile>`)."""
+"""The one name -> constructor map of GPU inventories (`--nvml=real|simulated:<profile>`).
+
+The ComputeDomain half's fabric profiles (`adapters.nvml.simulated`) and the GPU half's
+GPU profiles (`adapters.nvml.simulated_gpus`) are separate sets; `real` serves both.
+"""
 
 from __future__ import annotations
 
-from adapters.nvml import real, simulated
+from adapters.nvml import real, simulated, simulated_gpus
 from core import errors, ports
 
 REAL_SPEC = "real"
@@ -29,4 +33,26 @@ def inventory_from_spec(
     choices = ", ".join(f"{SIMULATED_PREFIX}{profile}" for profile in simulated.PROFILES)
     raise errors.ConfigError(
         f"invalid GPU inventory {spec!r}: use {REAL_SPEC!r} (NVML) or one of {choices}"
+    )
+
+
+def gpu_discovery_from_spec(
+    spec: str, *, node_name: str, driver_root: str = "/"
+) -> ports.GpuDiscovery:
+    """The GPU discovery a flag value names (`real` or `simulated:<GPU profile>`).
+
+    ConfigError saying the accepted values otherwise. As for `inventory_from_spec`,
+    constructing `real` touches nothing until `gpu_inventory()` probes.
+    """
+    if spec == REAL_SPEC:
+        return real.NvmlInventory(driver_root=driver_root)
+    if spec.startswith(SIMULATED_PREFIX):
+        profile = spec.removeprefix(SIMULATED_PREFIX)
+        if profile in simulated_gpus.gpu_profile_names():
+            return simulated_gpus.simulated_gpus(profile, node_name=node_name)
+    choices = ", ".join(
+        f"{SIMULATED_PREFIX}{profile}" for profile in simulated_gpus.gpu_profile_names()
+    )
+    raise errors.ConfigError(
+        f"invalid GPU discovery {spec!r}: use {REAL_SPEC!r} (NVML) or one of {choices}"
     )

@@ -19,7 +19,7 @@ from core import models, names
 
 DEFAULT_CHANNEL_MAJOR = 242
 # Fixed namespace for every derived identifier of the simulation (any constant UUID works).
-_SIMULATION_NAMESPACE = uuid.UUID("5e0c6a51-3f0b-4d3e-9a57-6b1c0de0a1d7")
+SIMULATION_NAMESPACE = uuid.UUID("5e0c6a51-3f0b-4d3e-9a57-6b1c0de0a1d7")
 _ZERO_CLUSTER_UUID = b"\x00" * 16
 
 
@@ -97,12 +97,17 @@ def profile_nodes(profile: str) -> tuple[names.NodeName, ...]:
 
 def cluster_uuid(profile: str, *, rack: str) -> bytes:
     """The NVLink cluster UUID (16 bytes) that the rack's GPUs report."""
-    return uuid.uuid5(_SIMULATION_NAMESPACE, f"cluster/{profile}/{rack}").bytes
+    return uuid.uuid5(SIMULATION_NAMESPACE, f"cluster/{profile}/{rack}").bytes
+
+
+def simulated_gpu_uuid(node_name: str, index: int) -> str:
+    """The UUID of GPU `index` of a simulated node (the same for fabric and GPU profiles)."""
+    return "GPU-" + str(uuid.uuid5(SIMULATION_NAMESPACE, f"gpu/{node_name}/{index}"))
 
 
 def simulated_boot_id(node_name: str, *, boot: int = 0) -> str:
     """A deterministic boot ID for a node; a different `boot` simulates a reboot."""
-    return str(uuid.uuid5(_SIMULATION_NAMESPACE, f"boot/{node_name}/{boot}"))
+    return str(uuid.uuid5(SIMULATION_NAMESPACE, f"boot/{node_name}/{boot}"))
 
 
 def simulated_proc_devices(major: int = DEFAULT_CHANNEL_MAJOR) -> str:
@@ -151,7 +156,7 @@ class SimulatedInventory:
         return tuple(sorted(records, key=lambda record: record.gpu_uuid))
 
     def _record(self, index: int) -> models.FabricRecord:
-        gpu_uuid = "GPU-" + str(uuid.uuid5(_SIMULATION_NAMESPACE, f"gpu/{self.node_name}/{index}"))
+        gpu_uuid = simulated_gpu_uuid(self.node_name, index)
         if not self._rack.fabric:
             return models.FabricRecord(
                 gpu_uuid=gpu_uuid,

@@ -1,0 +1,354 @@
+"""Simulated GPU nodes for the `gpu.nvidia.com` half, so it runs (demo, tests) without a GPU.
+
+Profiles (one node each):
+
+- `hgx-h100`: an 8-GPU HGX H100 board ("NVIDIA H100 80GB HBM3"), GPUs 0-3 on NUMA node 0
+  and 4-7 on node 1, each behind its own PCIe root complex; MIG capable, MIG off.
+- `a100-mig`: two "NVIDIA A100-SXM4-40GB"; GPU 0 in MIG mode with four existing MIG
+  devices (2g.10gb, 1g.5gb, 1g.5gb, 3g.20gb: all seven compute and eight memory slices),
+  GPU 1 not in MIG mode.
+- `gb200`: a GB200 compute tray, 4 x "NVIDIA GB200" on two Grace sockets, coherent (ATS).
+
+The GPU instance profiles (ids, memory, engine counts, placements) are NVIDIA's for these
+GPUs as `nvidia-smi mig -lgip` / `-lgipp` list them. UUIDs derive from the node name
+(uuid5), the full GPUs' the same as `adapters.nvml.simulated` gives the fabric records of a
+node of that name, so both halves of a simulated node agree.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import uuid
+
+from adapters.nvml import simulated
+from core import errors
+from core.gpu import devices
+
+DRIVER_VERSION = "580.65.06"
+CUDA_DRIVER_VERSION = "13.0"
+DEFAULT_NODE_NAME = "gpu-node01"
+_MIB = 1024 * 1024
+_BRAND = "Nvidia"  # what NVML reports for data-center GPUs on current drivers
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class MigProfile:
+    """One GPU instance profile of a GPU model, as `nvidia-smi mig -lgip` lists it."""
+
+    name: str
+    profile_id: int
+    memory_mib: int
+    multiprocessors: int
+    copy_engines: int
+    decoders: int = 0
+    encoders: int = 0
+    jpeg_engines: int = 0
+    ofa_engines: int = 0
+    # Memory slices one instance takes, and the starts it may be placed at.
+    placement_size: int = 1
+    placement_starts: tuple[int, ...] = (0,)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class MigDevice:
+    """An existing MIG device of a simulated GPU: a profile at a placement, with its ids."""
+
+    profile: str
+    placement_start: int
+    gi_id: int
+    ci_id: int = 0
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Gpu:
+    """One simulated GPU's place on the node."""
+
+    pci_bus_id: str
+    numa_node: int
+    pcie_root: str
+    mig_enabled: bool = False
+    migs: tuple[MigDevice, ...] = ()
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class GpuProfile:
+    """A simulated node: one GPU model, several GPUs."""
+
+    name: str
+    description: str
+    product_name: str
+    architecture: str
+    cuda_compute_capability: str
+    memory_mib: int
+    gpus: tuple[Gpu, ...]
+    mig_capable: bool = True
+    addressing_mode: str | None = None
+    # The model's GPU instance profiles (only those a simulated MIG device uses are needed).
+    mig_profiles: tuple[MigProfile, ...] = ()
+    # Memory slices and compute slices of the whole GPU (8 and 7 on A100 and H100).
+    memory_slices: int = 8
+    compute_slices: int = 7
+
+    def mig_profile(self, name: str) -> MigProfile:
+        """The model's GPU instance profile of that name; ValueError if it has none."""
+        for profile in self.mig_profiles:
+            if profile.name == name:
+                return profile
+        known = ", ".join(p.name for p in self.mig_profiles) or "none"
+        raise ValueError(f"{self.product_name} has no MIG profile {name!r} (it has: {known})")
+
+
+# NVIDIA's MIG user guide, A100-SXM4-40GB: `nvidia-smi mig -lgip` and `-lgipp`.
+A100_40GB_MIG_PROFILES = (
+    MigProfile(
+        name="1g.5gb",
+        profile_id=19,
+        memory_mib=4864,
+        multiprocessors=14,
+        copy_engines=1,
+        placement_size=1,
+        placement_starts=(0, 1, 2, 3, 4, 5, 6),
+    ),
+    MigProfile(
+        name="1g.5gb+me",
+        profile_id=20,
+        memory_mib=4864,
+        multiprocessors=14,
+        copy_engines=1,
+        decoders=1,
+        jpeg_engines=1,
+        ofa_engines=1,
+        placement_size=1,
+        placement_starts=(0, 1, 2, 3, 4, 5, 6),
+    ),
+    MigProfile(
+        name="1g.10gb",
+        profile_id=15,
+        memory_mib=9856,
+        multiprocessors=14,
+        copy_engines=1,
+        decoders=1,
+        placement_size=2,
+        placement_starts=(0, 2, 4, 6),
+    ),
+    MigProfile(
+        name="2g.10gb",
+        profile_id=14,
+        memory_mib=9856,
+        multiprocessors=28,
+        copy_engines=2,
+        decoders=1,
+        placement_size=2,
+        placement_starts=(0, 2, 4),
+    ),
+    MigProfile(
+        name="3g.20gb",
+        profile_id=9,
+        memory_mib=19968,
+        multiprocessors=42,
+        copy_engines=3,
+        decoders=2,
+        placement_size=4,
+        placement_starts=(0, 4),
+    ),
+    MigProfile(
+        name="4g.20gb",
+        profile_id=5,
+        memory_mib=19968,
+        multiprocessors=56,
+        copy_engines=4,
+        decoders=2,
+        placement_size=4,
+        placement_starts=(0,),
+    ),
+    MigProfile(
+        name="7g.40gb",
+        profile_id=0,
+        memory_mib=40192,
+        multiprocessors=98,
+        copy_engines=7,
+        decoders=5,
+        jpeg_engines=1,
+        ofa_engines=1,
+        placement_size=8,
+        placement_starts=(0,),
+    ),
+)
+
+_HGX_H100_SLOTS = (
+    # (PCI bus id, NUMA node, PCIe root): one root complex per GPU, as on HGX boards.
+    ("0000:1b:00.0", 0, "pci0000:18"),
+    ("0000:43:00.0", 0, "pci0000:40"),
+    ("0000:52:00.0", 0, "pci0000:4f"),
+    ("0000:61:00.0", 0, "pci0000:5e"),
+    ("0000:9d:00.0", 1, "pci0000:9a"),
+    ("0000:c3:00.0", 1, "pci0000:c0"),
+    ("0000:d1:00.0", 1, "pci0000:ce"),
+    ("0000:df:00.0", 1, "pci0000:dc"),
+)
+
+_PROFILES: dict[str, GpuProfile] = {
+    profile.name: profile
+    for profile in (
+        GpuProfile(
+            name="hgx-h100",
+            description="an 8-GPU HGX H100 node (NVIDIA H100 80GB HBM3), MIG capable, MIG off",
+            product_name="NVIDIA H100 80GB HBM3",
+            architecture="Hopper",
+            cuda_compute_capability="9.0",
+            memory_mib=81559,
+            gpus=tuple(
+                Gpu(pci_bus_id=bus, numa_node=numa, pcie_root=root)
+                for bus, numa, root in _HGX_H100_SLOTS
+            ),
+        ),
+        GpuProfile(
+            name="a100-mig",
+            description=(
+                "2 x NVIDIA A100-SXM4-40GB: GPU 0 in MIG mode with 2g.10gb, 1g.5gb, 1g.5gb and "
+                "3g.20gb devices, GPU 1 not in MIG mode"
+            ),
+            product_name="NVIDIA A100-SXM4-40GB",
+            architecture="Ampere",
+            cuda_compute_capability="8.0",
+            memory_mib=40960,
+            mig_profiles=A100_40GB_MIG_PROFILES,
+            gpus=(
+                Gpu(
+                    pci_bus_id="0000:07:00.0",
+                    numa_node=0,
+                    pcie_root="pci0000:00",
+                    mig_enabled=True,
+                    # GPU instance ids as the driver numbers them for these placements.
+                    migs=(
+                        MigDevice(profile="2g.10gb", placement_start=0, gi_id=3),
+                        MigDevice(profile="1g.5gb", placement_start=2, gi_id=9),
+                        MigDevice(profile="1g.5gb", placement_start=3, gi_id=10),
+                        MigDevice(profile="3g.20gb", placement_start=4, gi_id=2),
+                    ),
+                ),
+                Gpu(pci_bus_id="0000:0f:00.0", numa_node=0, pcie_root="pci0000:00"),
+            ),
+        ),
+        GpuProfile(
+            name="gb200",
+            description="a GB200 compute tray: 4 x NVIDIA GB200 on two Grace sockets, MIG off",
+            product_name="NVIDIA GB200",
+            architecture="Blackwell",
+            cuda_compute_capability="10.0",
+            memory_mib=189471,
+            addressing_mode="ATS",
+            gpus=(
+                Gpu(pci_bus_id="0008:01:00.0", numa_node=0, pcie_root="pci0008:00"),
+                Gpu(pci_bus_id="0009:01:00.0", numa_node=0, pcie_root="pci0009:00"),
+                Gpu(pci_bus_id="0018:01:00.0", numa_node=1, pcie_root="pci0018:00"),
+                Gpu(pci_bus_id="0019:01:00.0", numa_node=1, pcie_root="pci0019:00"),
+            ),
+        ),
+    )
+}
+
+
+def gpu_profile_names() -> tuple[str, ...]:
+    """The simulated GPU profiles, sorted: `a100-mig`, `gb200`, `hgx-h100`."""
+    return tuple(sorted(_PROFILES))
+
+
+def gpu_profile(name: str) -> GpuProfile:
+    """The profile of that name; ConfigError listing the known ones otherwise."""
+    try:
+        return _PROFILES[name]
+    except KeyError:
+        raise errors.ConfigError(
+            f"unknown simulated GPU profile {name!r}; known profiles: "
+            f"{', '.join(gpu_profile_names())}"
+        ) from None
+
+
+def simulated_gpus(profile: str, *, node_name: str = DEFAULT_NODE_NAME) -> SimulatedGpus:
+    """The simulated node `node_name` of a GPU profile; ConfigError for an unknown profile."""
+    return SimulatedGpus(profile=profile, node_name=node_name)
+
+
+def mig_cap_minor(*, gpu_minor: int, gi_id: int, ci_id: int | None = None) -> int:
+    """The /dev/nvidia-caps minor the driver gives a GPU or compute instance.
+
+    As `/proc/driver/nvidia-caps/mig-minors` lists them: 1 and 2 are config and monitor,
+    then per GPU 15 GPU instances of 9 entries each (the instance, then its 8 compute
+    instances): `gpu0/gi1/access 12`, `gpu0/gi1/ci0/access 13`.
+    """
+    base = 3 + gpu_minor * 15 * 9 + gi_id * 9
+    return base if ci_id is None else base + 1 + ci_id
+
+
+class SimulatedGpus:
+    """`core.ports.GpuDiscovery` for one node of a simulated GPU profile; the same on every call."""
+
+    def __init__(self, *, profile: str, node_name: str = DEFAULT_NODE_NAME) -> None:
+        self.profile = gpu_profile(profile)
+        self.node_name = node_name
+        self._inventory = _inventory(self.profile, node_name=node_name)
+
+    def __repr__(self) -> str:
+        return f"SimulatedGpus(profile={self.profile.name!r}, node_name={self.node_name!r})"
+
+    def gpu_inventory(self) -> devices.GpuInventory:
+        """The node's GPUs and MIG devices (no VFIO functions)."""
+        return self._inventory
+
+
+def _inventory(profile: GpuProfile, *, node_name: str) -> devices.GpuInventory:
+    gpus = tuple(
+        devices.GpuInfo(
+            minor=index,
+            index=index,
+            uuid=simulated.simulated_gpu_uuid(node_name, index),
+            product_name=profile.product_name,
+            brand=_BRAND,
+            architecture=profile.architecture,
+            cuda_compute_capability=profile.cuda_compute_capability,
+            driver_version=DRIVER_VERSION,
+            cuda_driver_version=CUDA_DRIVER_VERSION,
+            pci_bus_id=gpu.pci_bus_id,
+            memory_bytes=profile.memory_mib * _MIB,
+            pcie_root=gpu.pcie_root,
+            numa_node=gpu.numa_node,
+            mig_capable=profile.mig_capable,
+            mig_enabled=gpu.mig_enabled,
+            addressing_mode=profile.addressing_mode,
+        )
+        for index, gpu in enumerate(profile.gpus)
+    )
+    migs = tuple(
+        _mig(profile, parent=parent, mig=mig, node_name=node_name)
+        for parent, gpu in zip(gpus, profile.gpus, strict=True)
+        for mig in gpu.migs
+    )
+    return devices.GpuInventory(gpus=gpus, migs=migs)
+
+
+def _mig(
+    profile: GpuProfile, *, parent: devices.GpuInfo, mig: MigDevice, node_name: str
+) -> devices.MigDeviceInfo:
+    spec = profile.mig_profile(mig.profile)
+    key = f"mig/{node_name}/{parent.minor}/{mig.gi_id}/{mig.ci_id}"
+    return devices.MigDeviceInfo(
+        uuid="MIG-" + str(uuid.uuid5(simulated.SIMULATION_NAMESPACE, key)),
+        profile=spec.name,
+        parent_uuid=parent.uuid,
+        parent_minor=parent.minor,
+        gi_profile_id=spec.profile_id,
+        gi_id=mig.gi_id,
+        ci_id=mig.ci_id,
+        placement_start=mig.placement_start,
+        placement_size=spec.placement_size,
+        memory_bytes=spec.memory_mib * _MIB,
+        multiprocessors=spec.multiprocessors,
+        copy_engines=spec.copy_engines,
+        decoders=spec.decoders,
+        encoders=spec.encoders,
+        jpeg_engines=spec.jpeg_engines,
+        ofa_engines=spec.ofa_engines,
+        gi_cap_minor=mig_cap_minor(gpu_minor=parent.minor, gi_id=mig.gi_id),
+        ci_cap_minor=mig_cap_minor(gpu_minor=parent.minor, gi_id=mig.gi_id, ci_id=mig.ci_id),
+    )
