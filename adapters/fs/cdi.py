@@ -11,7 +11,7 @@ import contextlib
 import json
 import logging
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from adapters.fs import _atomic
@@ -25,19 +25,29 @@ _SPEC_SUFFIX = ".json"
 _SPEC_PREFIX = names.cdi_spec_file_name("")[: -len(_SPEC_SUFFIX)]
 
 
-def claim_uid_from_file_name(file_name: str) -> names.ClaimUID | None:
+def claim_uid_from_file_name(
+    file_name: str, prefix: str = _SPEC_PREFIX
+) -> names.ClaimUID | None:
     """The claim UID encoded in one of our spec file names, or None for any other file."""
-    if not (file_name.startswith(_SPEC_PREFIX) and file_name.endswith(_SPEC_SUFFIX)):
+    if not (file_name.startswith(prefix) and file_name.endswith(_SPEC_SUFFIX)):
         return None
-    uid = file_name[len(_SPEC_PREFIX) : -len(_SPEC_SUFFIX)]
+    uid = file_name[len(prefix) : -len(_SPEC_SUFFIX)]
     return names.ClaimUID(uid) if uid else None
 
 
 class CDIDirectory:
-    """`core.ports.CDIStore` on a directory (default `/var/run/cdi` in the apps)."""
+    """`core.ports.CDIStore` on a directory (default `/var/run/cdi` in the apps).
 
-    def __init__(self, root: str) -> None:
+    `file_name` names a claim's spec file (the ComputeDomain half's by default); both halves
+    share the CDI root, each seeing only files of its own name pattern.
+    """
+
+    def __init__(
+        self, root: str, *, file_name: Callable[[str], str] = names.cdi_spec_file_name
+    ) -> None:
         self.root = os.path.abspath(root)
+        self._file_name = file_name
+        self._prefix = file_name("")[: -len(_SPEC_SUFFIX)]
 
     def __repr__(self) -> str:
         return f"CDIDirectory({self.root!r})"
@@ -45,7 +55,7 @@ class CDIDirectory:
     def spec_path(self, claim_uid: names.ClaimUID) -> str:
         """Where the spec of `claim_uid` lives (whether or not it exists)."""
         _check_claim_uid(claim_uid)
-        return os.path.join(self.root, names.cdi_spec_file_name(claim_uid))
+        return os.path.join(self.root, self._file_name(claim_uid))
 
     def write(self, claim_uid: names.ClaimUID, spec: Mapping[str, Any]) -> None:
         """Write atomically (temp, rename), mode 0644; replaces any old spec.
@@ -74,7 +84,7 @@ class CDIDirectory:
 
     def remove_temp_files(self) -> tuple[str, ...]:
         """Delete temp files a killed write left in the root (ours only); returns their paths."""
-        return _atomic.remove_temp_files(self.root, _SPEC_PREFIX)
+        return _atomic.remove_temp_files(self.root, self._prefix)
 
     def claim_uids(self) -> frozenset[names.ClaimUID]:
         """Claims with one of our spec files in the root (temp and foreign files ignored)."""
@@ -82,7 +92,7 @@ class CDIDirectory:
             entries = os.listdir(self.root)
         except FileNotFoundError:
             return frozenset()
-        found = (claim_uid_from_file_name(entry) for entry in entries)
+        found = (claim_uid_from_file_name(entry, self._prefix) for entry in entries)
         return frozenset(uid for uid in found if uid is not None)
 
     def read(self, claim_uid: names.ClaimUID) -> Mapping[str, Any] | None:

@@ -29,6 +29,7 @@ from apps.controller import reconciler as controller_reconciler
 from apps.kubeletplugin import daemon_claims as plugin_daemon_claims
 from apps.kubeletplugin import settings as plugin_settings
 from apps.kubeletplugin import wiring
+from apps.pluginkit import serving
 from core import errors, kinds, models, modes, names, objects
 
 log = logging.getLogger(__name__)
@@ -37,7 +38,7 @@ log = logging.getLogger(__name__)
 @dataclasses.dataclass(kw_only=True)
 class SimulatedNode:
     name: str
-    plugin: wiring.Plugin
+    plugin: serving.Plugin
     kubelet: kubelet_emulator.KubeletEmulator
     settings: plugin_settings.Settings
 

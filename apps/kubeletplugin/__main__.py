@@ -12,8 +12,9 @@ from types import FrameType
 
 from adapters.fs import procfs
 from adapters.nvml import inventory as nvml_inventory
-from apps.kubeletplugin import deferred_cluster, wiring
 from apps.kubeletplugin import settings as plugin_settings
+from apps.kubeletplugin import wiring
+from apps.pluginkit import deferred_cluster
 from core import cliques, errors, gates, modes, ports
 
 log = logging.getLogger("compute-domain-kubelet-plugin")

@@ -6,6 +6,7 @@ import argparse
 import dataclasses
 from collections.abc import Mapping, Sequence
 
+from apps.pluginkit import flags
 from core import names
 
 
@@ -40,16 +41,11 @@ class Settings:
         return f"{self.plugin_dir}/checkpoint.json"
 
 
-def _flag(env: Mapping[str, str], key: str, default: str) -> str:
-    return env.get(key, default)
-
-
-def _port(text: str) -> int | None:
-    return int(text) if text and text != "0" else None
-
-
-def _bool(text: str) -> bool:
-    return text.strip().lower() == "true"
+_flag = flags.env_flag
+_port = flags.port
+_bool = flags.boolean
+_positive_int = flags.positive_int
+_positive_seconds = flags.positive_seconds
 
 
 def parse(argv: Sequence[str] | None, env: Mapping[str, str]) -> Settings:
@@ -130,18 +126,3 @@ def parse(argv: Sequence[str] | None, env: Mapping[str, str]) -> Settings:
         stale_claim_cleanup_interval_s=cleanup_s,
     )
 
-
-def _positive_int(text: str) -> int | None:
-    try:
-        value = int(text)
-    except ValueError:
-        return None
-    return value if value > 0 else None
-
-
-def _positive_seconds(text: str) -> float | None:
-    try:
-        value = float(text)
-    except ValueError:
-        return None
-    return value if 0 < value < float("inf") else None

@@ -14,7 +14,7 @@ import pytest
 from pluginapp_env import node
 
 from apps.cli import embedded
-from apps.kubeletplugin import wiring
+from apps.pluginkit import serving
 from core import errors, kinds, names
 
 
@@ -58,7 +58,7 @@ def test_slices_are_published_again_when_the_kubelet_registers_the_plugin_again(
 def test_resync_waits_for_registration_then_republishes_periodically() -> None:
     published: list[float] = []
     stopping = threading.Event()
-    resync = wiring.SliceResync(
+    resync = serving.SliceResync(
         lambda: published.append(time.monotonic()), node_name="n", period_s=0.1
     )
     resync.start(stopping)
@@ -80,7 +80,7 @@ def test_resync_keeps_trying_after_a_failed_publish() -> None:
             raise errors.ClusterError("the API server is down")
 
     stopping = threading.Event()
-    resync = wiring.SliceResync(publish, node_name="n", period_s=60, retry_s=0.05)
+    resync = serving.SliceResync(publish, node_name="n", period_s=60, retry_s=0.05)
     resync.start(stopping)
     try:
         resync.registered()

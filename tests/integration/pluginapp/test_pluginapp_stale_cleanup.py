@@ -21,7 +21,7 @@ from adapters.fs import checkpoints as fs_checkpoints
 from apps.cli import embedded
 from apps.kubeletplugin import driver as plugin_driver
 from apps.pluginkit import metrics as plugin_metrics
-from apps.kubeletplugin import wiring
+from apps.pluginkit import serving
 from core import checkpoint as checkpoint_codec
 from core import errors, kinds, models, names
 
@@ -214,7 +214,7 @@ def test_an_entry_changed_while_the_api_was_asked_is_kept_for_the_next_round(
 
 def test_the_clean_up_loop_runs_at_start_and_then_every_interval() -> None:
     calls: list[int] = []
-    loop = wiring.StaleClaimCleanup(lambda: calls.append(1), node_name="n", interval_s=0.05)
+    loop = serving.StaleClaimCleanup(lambda: calls.append(1), node_name="n", interval_s=0.05)
 
     stopping = threading.Event()
     loop.start(stopping)
@@ -233,7 +233,7 @@ def test_a_failing_round_does_not_stop_the_loop() -> None:
     def boom() -> None:
         raise OSError(5, "Input/output error")
 
-    loop = wiring.StaleClaimCleanup(boom, node_name="n", interval_s=0.01)
+    loop = serving.StaleClaimCleanup(boom, node_name="n", interval_s=0.01)
     stopping = threading.Event()
     loop.start(stopping)
     try:

@@ -7,7 +7,7 @@ import threading
 import pytest
 
 from adapters.memory import cluster as memory_cluster
-from apps.kubeletplugin import deferred_cluster
+from apps.pluginkit import deferred_cluster
 from core import errors, kinds, ports
 
 

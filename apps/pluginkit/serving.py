@@ -1,0 +1,140 @@
+"""What keeps a registered plugin serving: slice resync, stale-claim clean-up, a clean stop.
+
+Shared by both halves' plugins; each wires its own driver, publisher and settings into it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import threading
+import time
+from collections.abc import Callable
+
+from adapters.grpc import server as grpc_server
+from apps.pluginkit import driver as claim_driver
+from apps.pluginkit import metrics as plugin_metrics
+from core import models
+
+log = logging.getLogger(__name__)
+
+SLICE_RESYNC_PERIOD_S = 60.0
+SLICE_RETRY_S = 5.0
+
+
+class SliceResync:
+    """Keeps this node's ResourceSlices published for as long as the plugin runs.
+
+    The kubelet deletes a node's ResourceSlices when it starts and ~30 s after a plugin
+    deregisters, so one publish at startup is not enough: publish after every registration
+    the kubelet confirms (`registered()`), and again every `period_s` (a no-op when nothing
+    changed). Nothing is published before the first registration, which the kubelet's wipe
+    at its own start would undo.
+    """
+
+    def __init__(
+        self,
+        publish: Callable[[], None],
+        *,
+        node_name: str,
+        period_s: float = SLICE_RESYNC_PERIOD_S,
+        retry_s: float = SLICE_RETRY_S,
+    ) -> None:
+        self._publish = publish
+        self._node_name = node_name
+        self._period_s = period_s
+        self._retry_s = retry_s
+        self._wake = threading.Event()
+        self.published = threading.Event()
+        # Set while the loop waits for the first registration (nothing is published then).
+        self.waiting_for_registration = threading.Event()
+
+    def registered(self) -> None:
+        """The kubelet confirmed (again) that we are registered: publish now."""
+        self._wake.set()
+
+    def start(self, stopping: threading.Event) -> threading.Thread:
+        thread = threading.Thread(
+            target=self.run, args=(stopping,), name="resourceslice-resync", daemon=True
+        )
+        thread.start()
+        return thread
+
+    def run(self, stopping: threading.Event) -> None:
+        next_at: float | None = None  # None: not registered yet
+        while not stopping.is_set():
+            wait_s = 1.0 if next_at is None else min(1.0, max(0.0, next_at - time.monotonic()))
+            if next_at is None:
+                self.waiting_for_registration.set()
+            if self._wake.wait(wait_s):
+                self.waiting_for_registration.clear()
+                self._wake.clear()
+            elif next_at is None or time.monotonic() < next_at:
+                continue
+            ok = self._publish_once()
+            next_at = time.monotonic() + (self._period_s if ok else self._retry_s)
+
+    def _publish_once(self) -> bool:
+        try:
+            self._publish()
+        except Exception:  # keep resyncing: the API server may be back next time
+            log.exception(
+                "event=resource_slices_publish_failed node=%s retry_in_s=%g",
+                self._node_name, self._retry_s,
+            )
+            return False
+        self.published.set()
+        return True
+
+
+class StaleClaimCleanup:
+    """Runs the driver's stale-claim clean-up at start and then every `interval_s`.
+
+    An entry whose claim disappeared is gone within one interval plus one round. Tests wait
+    on `round_done`, which is set after each round.
+    """
+
+    def __init__(
+        self, clean: Callable[[], object], *, node_name: str, interval_s: float
+    ) -> None:
+        self._clean = clean
+        self._node_name = node_name
+        self._interval_s = interval_s
+        self.round_done = threading.Event()
+
+    def start(self, stopping: threading.Event) -> threading.Thread:
+        thread = threading.Thread(
+            target=self.run, args=(stopping,), name="stale-claim-cleanup", daemon=True
+        )
+        thread.start()
+        return thread
+
+    def run(self, stopping: threading.Event) -> None:
+        while not stopping.is_set():
+            try:
+                self._clean()
+            except Exception:  # keep going: the next round may succeed
+                log.exception("event=stale_claim_cleanup_failed node=%s", self._node_name)
+            self.round_done.set()
+            stopping.wait(self._interval_s)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Plugin:
+    """A served plugin: what stops it, and what tests and the demo look at."""
+
+    driver: claim_driver.ClaimDriver
+    server: grpc_server.PluginServer
+    metrics: plugin_metrics.PluginMetrics
+    node: models.NodeFacts
+    stopping: threading.Event
+    slices: SliceResync
+    cleanup: StaleClaimCleanup
+
+    def stop(self, grace_s: float = 2.0) -> None:
+        self.stopping.set()
+        self.server.stop(grace_s)
+        try:
+            self.driver.compact()
+        except OSError as exc:  # the journal still holds every claim; a restart replays it
+            log.warning("event=checkpoint_compaction_failed error=%r", str(exc))
