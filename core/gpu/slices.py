@@ -15,7 +15,8 @@ What is published (upstream without DynamicMIG):
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from functools import partial
 from typing import Final
 
 from core import errors, models, slices
@@ -65,20 +66,23 @@ def plan_gpu_devices(
     that contradicts itself (a malformed version or PCI address, a MIG device without its
     parent GPU, two devices with one name).
     """
-    keyed: list[tuple[str, str, models.JSONObject]] = []
+    # (GPU address, device name, how to build it): names are checked before anything is built,
+    # so a bad name is reported as such rather than as whatever else is wrong with the device.
+    keyed: list[tuple[str, str, Callable[[], models.JSONObject]]] = []
     for gpu in inventory.gpus:
         if not gpu.mig_enabled:
-            keyed.append((_bus_id(gpu.pci_bus_id, gpu.name), gpu.name, gpu_device(gpu)))
+            keyed.append((_bus_id(gpu.pci_bus_id, gpu.name), gpu.name, partial(gpu_device, gpu)))
     for mig in inventory.migs:
         parent = _mig_parent(inventory, mig)
-        keyed.append(
-            (_bus_id(parent.pci_bus_id, parent.name), mig.name, mig_device(mig, parent=parent))
-        )
+        build = partial(mig_device, mig, parent=parent)
+        keyed.append((_bus_id(parent.pci_bus_id, parent.name), mig.name, build))
     if gates.enabled(feature_gates.PASSTHROUGH_SUPPORT):
         for vfio in _published_vfios(inventory):
-            keyed.append((_bus_id(vfio.pci_bus_id, vfio.name), vfio.name, vfio_device(vfio)))
+            keyed.append(
+                (_bus_id(vfio.pci_bus_id, vfio.name), vfio.name, partial(vfio_device, vfio))
+            )
     _check_names(name for _, name, _ in keyed)
-    return tuple(device for _, _, device in sorted(keyed, key=lambda item: item[:2]))
+    return tuple(build() for _, _, build in sorted(keyed, key=lambda item: item[:2]))
 
 
 def build_gpu_resource_slices(
