@@ -1,4 +1,5 @@
-"""The probe report codec: round trips, translation to fabric records, and rejection of junk."""
+"""The probe report codec: round trips, translation to fabric records and to the GPU
+inventory, reports of older probes, and rejection of junk."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from hypothesis import strategies as st
 
 from adapters.nvml import _codec
 from core import models
+from core.gpu import devices
 
 CLUSTER = bytes(range(16))
 
@@ -29,6 +31,28 @@ def _gpu(**overrides: object) -> _codec.ProbeGpu:
     return _codec.ProbeGpu(**fields)  # type: ignore[arg-type]
 
 
+counts = st.integers(0, 2**40)
+maybe_int = st.none() | counts
+maybe_text = st.none() | st.text()
+migs = st.builds(
+    _codec.ProbeMig,
+    uuid=st.text(),
+    profile=st.text(),
+    gi_profile_id=counts,
+    gi_id=counts,
+    ci_id=counts,
+    placement_start=counts,
+    placement_size=counts,
+    memory_bytes=counts,
+    multiprocessors=counts,
+    copy_engines=counts,
+    decoders=counts,
+    encoders=counts,
+    jpeg_engines=counts,
+    ofa_engines=counts,
+    gi_cap_minor=maybe_int,
+    ci_cap_minor=maybe_int,
+)
 gpus = st.builds(
     _codec.ProbeGpu,
     index=st.integers(0, 63),
@@ -40,11 +64,29 @@ gpus = st.builds(
     clique_id=st.integers(0, 2**32 - 1),
     status=st.integers(0, 999),
     note=st.text(),
+    minor=maybe_int,
+    brand=maybe_text,
+    architecture=maybe_text,
+    cuda_compute_capability=maybe_text,
+    pci_bus_id=maybe_text,
+    memory_bytes=maybe_int,
+    mig_capable=st.booleans(),
+    mig_enabled=st.booleans(),
+    addressing_mode=maybe_text,
+    numa_node=maybe_int,
+    pcie_root=maybe_text,
+    skipped_calls=st.lists(st.text(), max_size=3).map(tuple),
+    migs=st.lists(migs, max_size=3).map(tuple),
 )
 
 
 @hypothesis.given(
-    report=st.builds(_codec.ProbeReport, driver_version=st.text(), gpus=st.tuples(gpus, gpus))
+    report=st.builds(
+        _codec.ProbeReport,
+        driver_version=st.text(),
+        gpus=st.tuples(gpus, gpus),
+        cuda_driver_version=maybe_text,
+    )
 )
 def test_probe_report_round_trips(report: _codec.ProbeReport) -> None:
     assert _codec.decode_probe_output(_codec.encode_report(report)) == report
@@ -114,6 +156,164 @@ def test_malformed_probe_output_is_rejected(text: str, complaint: str) -> None:
 )
 def test_malformed_gpu_entry_is_rejected(field: str, value: object, complaint: str) -> None:
     obj = json.loads(_codec.encode_report(_codec.ProbeReport(driver_version="x", gpus=(_gpu(),))))
+    obj["gpus"][0][field] = value
+    with pytest.raises(_codec.ProbeOutputError, match=complaint):
+        _codec.decode_probe_output(json.dumps(obj))
+
+
+# What a probe from before the GPU half printed: fabric fields only.
+OLD_PROBE_LINE = json.dumps(
+    {
+        "schema": 1,
+        "ok": True,
+        "driver_version": "580.65.06",
+        "gpus": [
+            {
+                "index": 0,
+                "uuid": "GPU-1",
+                "name": "NVIDIA GB200",
+                "call": "legacy",
+                "state": 3,
+                "cluster_uuid": CLUSTER.hex(),
+                "clique_id": 7,
+                "status": 0,
+                "note": "",
+            }
+        ],
+    }
+)
+
+
+def test_old_probe_line_still_decodes_with_gpu_details_empty() -> None:
+    report = _codec.decode_probe_output(OLD_PROBE_LINE)
+    assert isinstance(report, _codec.ProbeReport)
+    assert report.cuda_driver_version is None
+    (gpu,) = report.gpus
+    assert gpu == _gpu(uuid="GPU-1")
+    assert (gpu.minor, gpu.pci_bus_id, gpu.mig_enabled, gpu.migs) == (None, None, False, ())
+    assert [r.clique_id for r in _codec.fabric_records(report)] == [7]
+
+
+def test_old_probe_line_gives_no_gpu_inventory_and_says_why() -> None:
+    report = _codec.decode_probe_output(OLD_PROBE_LINE)
+    assert isinstance(report, _codec.ProbeReport)
+    with pytest.raises(_codec.ProbeOutputError) as caught:
+        _codec.gpu_inventory(report)
+    message = str(caught.value)
+    assert "GPU GPU-1 (index 0)" in message
+    assert "minor, pci_bus_id, cuda_compute_capability, cuda_driver_version" in message
+    assert "a probe older than this plugin?" in message
+
+
+A100_MIG = _codec.ProbeMig(
+    uuid="MIG-1",
+    profile="3g.20gb",
+    gi_profile_id=9,
+    gi_id=2,
+    ci_id=0,
+    placement_start=4,
+    placement_size=4,
+    memory_bytes=19968 * 2**20,
+    multiprocessors=42,
+    copy_engines=3,
+    decoders=2,
+    gi_cap_minor=21,
+    ci_cap_minor=22,
+)
+
+
+def _detailed(**overrides: object) -> _codec.ProbeGpu:
+    fields: dict[str, object] = {
+        "uuid": "GPU-a100",
+        "name": "NVIDIA A100-SXM4-40GB",
+        "state": 0,
+        "minor": 3,
+        "brand": "Nvidia",
+        "architecture": "Ampere",
+        "cuda_compute_capability": "8.0",
+        "pci_bus_id": "0000:07:00.0",
+        "memory_bytes": 40960 * 2**20,
+        "mig_capable": True,
+        "mig_enabled": True,
+        "numa_node": 0,
+        "pcie_root": "pci0000:00",
+        "migs": (A100_MIG,),
+    }
+    fields.update(overrides)
+    return _gpu(**fields)
+
+
+def _report(*gpus: _codec.ProbeGpu, cuda: str | None = "13.0") -> _codec.ProbeReport:
+    return _codec.ProbeReport(driver_version="580.65.06", gpus=gpus, cuda_driver_version=cuda)
+
+
+def test_gpu_inventory_carries_every_gpu_fact_and_its_mig_devices() -> None:
+    inventory = _codec.gpu_inventory(_report(_detailed()))
+    assert inventory.gpus == (
+        devices.GpuInfo(
+            minor=3,
+            index=0,
+            uuid="GPU-a100",
+            product_name="NVIDIA A100-SXM4-40GB",
+            brand="Nvidia",
+            architecture="Ampere",
+            cuda_compute_capability="8.0",
+            driver_version="580.65.06",
+            cuda_driver_version="13.0",
+            pci_bus_id="0000:07:00.0",
+            memory_bytes=40960 * 2**20,
+            pcie_root="pci0000:00",
+            numa_node=0,
+            mig_capable=True,
+            mig_enabled=True,
+        ),
+    )
+    (mig,) = inventory.migs
+    assert (mig.parent_uuid, mig.parent_minor) == ("GPU-a100", 3)
+    assert mig.name == "gpu-3-mig-3g20gb-9-4"
+    assert (mig.gi_cap_minor, mig.ci_cap_minor, mig.multiprocessors) == (21, 22, 42)
+    assert inventory.vfios == ()
+
+
+def test_gpu_inventory_lists_gpus_in_nvml_index_order() -> None:
+    report = _report(_detailed(index=1, minor=1, migs=()), _detailed(index=0, minor=0, migs=()))
+    assert [gpu.index for gpu in _codec.gpu_inventory(report).gpus] == [0, 1]
+
+
+def test_unnamed_brand_and_architecture_read_unknown_and_unread_memory_zero() -> None:
+    gpu = _detailed(brand=None, architecture=None, memory_bytes=None, migs=())
+    (info,) = _codec.gpu_inventory(_report(gpu)).gpus
+    assert (info.brand, info.architecture, info.memory_bytes) == ("Unknown", "Unknown", 0)
+
+
+def test_gpu_without_a_minor_fails_naming_the_gpu_and_the_failed_call() -> None:
+    gpu = _detailed(minor=None, skipped_calls=("nvmlDeviceGetMinorNumber: Not Supported",))
+    with pytest.raises(_codec.ProbeOutputError, match=r"GPU GPU-a100 \(index 0\)") as caught:
+        _codec.gpu_inventory(_report(gpu))
+    assert "could not read minor," in str(caught.value)
+    assert "nvmlDeviceGetMinorNumber: Not Supported" in str(caught.value)
+    assert "nvidia-smi -q -i 0" in str(caught.value)
+
+
+def test_missing_cuda_driver_version_is_named() -> None:
+    with pytest.raises(_codec.ProbeOutputError, match="could not read cuda_driver_version"):
+        _codec.gpu_inventory(_report(_detailed(), cuda=None))
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "complaint"),
+    [
+        ("minor", "0", "'minor' must be an integer"),
+        ("mig_enabled", 1, "'mig_enabled' must be true or false"),
+        ("skipped_calls", "x", "'skipped_calls' must be a list"),
+        ("skipped_calls", [1], "'skipped_calls' must be a list of strings"),
+        ("migs", {}, "'migs' must be a list"),
+        ("migs", [1], "migs\\[\\] must be a JSON object"),
+        ("migs", [{"uuid": "MIG-1"}], "'profile' must be a string"),
+    ],
+)
+def test_malformed_gpu_details_are_rejected(field: str, value: object, complaint: str) -> None:
+    obj = json.loads(_codec.encode_report(_report(_detailed())))
     obj["gpus"][0][field] = value
     with pytest.raises(_codec.ProbeOutputError, match=complaint):
         _codec.decode_probe_output(json.dumps(obj))
