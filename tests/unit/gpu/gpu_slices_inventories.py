@@ -19,22 +19,22 @@ H100_BUS_IDS = (
 )
 
 
-def h100_gpu(index: int, **changes: object) -> devices.GpuInfo:
-    """GPU `index` of an HGX H100 node (minor = index)."""
+def h100_gpu(position: int, **changes: object) -> devices.GpuInfo:
+    """GPU `position` of an HGX H100 node (minor = index = position), with `changes`."""
     fields: dict[str, object] = {
-        "minor": index,
-        "index": index,
-        "uuid": H100_UUIDS[index],
+        "minor": position,
+        "index": position,
+        "uuid": H100_UUIDS[position],
         "product_name": "NVIDIA H100 80GB HBM3",
         "brand": "Nvidia",
         "architecture": "Hopper",
         "cuda_compute_capability": "9.0",
         "driver_version": "580.65.06",
         "cuda_driver_version": "13.0",
-        "pci_bus_id": H100_BUS_IDS[index],
+        "pci_bus_id": H100_BUS_IDS[position],
         "memory_bytes": 85520809984,
-        "pcie_root": f"pci0000:{H100_BUS_IDS[index][9:11].lower()}",
-        "numa_node": 0 if index < 4 else 1,
+        "pcie_root": f"pci0000:{H100_BUS_IDS[position][9:11].lower()}",
+        "numa_node": 0 if position < 4 else 1,
         "mig_capable": True,
     }
     fields.update(changes)
