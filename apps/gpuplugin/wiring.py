@@ -17,6 +17,8 @@ from apps.gpuplugin import settings as gpu_settings
 from apps.pluginkit import metrics as plugin_metrics
 from apps.pluginkit.driver import PluginPorts
 from apps.pluginkit.serving import Plugin, SliceResync, StaleClaimCleanup
+
+__all__ = ["DeviceCache", "Plugin", "start_gpu_plugin"]
 from core import models, names, ports
 from core.gpu import cdi as gpu_cdi
 from core.gpu import devices

@@ -507,6 +507,10 @@ class ClaimDriver:
         names_ = ",".join(d.device_name for d in entry.devices[:8]) or "none"
         return f"device(s) {names_} on this node are free again"
 
+    def _undo_device_steps(self, done: tuple[object, ...]) -> tuple[object, ...]:
+        """Steps that undo the half's own steps in `done` (an abandoned prepare's rollback)."""
+        return ()
+
     def _execute_device_step(self, step: object) -> None:
         """Run a step only this half plans (not a checkpoint, CDI or API step)."""
         raise TypeError(f"{type(self).__name__} cannot run the planned step {step!r}")
@@ -784,7 +788,10 @@ class ClaimDriver:
             abandoned = self._abandonment(flight) if flight is not None else None
             if abandoned is not None:
                 if rollback_to is not None and flight is not None and _durable(done):
+                    # NB: device changes are undone first, while the entry that records
+                    # them is still on disk: a kill in between leaves it for the unprepare.
                     self._execute((
+                        *self._undo_device_steps(tuple(done)),
                         models.WriteCheckpoint(
                             checkpoint=rollback_to, changed=(flight.ref.uid,)
                         ),

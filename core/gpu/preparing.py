@@ -255,7 +255,8 @@ def plan_gpu_prepare(
     cp_started = checkpoints.with_entry(unexpired, started)
     cp_completed = checkpoints.with_entry(unexpired, completed)
     steps: tuple[Step, ...] = (
-        models.WriteCheckpoint(checkpoint=cp_started, changed=changed),
+        # NB: no sync of its own; the PrepareCompleted sync flushes it (see core.preparing).
+        models.WriteCheckpoint(checkpoint=cp_started, changed=changed, durable=False),
         *gpu_steps,
         models.WriteCDISpec(claim_uid=claim.uid, spec=spec),
         models.WriteCheckpoint(checkpoint=cp_completed, changed=changed),
