@@ -4,6 +4,11 @@ Only `adapters.nvml.probe` imports `pynvml`, and it runs in its own process so t
 NVML crash or hang cannot take the plugin down.
 """
 
+from adapters.nvml.gpu_simulation import (
+    SimulatedGpus,
+    gpu_profile_names,
+    simulated_gpus,
+)
 from adapters.nvml.inventory import gpu_discovery_from_spec, inventory_from_spec
 from adapters.nvml.real import (
     NvmlError,
@@ -18,11 +23,6 @@ from adapters.nvml.simulated import (
     profile_nodes,
     simulated_boot_id,
     simulated_proc_devices,
-)
-from adapters.nvml.simulated_gpus import (
-    SimulatedGpus,
-    gpu_profile_names,
-    simulated_gpus,
 )
 
 __all__ = [

@@ -1,12 +1,12 @@
 """The one name -> constructor map of GPU inventories (`--nvml=real|simulated:<profile>`).
 
 The ComputeDomain half's fabric profiles (`adapters.nvml.simulated`) and the GPU half's
-GPU profiles (`adapters.nvml.simulated_gpus`) are separate sets; `real` serves both.
+GPU profiles (`adapters.nvml.gpu_simulation`) are separate sets; `real` serves both.
 """
 
 from __future__ import annotations
 
-from adapters.nvml import real, simulated, simulated_gpus
+from adapters.nvml import gpu_simulation, real, simulated
 from core import errors, ports
 
 REAL_SPEC = "real"
@@ -48,10 +48,10 @@ def gpu_discovery_from_spec(
         return real.NvmlInventory(driver_root=driver_root)
     if spec.startswith(SIMULATED_PREFIX):
         profile = spec.removeprefix(SIMULATED_PREFIX)
-        if profile in simulated_gpus.gpu_profile_names():
-            return simulated_gpus.simulated_gpus(profile, node_name=node_name)
+        if profile in gpu_simulation.gpu_profile_names():
+            return gpu_simulation.simulated_gpus(profile, node_name=node_name)
     choices = ", ".join(
-        f"{SIMULATED_PREFIX}{profile}" for profile in simulated_gpus.gpu_profile_names()
+        f"{SIMULATED_PREFIX}{profile}" for profile in gpu_simulation.gpu_profile_names()
     )
     raise errors.ConfigError(
         f"invalid GPU discovery {spec!r}: use {REAL_SPEC!r} (NVML) or one of {choices}"
