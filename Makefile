@@ -9,7 +9,7 @@ KUBE_VERSION ?= v1.34.4
 KUBE_BIN_DIR ?= $(HOME)/.cache/cd-dra-driver/kube-$(KUBE_VERSION)
 export KUBE_VERSION KUBE_BIN_DIR
 
-.PHONY: test lint typecheck imports unit kube-apiserver demo bench faults protos check-protos clean
+.PHONY: test lint typecheck imports unit kube-apiserver demo bench faults gpu-check protos check-protos clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -42,6 +42,11 @@ bench: $(STAMP)
 
 faults: $(STAMP)
 	$(BIN)/python -m bench.faults
+
+# On a GPU host: the GPU plugin with real NVML, its slice and a prepared claim checked against
+# nvidia-smi and the host's files (skipped where no GPU is present).
+gpu-check: $(STAMP)
+	hack/gpu-check.sh
 
 protos: $(STAMP)
 	$(BIN)/python -m adapters.grpc.generate
