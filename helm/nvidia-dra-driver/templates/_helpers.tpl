@@ -73,6 +73,23 @@ Empty fields fall back to the global `image`, the tag finally to the chart's app
 {{- $img.pullPolicy | default .root.Values.image.pullPolicy -}}
 {{- end -}}
 
+{{/* ------------------------------------------------------------ the two halves */}}
+
+{{/* "true" when the ComputeDomain half (compute-domain.nvidia.com) is installed, else empty. */}}
+{{- define "cdd.computeDomains" -}}
+{{- if .Values.resources.computeDomains.enabled -}}true{{- end -}}
+{{- end -}}
+
+{{/* "true" when the GPU half (gpu.nvidia.com) is installed, else empty. Off by default, as upstream. */}}
+{{- define "cdd.gpus" -}}
+{{- if (.Values.resources.gpus | default dict).enabled -}}true{{- end -}}
+{{- end -}}
+
+{{/* "true" when gate PassthroughSupport is on (VFIO devices, their DeviceClass, /sys read-write). */}}
+{{- define "cdd.passthrough" -}}
+{{- if (include "cdd.effectiveGates" . | fromJson).PassthroughSupport -}}true{{- end -}}
+{{- end -}}
+
 {{/* ------------------------------------------------------------ IMEX mode and isolation */}}
 
 {{- define "cdd.mode" -}}
@@ -135,7 +152,7 @@ HostManagedIMEXDaemon becomes HostManagedIMEX; when both are set, HostManagedIME
 {{- range $name, $on := (include "cdd.explicitGates" . | fromJson) -}}
 {{- $_ := set $g $name $on -}}
 {{- end -}}
-{{- if include "cdd.hostManaged" . -}}
+{{- if and (include "cdd.computeDomains" .) (include "cdd.hostManaged" .) -}}
 {{- $_ := set $g "IMEXDaemonsWithDNSNames" false -}}
 {{- $_ := set $g "ComputeDomainCliques" false -}}
 {{- end -}}
@@ -154,8 +171,8 @@ HostManagedIMEXDaemon becomes HostManagedIMEX; when both are set, HostManagedIME
 {{/*
 Fail rendering on any invalid mode / isolation / gate combination, in the order
 core.modes.resolve_driver_config checks: gates, mode, HostManagedIMEX gate, gate
-dependencies (after the hostManaged overrides), isolation.
-Every message is the apps' ConfigError text.
+dependencies (after the hostManaged overrides), isolation. The IMEX checks apply only while the
+ComputeDomain half is on. Every message is the apps' ConfigError text.
 */}}
 {{- define "cdd.validate" -}}
 {{- $known := list "ComputeDomainCliques" "CrashOnNVLinkFabricErrors" "HostManagedIMEX" "HostManagedIMEXDaemon" "IMEXDaemonsWithDNSNames" "MPSSupport" "PassthroughSupport" "TimeSlicingSettings" -}}
@@ -164,6 +181,28 @@ Every message is the apps' ConfigError text.
 {{- fail (printf "unknown feature gate '%s': known gates are ComputeDomainCliques, CrashOnNVLinkFabricErrors, HostManagedIMEX, IMEXDaemonsWithDNSNames, MPSSupport, PassthroughSupport, TimeSlicingSettings" $name) -}}
 {{- end -}}
 {{- end -}}
+{{- if not (or (include "cdd.computeDomains" .) (include "cdd.gpus" .)) -}}
+{{- fail "resources.computeDomains.enabled=false and resources.gpus.enabled=false leave nothing to install: enable the ComputeDomain half, the GPU half (resources.gpus.enabled=true), or both" -}}
+{{- end -}}
+{{- if include "cdd.computeDomains" . -}}
+{{- include "cdd.validateIMEX" . -}}
+{{- else -}}
+{{- /* The GPU half alone: the IMEX checks do not apply, the gates' dependencies still do. */ -}}
+{{- $g := include "cdd.effectiveGates" . | fromJson -}}
+{{- if and $g.ComputeDomainCliques (not $g.IMEXDaemonsWithDNSNames) -}}
+{{- fail "feature gate ComputeDomainCliques=true requires IMEXDaemonsWithDNSNames=true" -}}
+{{- end -}}
+{{- end -}}
+{{- if include "cdd.gpus" . -}}
+{{- include "cdd.validateGPUs" . -}}
+{{- end -}}
+{{- if and .Values.webhook.enabled (not .Values.webhook.tls.secretName) -}}
+{{- fail "webhook.enabled=true needs webhook.tls.secretName: the name of a kubernetes.io/tls Secret holding the webhook's serving certificate" -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The ComputeDomain half's mode, isolation and gate dependencies (skipped when it is off). */}}
+{{- define "cdd.validateIMEX" -}}
 {{- $mode := include "cdd.mode" . -}}
 {{- if not (has $mode (list "driverManaged" "hostManaged")) -}}
 {{- fail (printf "unknown IMEX mode '%s': use driverManaged or hostManaged" $mode) -}}
@@ -189,11 +228,21 @@ Every message is the apps' ConfigError text.
 {{- fail "isolation 'domain' needs driver-managed IMEX daemons (one IMEX domain per ComputeDomain) and is invalid with mode hostManaged: set isolation to 'none' (all ComputeDomains share host channel 0) or 'channel' (one channel per ComputeDomain)" -}}
 {{- end -}}
 {{- end -}}
-{{- if not .Values.resources.computeDomains.enabled -}}
-{{- fail "resources.computeDomains.enabled=false leaves nothing to install: this chart ships only the ComputeDomain driver" -}}
 {{- end -}}
-{{- if and .Values.webhook.enabled (not .Values.webhook.tls.secretName) -}}
-{{- fail "webhook.enabled=true needs webhook.tls.secretName: the name of a kubernetes.io/tls Secret holding the webhook's serving certificate" -}}
+
+{{/*
+The GPU container shares the pod's network namespace with the ComputeDomain container, so the
+two must not listen on the same port.
+*/}}
+{{- define "cdd.validateGPUs" -}}
+{{- if include "cdd.computeDomains" . -}}
+{{- $gpuHealth := include "cdd.gpuPluginHealthPort" . -}}
+{{- if eq $gpuHealth (include "cdd.pluginHealthPort" .) -}}
+{{- fail (printf "the GPU plugin's health port %s is the ComputeDomain plugin's too (both containers share the pod's network): set kubeletPlugin.gpus.healthPort to another port" $gpuHealth) -}}
+{{- end -}}
+{{- if eq (toString .Values.kubeletPlugin.gpus.metricsPort) (toString .Values.kubeletPlugin.metricsPort) -}}
+{{- fail (printf "the GPU plugin's metrics port %v is the ComputeDomain plugin's too (both containers share the pod's network): set kubeletPlugin.gpus.metricsPort to another port" .Values.kubeletPlugin.gpus.metricsPort) -}}
+{{- end -}}
 {{- end -}}
 {{- end -}}
 
@@ -219,6 +268,24 @@ kubelet's defaults.
 {{- $kp := .Values.kubeletPlugin -}}
 {{- $upstream := dig "containers" "computeDomains" "healthcheckPort" nil $kp -}}
 {{- $kp.healthPort | default $upstream | default 51515 | int -}}
+{{- end -}}
+
+{{/*
+The GPU plugin's directory (its DRA socket and checkpoint): kubeletPlugin.gpus.pluginDir, else
+gpu.nvidia.com below upstream's kubeletPluginsDirectoryPath, else below the kubelet's default.
+*/}}
+{{- define "cdd.gpuPluginDir" -}}
+{{- $kp := .Values.kubeletPlugin -}}
+{{- if $kp.gpus.pluginDir -}}{{ $kp.gpus.pluginDir }}
+{{- else if $kp.kubeletPluginsDirectoryPath -}}{{ printf "%s/gpu.nvidia.com" ($kp.kubeletPluginsDirectoryPath | trimSuffix "/") }}
+{{- else -}}/var/lib/kubelet/plugins/gpu.nvidia.com{{- end -}}
+{{- end -}}
+
+{{/* The GPU plugin's gRPC health port: ours, else upstream's containers.gpus.healthcheckPort, else 51516 (upstream's). */}}
+{{- define "cdd.gpuPluginHealthPort" -}}
+{{- $kp := .Values.kubeletPlugin -}}
+{{- $upstream := dig "containers" "gpus" "healthcheckPort" nil $kp -}}
+{{- $kp.gpus.healthPort | default $upstream | default 51516 | int -}}
 {{- end -}}
 
 {{/* Env shared by the controller and the kubelet plugin. */}}

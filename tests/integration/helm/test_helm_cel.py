@@ -114,9 +114,11 @@ NODE_KEY = "authentication.kubernetes.io/node-name"
 SLICE_POLICY = f"{cr.RELEASE}-compute-domain-dra-driver-kubelet-plugin-resourceslices"
 
 
-def _admit(request: Mapping[str, Any], obj: Any, old: Any) -> str | None:
+def _admit(
+    request: Mapping[str, Any], obj: Any, old: Any, *, values: cr.Obj | None = None
+) -> str | None:
     """Run the policy like the API server: None = allowed (or not matched), else the denial."""
-    policy = cr.one(cr.render({}), "ValidatingAdmissionPolicy", SLICE_POLICY)["spec"]
+    policy = cr.one(cr.render(values or {}), "ValidatingAdmissionPolicy", SLICE_POLICY)["spec"]
     env = celpy.Environment()
     activation: dict[str, Any] = {
         "request": celpy.adapter.json_to_cel(dict(request)),
@@ -146,8 +148,8 @@ def _request(operation: str, *, user: str = PLUGIN_SA, node: str | None = "node-
     return {"operation": operation, "userInfo": {"username": user, "extra": extra}}
 
 
-def _slice(node: str) -> cr.Obj:
-    return {"spec": {"nodeName": node, "driver": names.DRIVER_NAME}}
+def _slice(node: str, driver: str = names.DRIVER_NAME) -> cr.Obj:
+    return {"spec": {"nodeName": node, "driver": driver}}
 
 
 def test_plugin_may_write_its_own_nodes_slice() -> None:
@@ -161,6 +163,27 @@ def test_plugin_may_not_write_or_delete_another_nodes_slice() -> None:
     assert denial is not None and "node-a" in denial and "node-b" in denial
     assert _admit(_request("DELETE"), None, _slice("node-b")) is not None
     assert _admit(_request("CREATE"), {"spec": {"allNodes": True}}, None) is not None
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        {"resources": {"gpus": {"enabled": True}}},
+        {"resources": {"gpus": {"enabled": True}, "computeDomains": {"enabled": False}}},
+    ],
+    ids=["both-halves", "gpus-only"],
+)
+def test_gpu_plugin_may_write_its_own_nodes_gpu_slices_and_no_other_nodes(
+    values: cr.Obj,
+) -> None:
+    # The GPU container runs under the same ServiceAccount: the policy binds by node, not driver.
+    own, other = _slice("node-a", "gpu.nvidia.com"), _slice("node-b", "gpu.nvidia.com")
+    assert _admit(_request("CREATE"), own, None, values=values) is None
+    assert _admit(_request("UPDATE"), own, own, values=values) is None
+    assert _admit(_request("DELETE"), None, own, values=values) is None
+    denial = _admit(_request("CREATE"), other, None, values=values)
+    assert denial is not None and "node-b" in denial
+    assert _admit(_request("DELETE"), None, other, values=values) is not None
 
 
 def test_plugin_token_without_node_is_denied() -> None:

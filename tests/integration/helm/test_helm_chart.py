@@ -264,7 +264,7 @@ def test_unknown_mode_or_isolation_fails_with_the_apps_message_without_schema(
             "value must be one of '', 'domain', 'channel', 'none'",
         ),
         ({"kubeletPlugin": {"cdiRoot": "var/run/cdi"}}, "/kubeletPlugin/cdiRoot"),
-        ({"resources": {"gpus": {"enabled": True}}}, "/resources/gpus/enabled"),
+        ({"resources": {"gpus": {"enabled": "yes"}}}, "/resources/gpus/enabled"),
     ],
     ids=["top-level", "nested", "mode-enum", "isolation-enum", "relative-path", "gpus"],
 )
