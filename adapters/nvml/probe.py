@@ -159,8 +159,9 @@ def _with_details(
     capability = calls.get("nvmlDeviceGetCudaComputeCapability", handle)
     pci = calls.get("nvmlDeviceGetPciInfo", handle)
     memory = calls.get("nvmlDeviceGetMemoryInfo", handle)
-    addressing = calls.get("nvmlDeviceGetAddressingMode", handle)
-    # NOT_SUPPORTED here means "not MIG capable" (as go-nvlib reads it), not a failure.
+    # NOT_SUPPORTED means "no such mode on this platform" (most x86 hosts) and "not MIG
+    # capable": upstream reads both as absent, not as failures, so they are not noted.
+    addressing = calls.quiet("nvmlDeviceGetAddressingMode", handle)
     mig_mode = calls.quiet("nvmlDeviceGetMigMode", handle)
     bus_id = None if pci is None else _facts.pci_bus_id(pci.busId)
     memory_bytes = None if memory is None else int(memory.total)

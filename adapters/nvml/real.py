@@ -109,7 +109,7 @@ class NvmlInventory:
         """Every GPU and existing MIG device (no VFIO functions: sysfs discovery adds those).
 
         Raises NvmlUnavailable or NvmlProbeFailed, as `fabric_records` does; NVML calls a GPU
-        does not support only leave fields empty (logged once per call).
+        does not support only leave fields empty (each logged as a warning).
         """
         report = self.probe()
         for gpu in report.gpus:
