@@ -16,6 +16,9 @@ import helm_python
 import kubernetes_validate
 import pytest
 
+from apps.gpuplugin import settings as gpu_settings
+from core import gates
+
 GPUS_ON: cr.Obj = {"resources": {"gpus": {"enabled": True}}}
 GPUS_ONLY: cr.Obj = {"resources": {"gpus": {"enabled": True}, "computeDomains": {"enabled": False}}}
 PASSTHROUGH: cr.Obj = {**GPUS_ON, "featureGates": {"PassthroughSupport": True}}
@@ -76,9 +79,35 @@ def test_gpu_container_runs_the_gpu_plugin_with_its_own_dir_and_ports() -> None:
     assert env["REGISTRY_DIR"] == "/var/lib/kubelet/plugins_registry"
     assert (env["HEALTH_PORT"], env["METRICS_PORT"]) == ("51516", "8083")
     assert (env["NVML"], env["NVIDIA_VISIBLE_DEVICES"]) == ("real", "void")
+    assert env["STALE_CLAIM_CLEANUP_INTERVAL_SECONDS"] == "30"
     assert container["startupProbe"]["grpc"] == {"port": 51516}
     assert container["livenessProbe"]["grpc"] == {"port": 51516}
     assert container["securityContext"] == {"privileged": True, "runAsUser": 0}
+
+
+def test_the_gpu_app_reads_the_chart_env_as_the_chart_means_it() -> None:
+    values = {
+        **GPUS_ON, "nvidiaDriverRoot": "/run/nvidia/driver", "logVerbosity": 6,
+        "featureGates": {"PassthroughSupport": True, "TimeSlicingSettings": True},
+    }
+    env = _env(_gpu_container(values))
+    fields = {"NODE_NAME": "node-a", "NAMESPACE": cr.NAMESPACE}
+    plain = {name: fields.get(name, value) for name, value in env.items()}
+    assert all(isinstance(value, str) for value in plain.values())
+
+    parsed = gpu_settings.parse([], plain)
+
+    assert (parsed.node_name, parsed.namespace) == ("node-a", cr.NAMESPACE)
+    assert parsed.plugin_dir == "/var/lib/kubelet/plugins/gpu.nvidia.com"
+    assert parsed.registry_dir == "/var/lib/kubelet/plugins_registry"
+    assert (parsed.health_port, parsed.metrics_port) == (51516, 8083)
+    assert (parsed.nvidia_driver_root, parsed.container_driver_root) == (
+        "/run/nvidia/driver", "/driver-root",
+    )
+    assert (parsed.cdi_root, parsed.nvml, parsed.log_verbosity) == ("/var/run/cdi", "real", 6)
+    resolved = gates.resolve_gates(gates.parse_feature_gates(parsed.feature_gates))
+    assert resolved.enabled(gates.PASSTHROUGH_SUPPORT)
+    assert resolved.enabled(gates.TIME_SLICING_SETTINGS)
 
 
 @pytest.mark.parametrize("driver_root", ["/", "/run/nvidia/driver"])
