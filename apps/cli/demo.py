@@ -8,7 +8,8 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from apps.cli import channel_scenario, embedded, scenario
+from adapters.nvml import simulated
+from apps.cli import channel_scenario, embedded, gpu_demo, scenario
 from core import errors
 
 
@@ -17,7 +18,8 @@ def add_parser(sub: Any) -> None:
         "demo", help="run a ComputeDomain end to end on an in-memory cluster (no cluster, no GPU)"
     )
     parser.add_argument("--profile", default="gb200-nvl72",
-                        help="gb200-nvl72 | gb200-2racks | h100")
+                        help="gb200-nvl72 | gb200-2racks | h100 (ComputeDomains); "
+                        "hgx-h100 | a100-mig | gb200 (the GPU half, gpu.nvidia.com)")
     parser.add_argument("--mode", default="hostManaged", help="hostManaged | driverManaged")
     parser.add_argument(
         "--isolation", default="",
@@ -31,6 +33,13 @@ def add_parser(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace, *, env: Mapping[str, str]) -> int:
+    if args.profile in gpu_demo.gpu_profiles():
+        return gpu_demo.run(args.profile, workdir=args.workdir)
+    if args.profile not in simulated.PROFILES:
+        print(f"error: unknown demo profile {args.profile!r}; ComputeDomain profiles: "
+              f"{', '.join(simulated.PROFILES)}; GPU profiles: "
+              f"{', '.join(gpu_demo.gpu_profiles())}", file=sys.stderr)
+        return 2
     started = time.monotonic()
     step = 0
 

@@ -1,0 +1,387 @@
+"""`computedomain demo --profile hgx-h100|a100-mig|gb200`: the GPU half's story, narrated.
+
+One simulated GPU node on the in-memory cluster: the `gpu.nvidia.com` plugin runs in this
+process (real gRPC over unix sockets, checkpoint and CDI files on disk, a stand-in driver root
+with genuine ELF libraries and an ld cache), a kubelet emulator registers it, the CEL allocator
+allocates claims against the slice it published as the scheduler would, and the claims are
+prepared and unprepared through the DRA socket. `start_gpu_node` is also what the bench uses.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import errno
+import os
+import shutil
+import sys
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from adapters.fs import cdi as fs_cdi
+from adapters.fs import checkpoints as fs_checkpoints
+from adapters.fs import driverroot, simulated_driverroot
+from adapters.grpc import kubelet_emulator
+from adapters.memory import allocator as memory_allocator
+from adapters.memory import cluster as memory_cluster
+from adapters.nvml import gpu_simulation
+from adapters.nvml import simulated as nvml_simulated
+from adapters.nvsmi import simulated as nvsmi_simulated
+from adapters.nvsmi import timeslice
+from apps.cli import embedded
+from apps.gpuplugin import settings as gpu_settings
+from apps.gpuplugin import wiring as gpu_wiring
+from core import errors, gates, kinds, models, names
+from core.gpu import cdi as gpu_cdi
+
+DRIVER = gpu_settings.DRIVER_NAME
+NAMESPACE = "gpu-demo"
+NODE_NAME = "gpu-node-0"
+Say = Callable[[str], None]
+
+# The chart's DeviceClasses of the GPU half (helm templates deviceclass-gpu.yaml and
+# deviceclass-mig.yaml); the allocator needs them in the cluster to run their selectors.
+DEVICE_CLASS_SELECTORS: Mapping[str, str] = {
+    "gpu.nvidia.com": (
+        "device.driver == 'gpu.nvidia.com' && device.attributes['gpu.nvidia.com'].type == 'gpu'"
+    ),
+    "mig.nvidia.com": (
+        "device.driver == 'gpu.nvidia.com' && device.attributes['gpu.nvidia.com'].type == 'mig'"
+    ),
+}
+
+
+def gpu_profiles() -> tuple[str, ...]:
+    """The simulated GPU profiles the demo runs (`a100-mig`, `gb200`, `hgx-h100`)."""
+    return gpu_simulation.gpu_profile_names()
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class NodeFiles:
+    """The files a simulated GPU node's plugin reads, laid out under one directory."""
+
+    driver_root: str
+    dev_root: str
+    proc_devices: str
+    boot_id_path: str
+    nvidia_smi: str
+    stand_in_device_nodes: bool
+
+
+def lay_out_node_files(root: str, *, profile: str, node_name: str) -> NodeFiles:
+    """A driver root, dev root, /proc/devices, boot id and nvidia-smi for a simulated node.
+
+    The control device nodes are real character nodes where this process may create them
+    (root); elsewhere they are links to /dev/null, a character device too, so that the
+    driver root check passes (`stand_in_device_nodes` says which).
+    """
+    driver_root = os.path.join(root, "driver")
+    if not os.path.exists(os.path.join(driver_root, "etc/ld.so.cache")):
+        simulated_driverroot.install(driver_root)
+    dev_root = os.path.join(root, "devroot")
+    stand_in = False
+    try:
+        simulated_driverroot.make_control_nodes(dev_root)
+    except PermissionError:
+        stand_in = True
+        for path, _major, _minor in simulated_driverroot.CONTROL_NODES:
+            link = os.path.join(dev_root, path.lstrip("/"))
+            if not os.path.lexists(link):
+                os.symlink("/dev/null", link)
+    proc_dir = os.path.join(root, "proc")
+    os.makedirs(proc_dir, exist_ok=True)
+    proc_devices = os.path.join(proc_dir, "devices")
+    with open(proc_devices, "w", encoding="utf-8") as handle:
+        handle.write(nvml_simulated.simulated_proc_devices())
+    boot_id_path = os.path.join(proc_dir, "boot_id")
+    with open(boot_id_path, "w", encoding="utf-8") as handle:
+        handle.write(nvml_simulated.simulated_boot_id(node_name) + "\n")
+    inventory = gpu_simulation.simulated_gpus(profile, node_name=node_name).gpu_inventory()
+    nvidia_smi = nvsmi_simulated.install(
+        os.path.join(root, "nvsmi"), gpu_uuids=tuple(gpu.uuid for gpu in inventory.gpus)
+    )
+    return NodeFiles(
+        driver_root=driver_root, dev_root=dev_root, proc_devices=proc_devices,
+        boot_id_path=boot_id_path, nvidia_smi=nvidia_smi, stand_in_device_nodes=stand_in,
+    )
+
+
+def plugin_settings(
+    root: str, *, node_name: str, profile: str, files: NodeFiles
+) -> gpu_settings.Settings:
+    """The GPU plugin's settings for a simulated node whose state lives under `root`."""
+    return gpu_settings.Settings(
+        node_name=node_name,
+        namespace="nvidia-dra-driver",
+        feature_gates="",
+        cdi_root=os.path.join(root, "cdi"),
+        plugin_dir=os.path.join(root, "plugin"),
+        registry_dir=os.path.join(root, "registry"),
+        health_port=None,
+        metrics_port=None,
+        nvidia_driver_root=files.driver_root,
+        container_driver_root=files.driver_root,
+        dev_root=files.dev_root,
+        sysfs_root=os.path.join(root, "sys"),
+        nvml=f"simulated:{profile}",
+        kubeconfig=None,
+        boot_id_path=files.boot_id_path,
+        retry_budget_s=0.2,
+        log_verbosity=2,
+    )
+
+
+def node_object(name: str) -> dict[str, Any]:
+    """The Node the allocator schedules onto."""
+    return {"apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}}}
+
+
+def device_class_objects() -> tuple[dict[str, Any], ...]:
+    """The GPU half's DeviceClasses for full GPUs and MIG devices."""
+    return tuple(
+        {"apiVersion": names.DRA_GROUP_VERSION, "kind": "DeviceClass", "metadata": {"name": name},
+         "spec": {"selectors": [{"cel": {"expression": expression}}]}}
+        for name, expression in DEVICE_CLASS_SELECTORS.items()
+    )
+
+
+@dataclasses.dataclass(kw_only=True)
+class GpuNode:
+    """A running simulated GPU node: cluster, allocator, plugin and its kubelet."""
+
+    cluster: memory_cluster.InMemoryCluster
+    allocator: memory_allocator.Allocator
+    plugin: gpu_wiring.Plugin
+    kubelet: kubelet_emulator.KubeletEmulator
+    settings: gpu_settings.Settings
+    files: NodeFiles
+    profile: str
+    workdir: str
+    owns_workdir: bool
+
+    def stop(self) -> None:
+        """Stop kubelet, plugin and cluster; remove the workdir when it was made here."""
+        self.kubelet.close()
+        self.plugin.stop(grace_s=0.5)
+        self.cluster.close()
+        if self.owns_workdir:
+            shutil.rmtree(self.workdir, ignore_errors=True)
+
+
+def start_plugin(
+    cluster: memory_cluster.InMemoryCluster, settings: gpu_settings.Settings, files: NodeFiles,
+    *, profile: str,
+) -> gpu_wiring.Plugin:
+    """Start the GPU plugin in this process for a simulated node (no registration wait)."""
+    resolved = gates.resolve_gates(gates.parse_feature_gates(settings.feature_gates))
+    with open(files.boot_id_path, encoding="utf-8") as handle:
+        boot_id = handle.read().strip()
+    return gpu_wiring.start_gpu_plugin(
+        settings,
+        cluster=cluster,
+        discovery=gpu_simulation.simulated_gpus(profile, node_name=settings.node_name),
+        files=driverroot.DriverRoot(
+            files.driver_root, dev_root=files.dev_root, proc_devices=files.proc_devices
+        ),
+        gates=resolved,
+        boot_id=boot_id,
+        time_slicer=timeslice.NvidiaSmiTimeSlicer(files.nvidia_smi),
+    )
+
+
+def start_gpu_node(workdir: str, *, profile: str, node_name: str = NODE_NAME) -> GpuNode:
+    """Bring up the in-memory cluster and one registered GPU plugin with its slice published.
+
+    ConfigError listing the profiles for an unknown one.
+    """
+    if profile not in gpu_profiles():
+        raise errors.ConfigError(
+            f"unknown GPU demo profile {profile!r}; GPU profiles: {', '.join(gpu_profiles())}"
+        )
+    root, owned = embedded.short_workdir(workdir)
+    cluster = memory_cluster.InMemoryCluster()
+    try:
+        files = lay_out_node_files(root, profile=profile, node_name=node_name)
+        settings = plugin_settings(root, node_name=node_name, profile=profile, files=files)
+        cluster.create(kinds.NODE.kind, node_object(node_name))
+        for device_class in device_class_objects():
+            cluster.create(kinds.DEVICE_CLASS.kind, device_class)
+        plugin = start_plugin(cluster, settings, files, profile=profile)
+    except BaseException:
+        cluster.close()
+        if owned:
+            shutil.rmtree(root, ignore_errors=True)
+        raise
+    kubelet = kubelet_emulator.KubeletEmulator(registry_dir=settings.registry_dir)
+    node = GpuNode(
+        cluster=cluster, allocator=memory_allocator.Allocator(cluster), plugin=plugin,
+        kubelet=kubelet, settings=settings, files=files, profile=profile, workdir=root,
+        owns_workdir=owned,
+    )
+    try:
+        kubelet.wait_for_plugin(DRIVER, timeout_s=10)
+        if not plugin.slices.published.wait(10):
+            raise errors.RetryableError(f"node {node_name}: GPU ResourceSlice not published in 10s")
+    except BaseException:
+        node.stop()
+        raise
+    return node
+
+
+def claim_object(name: str, device_class: str) -> dict[str, Any]:
+    """A ResourceClaim for one device of `device_class`."""
+    return {
+        "apiVersion": names.DRA_GROUP_VERSION, "kind": "ResourceClaim",
+        "metadata": {"name": name, "namespace": NAMESPACE},
+        "spec": {"devices": {"requests": [
+            {"name": "gpu", "exactly": {"deviceClassName": device_class}}]}},
+    }
+
+
+def pod_object(name: str, claim: str) -> dict[str, Any]:
+    """A pod using the claim `claim`."""
+    return {
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": NAMESPACE},
+        "spec": {
+            "containers": [{"name": "main", "image": "nvcr.io/nvidia/cuda:12.9.0-base-ubuntu24.04",
+                            "resources": {"claims": [{"name": "gpu"}]}}],
+            "resourceClaims": [{"name": "gpu", "resourceClaimName": claim}],
+        },
+    }
+
+
+@dataclasses.dataclass(kw_only=True)
+class GpuReport:
+    """What the GPU story observed (asserted by tests, summarised by the demo)."""
+
+    slice_devices: tuple[str, ...] = ()
+    allocated: dict[str, str] = dataclasses.field(default_factory=dict)
+    cdi_ids: dict[str, tuple[str, ...]] = dataclasses.field(default_factory=dict)
+    cdi_specs: dict[str, Mapping[str, Any]] = dataclasses.field(default_factory=dict)
+    leftover_cdi_files: int = 0
+    leftover_checkpoint_entries: int = 0
+
+
+def _attr(device: Mapping[str, Any], name: str) -> str:
+    value = (device.get("attributes") or {}).get(name) or {}
+    return str(next(iter(value.values()), "?"))
+
+
+def run_story(node: GpuNode, *, say: Say) -> GpuReport:
+    """Publish, allocate, prepare, show the CDI edits, unprepare; returns what was observed."""
+    report = GpuReport()
+    cluster = node.cluster
+    say(f"GPU plugin registered through plugins_registry as {DRIVER} "
+        f"({node.kubelet.plugins[DRIVER].endpoint if DRIVER in node.kubelet.plugins else '?'})")
+    slices = [s for s in cluster.list(kinds.RESOURCE_SLICE.kind).items
+              if s["spec"].get("driver") == DRIVER]
+    devices = [d for s in slices for d in s["spec"].get("devices") or ()]
+    report.slice_devices = tuple(d["name"] for d in devices)
+    pool = slices[0]["spec"]["pool"] if slices else {}
+    say(f"{len(slices)} ResourceSlice(s) published for {node.settings.node_name} (pool "
+        f"{pool.get('name')}, generation {pool.get('generation')}): {len(devices)} devices: "
+        + ", ".join(report.slice_devices))
+    for device in devices:
+        memory = ((device.get("capacity") or {}).get("memory") or {}).get("value", "?")
+        extra = (f" profile={_attr(device, 'profile')}"
+                 if _attr(device, "type") == "mig" else "")
+        say(f"  {device['name']}: type={_attr(device, 'type')} "
+            f"productName={_attr(device, 'productName')} "
+            f"architecture={_attr(device, 'architecture')} uuid={_attr(device, 'uuid')} "
+            f"memory={memory}{extra}")
+    wanted = [("full-gpu", "gpu.nvidia.com")]
+    if any(_attr(d, "type") == "mig" for d in devices):
+        wanted.append(("mig-slice", "mig.nvidia.com"))
+    scheduled: list[memory_allocator.ScheduledPod] = []
+    for claim_name, device_class in wanted:
+        cluster.create(kinds.RESOURCE_CLAIM.kind, claim_object(claim_name, device_class))
+        pod = node.allocator.schedule_pod(pod_object(f"{claim_name}-pod", claim_name))
+        scheduled.append(pod)
+        device = pod.claims[0]["status"]["allocation"]["devices"]["results"][0]["device"]
+        report.allocated[claim_name] = device
+        say(f"claim {NAMESPACE}/{claim_name} (DeviceClass {device_class}) allocated {device} "
+            f"on {pod.node_name} by the class's CEL selector")
+    cdi_dir = fs_cdi.CDIDirectory(node.settings.cdi_root, file_name=gpu_cdi.spec_file_name)
+    for pod in scheduled:
+        claim = pod.claims[0]
+        refs = embedded.claim_refs((claim,))
+        results = node.kubelet.prepare(DRIVER, refs)
+        failed = [r.error for r in results.values() if r.error]
+        if failed:
+            raise errors.PermanentError(f"NodePrepareResources failed: {'; '.join(failed)}")
+        ids = tuple(i for r in results.values() for d in r.devices for i in d.cdi_device_ids)
+        report.cdi_ids[claim["metadata"]["name"]] = ids
+        say(f"NodePrepareResources for {claim['metadata']['name']}: {', '.join(ids)}")
+        spec = cdi_dir.read(refs[0].uid)
+        if spec is not None:
+            report.cdi_specs[claim["metadata"]["name"]] = spec
+            _show_spec(spec, say=say)
+    for pod in scheduled:
+        results = node.kubelet.unprepare(DRIVER, embedded.claim_refs(pod.claims))
+        failed = [r.error for r in results.values() if r.error]
+        if failed:
+            raise errors.RetryableError(f"NodeUnprepareResources failed: {'; '.join(failed)}")
+        node.allocator.release_pod(pod.pod)
+        cluster.delete(kinds.POD.kind, namespace=NAMESPACE, name=pod.pod["metadata"]["name"])
+    report.leftover_cdi_files = len(cdi_dir.claim_uids())
+    current = fs_checkpoints.read_checkpoint(node.settings.checkpoint_path)
+    report.leftover_checkpoint_entries = 0 if current is None else sum(
+        1 for e in current.entries.values() if e.state is not models.ClaimState.PREPARE_ABORTED
+    )
+    say(f"NodeUnprepareResources for {len(scheduled)} claim(s); left: "
+        f"{report.leftover_cdi_files} CDI spec files, "
+        f"{report.leftover_checkpoint_entries} checkpoint entries")
+    return report
+
+
+def _show_spec(spec: Mapping[str, Any], *, say: Say) -> None:
+    say(f"  CDI spec kind={spec.get('kind')} cdiVersion={spec.get('cdiVersion')}")
+    edits: list[tuple[str, Mapping[str, Any]]] = [
+        (f"device {d['name']}", d.get("containerEdits") or {}) for d in spec.get("devices") or ()
+    ]
+    edits.append(("spec-wide", spec.get("containerEdits") or {}))
+    for where, edit in edits:
+        nodes = [n["path"] for n in edit.get("deviceNodes") or ()]
+        env = list(edit.get("env") or ())
+        mounts = list(edit.get("mounts") or ())
+        say(f"  {where}: deviceNodes={nodes} env={env} mounts={len(mounts)}")
+
+
+def run(profile: str, *, workdir: str) -> int:
+    """The GPU demo for one profile; 0 when every claim was prepared and cleaned up."""
+    started = time.monotonic()
+    step = 0
+
+    def say(line: str) -> None:
+        nonlocal step
+        if line.startswith("  "):
+            print(f"        {line.strip()}", flush=True)
+            return
+        step += 1
+        print(f"[{step:2d}] {time.monotonic() - started:5.2f}s  {line}", flush=True)
+
+    print(f"GPU DRA driver demo ({DRIVER}): profile={profile}", flush=True)
+    try:
+        node = start_gpu_node(workdir, profile=profile)
+    except (errors.DriverError, OSError) as exc:
+        print(f"error: {getattr(exc, 'message', str(exc))}", file=sys.stderr)
+        return 1
+    try:
+        stand_in = " (stand-in device nodes: not root)" if node.files.stand_in_device_nodes else ""
+        say(f"started in-memory cluster and the GPU kubelet plugin for {node.settings.node_name} "
+            f"(real gRPC over unix sockets; simulated driver root under "
+            f"{node.files.driver_root}{stand_in})")
+        report = run_story(node, say=say)
+    except (errors.DriverError, memory_allocator.AllocationError) as exc:
+        print(f"error: {exc.message}", file=sys.stderr)
+        return 1
+    except OSError as exc:
+        print(f"error: {errno.errorcode.get(exc.errno or 0, '?')}: {exc}", file=sys.stderr)
+        return 1
+    finally:
+        node.stop()
+    ok = report.leftover_cdi_files == 0 and report.leftover_checkpoint_entries == 0
+    print(f"done in {time.monotonic() - started:.1f}s: {len(report.cdi_ids)} claim(s) prepared "
+          f"and unprepared, {'clean' if ok else 'NOT clean'}", flush=True)
+    return 0 if ok else 1

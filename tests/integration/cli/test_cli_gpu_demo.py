@@ -1,0 +1,110 @@
+"""`computedomain demo --profile <GPU profile>`: the GPU half's story on the embedded cluster.
+
+The GPU plugin runs for one simulated node, registers with the kubelet emulator, publishes its
+slice; claims allocated by the chart's DeviceClass selectors (full GPU; MIG device on the
+A100 MIG profile) are prepared and unprepared over the DRA socket. The CDI specs written are
+valid against the reference CDI schema; an unknown profile is refused with the known ones.
+"""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "cdi"))
+
+import test_cdi_schema as cdi_schema
+
+from apps.cli import gpu_demo
+from core import errors
+
+REPO = str(pathlib.Path(__file__).resolve().parents[3])
+
+
+def _demo(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "apps.cli", "demo", *args],
+        capture_output=True, text=True, timeout=120, check=False, cwd=REPO,
+        env={**os.environ, "PYTHONPATH": REPO},
+    )
+
+
+def _quiet(_line: str) -> None:
+    return None
+
+
+def test_hgx_h100_demo_publishes_eight_gpus_and_prepares_gpu_0() -> None:
+    done = _demo("--profile", "hgx-h100")
+    assert done.returncode == 0, done.stderr
+    out = done.stdout
+    for expected in (
+        "GPU DRA driver demo (gpu.nvidia.com): profile=hgx-h100",
+        "registered through plugins_registry as gpu.nvidia.com",
+        "8 devices: gpu-0, gpu-1, gpu-2, gpu-3, gpu-4, gpu-5, gpu-6, gpu-7",
+        "productName=NVIDIA H100 80GB HBM3 architecture=Hopper",
+        "claim gpu-demo/full-gpu (DeviceClass gpu.nvidia.com) allocated gpu-0",
+        "NodePrepareResources for full-gpu: k8s.gpu.nvidia.com/claim=",
+        "deviceNodes=['/dev/nvidia0']",
+        "deviceNodes=['/dev/nvidiactl', '/dev/nvidia-uvm', '/dev/nvidia-uvm-tools']",
+        "env=['NVIDIA_VISIBLE_DEVICES=void']",
+        "left: 0 CDI spec files, 0 checkpoint entries",
+        "1 claim(s) prepared and unprepared, clean",
+    ):
+        assert expected in out, f"{expected!r} missing from:\n{out}"
+    assert "mig.nvidia.com" not in out
+
+
+def test_a100_mig_demo_prepares_a_full_gpu_and_a_mig_device() -> None:
+    done = _demo("--profile", "a100-mig")
+    assert done.returncode == 0, done.stderr
+    out = done.stdout
+    for expected in (
+        "5 devices: gpu-0-mig-1g5gb-19-2, gpu-0-mig-1g5gb-19-3, gpu-0-mig-2g10gb-14-0, "
+        "gpu-0-mig-3g20gb-9-4, gpu-1",
+        "type=mig productName=NVIDIA A100-SXM4-40GB",
+        "profile=1g.5gb",
+        # gpu-0 is in MIG mode: it publishes its MIG devices, so the full GPU is gpu-1.
+        "claim gpu-demo/full-gpu (DeviceClass gpu.nvidia.com) allocated gpu-1",
+        "claim gpu-demo/mig-slice (DeviceClass mig.nvidia.com) allocated gpu-0-mig-",
+        "NodePrepareResources for mig-slice: k8s.gpu.nvidia.com/claim=",
+        "/dev/nvidia-caps/nvidia-cap",
+        "2 claim(s) prepared and unprepared, clean",
+    ):
+        assert expected in out, f"{expected!r} missing from:\n{out}"
+
+
+def test_an_unknown_profile_is_refused_listing_every_profile() -> None:
+    done = _demo("--profile", "dgx-a100")
+    assert done.returncode == 2
+    assert "unknown demo profile 'dgx-a100'" in done.stderr
+    for profile in ("gb200-nvl72", "gb200-2racks", "h100", "hgx-h100", "a100-mig", "gb200"):
+        assert profile in done.stderr
+
+
+def test_start_gpu_node_refuses_an_unknown_profile_naming_the_gpu_profiles() -> None:
+    with pytest.raises(errors.ConfigError, match="a100-mig, gb200, hgx-h100"):
+        gpu_demo.start_gpu_node("", profile="gb200-nvl72")
+
+
+@pytest.mark.parametrize("profile", gpu_demo.gpu_profiles())
+def test_every_cdi_spec_the_story_writes_is_valid_and_nothing_is_left(profile: str) -> None:
+    node = gpu_demo.start_gpu_node("", profile=profile)
+    try:
+        report = gpu_demo.run_story(node, say=_quiet)
+    finally:
+        node.stop()
+    assert not os.path.exists(node.workdir), "a temp workdir is removed on stop"
+    assert report.cdi_specs.keys() == report.cdi_ids.keys() == report.allocated.keys()
+    for claim, spec in report.cdi_specs.items():
+        cdi_schema._check(dict(spec))
+        assert spec["kind"] == "k8s.gpu.nvidia.com/claim"
+        names = [f"{spec['kind']}={d['name']}" for d in spec["devices"]]
+        assert list(report.cdi_ids[claim]) == names
+        assert report.cdi_ids[claim][0].endswith("-" + report.allocated[claim])
+    assert (report.leftover_cdi_files, report.leftover_checkpoint_entries) == (0, 0)
+    expected = {"full-gpu", "mig-slice"} if profile == "a100-mig" else {"full-gpu"}
+    assert set(report.allocated) == expected
