@@ -296,3 +296,11 @@ def checkpoint_uids(path: pathlib.Path) -> set[str]:
         str(uid) for uid, entry in current.entries.items()
         if entry.state is not models.ClaimState.PREPARE_ABORTED
     }
+
+
+def eventually_registered(socket: pathlib.Path) -> grpc_client.PluginInfo:
+    """GetInfo on an in-process plugin's registration socket, once it answers."""
+    info: grpc_client.PluginInfo = eventually(
+        lambda: grpc_client.try_register(str(socket)), what=f"{socket} to answer GetInfo"
+    )
+    return info
