@@ -16,6 +16,7 @@ from bench import (
     channel_assignment,
     controller_latency,
     daemon_domain,
+    gpu,
     realkube_controller,
     scenarios,
 )
@@ -26,6 +27,7 @@ def main() -> int:
     parser.add_argument("--samples", type=int, default=200)
     parser.add_argument("--backlog", type=int, default=2048, help="claims held, middle level")
     parser.add_argument("--only-plugin", action="store_true", help="plugin scenarios only")
+    parser.add_argument("--only-gpu", action="store_true", help="GPU half's figures only")
     parser.add_argument("--quick", action="store_true", help="small sizes (smoke run)")
     parser.add_argument("--out", default="bench/results")
     args = parser.parse_args()
@@ -41,6 +43,14 @@ def main() -> int:
         "machine": {"python": platform.python_version(), "cpus": os.cpu_count(),
                     "platform": platform.platform()},
     }
+    with tempfile.TemporaryDirectory(prefix="cd-bench-", dir=os.getcwd()) as tmp:
+        print("GPU half: full-GPU prepare vs channel prepare (interleaved) ...", flush=True)
+        results["gpu_prepare_vs_channel"] = gpu.prepare_vs_channel(
+            os.path.join(tmp, "gpu"), samples=samples)
+        print("GPU half: gpu-kubelet-plugin spawn -> ResourceSlice present ...", flush=True)
+        results["gpu_start_to_slice"] = gpu.start_to_slice(runs=5 if args.quick else 20)
+    if args.only_gpu:
+        return _write(results, started, args.out)
     with tempfile.TemporaryDirectory(prefix="cd-bench-", dir=os.getcwd()) as tmp:
         print(f"prepare/unprepare latency with {', '.join(map(str, levels))} claims held ...",
               flush=True)

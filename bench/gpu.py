@@ -1,0 +1,171 @@
+"""The GPU half's bench goals (issue 11), each returning a JSON-able dict.
+
+- `prepare_vs_channel`: prepare of one full-GPU claim through the real gRPC socket against the
+  ComputeDomain channel prepare measured the same way in the same run, interleaved sample by
+  sample so both share the machine's load of the moment; goal: p50_gpu / p50_channel <= 1.5.
+- `start_to_slice`: a fresh `gpu-kubelet-plugin` process on the simulated 8-GPU node
+  (hgx-h100) until its ResourceSlice is present in the embedded API server (the kubelet
+  emulator registers it, as the kubelet would); goal: <= 1 s.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from typing import Any
+
+from adapters.grpc import kubelet_emulator
+from adapters.memory import apiserver
+from adapters.memory import cluster as memory_cluster
+from apps.cli import embedded, gpu_demo
+from bench import scenarios, stats
+from core import errors, kinds, models, names
+
+GPU_DRIVER = gpu_demo.DRIVER
+PROFILE = "hgx-h100"
+RATIO_GOAL = 1.5
+START_GOAL_S = 1.0
+
+
+def _gpu_claims(node: gpu_demo.GpuNode, count: int, *, device: str) -> list[models.ClaimRef]:
+    """`count` claims allocated `device` (as the scheduler would) and reserved for a pod."""
+    cluster = node.cluster
+    node_name = node.settings.node_name
+    refs = []
+    for i in range(count):
+        name = f"bench-gpu-{i}"
+        created = cluster.create(
+            kinds.RESOURCE_CLAIM.kind, gpu_demo.claim_object(name, "gpu.nvidia.com"))
+        pod = cluster.create(kinds.POD.kind, {
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": f"{name}-pod", "namespace": gpu_demo.NAMESPACE},
+            "spec": {"nodeName": node_name, "containers": [{"name": "main", "image": "busybox"}]},
+        })
+        allocation = {"devices": {"results": [
+            {"request": "gpu", "driver": GPU_DRIVER, "pool": node_name, "device": device}],
+            "config": []}}
+        reserved = [{"resource": "pods", "name": f"{name}-pod", "uid": pod["metadata"]["uid"]}]
+        cluster.patch(kinds.RESOURCE_CLAIM.kind, namespace=gpu_demo.NAMESPACE, name=name,
+                      patch={"status": {"allocation": allocation, "reservedFor": reserved}},
+                      subresource="status")
+        refs.append(models.ClaimRef(uid=names.ClaimUID(created["metadata"]["uid"]),
+                                    namespace=gpu_demo.NAMESPACE, name=name))
+    return refs
+
+
+def prepare_vs_channel(workdir: str, *, samples: int) -> dict[str, Any]:
+    """One full-GPU claim vs one channel claim: prepare and unprepare, interleaved."""
+    cd_env, cd_uid = scenarios._node_with_domain(os.path.join(workdir, "cd"))
+    gpu_node: gpu_demo.GpuNode | None = None
+    try:
+        gpu_node = gpu_demo.start_gpu_node("", profile=PROFILE)
+        cd_kubelet = next(iter(cd_env.nodes.values())).kubelet
+        channel_refs = scenarios._make_claims(cd_env, 0, samples, cd_uid)
+        gpu_refs = _gpu_claims(gpu_node, samples, device="gpu-0")
+        timings: dict[str, list[float]] = {
+            "gpu_prepare": [], "channel_prepare": [], "gpu_unprepare": [],
+            "channel_unprepare": [],
+        }
+        sides = (("channel", cd_kubelet, names.DRIVER_NAME, channel_refs),
+                 ("gpu", gpu_node.kubelet, GPU_DRIVER, gpu_refs))
+        for i in range(samples):
+            # Alternate which side goes first so neither always follows the other's fsyncs.
+            for side, kubelet, driver, refs in sides if i % 2 == 0 else sides[::-1]:
+                for step, call in (("prepare", kubelet.prepare), ("unprepare", kubelet.unprepare)):
+                    started = time.perf_counter()
+                    result = call(driver, (refs[i],))
+                    timings[f"{side}_{step}"].append(time.perf_counter() - started)
+                    scenarios._checked(result)
+        summary = {name: stats.summarize(values) for name, values in timings.items()}
+        ratio = scenarios._ratio(summary["gpu_prepare"]["p50_ms"],
+                                 summary["channel_prepare"]["p50_ms"])
+        return {
+            "samples": samples,
+            "profile": PROFILE,
+            **summary,
+            "gpu_prepare_p50_over_channel_prepare_p50": ratio,
+            "gpu_prepare_p99_over_channel_prepare_p99": scenarios._ratio(
+                summary["gpu_prepare"]["p99_ms"], summary["channel_prepare"]["p99_ms"]),
+            "goal_ratio_max": RATIO_GOAL,
+            "goal_met": ratio <= RATIO_GOAL,
+        }
+    finally:
+        if gpu_node is not None:
+            gpu_node.stop()
+        cd_env.stop()
+
+
+def _slice_present(cluster: memory_cluster.InMemoryCluster, node_name: str) -> bool:
+    return any(
+        s["spec"].get("driver") == GPU_DRIVER and s["spec"].get("nodeName") == node_name
+        and s["spec"].get("devices")
+        for s in cluster.list(kinds.RESOURCE_SLICE.kind).items
+    )
+
+
+def _delete_slices(cluster: memory_cluster.InMemoryCluster) -> None:
+    for s in cluster.list(kinds.RESOURCE_SLICE.kind).items:
+        if s["spec"].get("driver") == GPU_DRIVER:
+            cluster.delete(kinds.RESOURCE_SLICE.kind, namespace="", name=s["metadata"]["name"])
+
+
+def start_to_slice(*, runs: int) -> dict[str, Any]:
+    """`gpu-kubelet-plugin` spawned -> its ResourceSlice present in the embedded API server.
+
+    Includes interpreter start, imports and discovery of the simulated 8-GPU node (the driver
+    root's ld cache read by the real `ldconfig`); the slice follows the kubelet emulator's
+    registration, as it does on a node. Each run starts from no slice in the cluster.
+    """
+    node_name = gpu_demo.NODE_NAME
+    root, _owned = embedded.short_workdir("")
+    cluster = memory_cluster.InMemoryCluster()
+    samples: list[float] = []
+    try:
+        files = gpu_demo.lay_out_node_files(root, profile=PROFILE, node_name=node_name)
+        cluster.create(kinds.NODE.kind, gpu_demo.node_object(node_name))
+        with apiserver.EmbeddedAPIServer(cluster) as server:
+            kubeconfig = os.path.join(root, "kubeconfig")
+            server.write_kubeconfig(kubeconfig)
+            for run in range(runs):
+                _delete_slices(cluster)
+                registry = os.path.join(root, f"registry-{run}")
+                started = time.perf_counter()
+                child = subprocess.Popen(
+                    [sys.executable, "-m", "apps.gpuplugin", "--node-name", node_name,
+                     "--nvml", f"simulated:{PROFILE}",
+                     "--nvidia-driver-root", files.driver_root, "--dev-root", files.dev_root,
+                     "--boot-id-path", files.boot_id_path,
+                     "--plugin-dir", os.path.join(root, "plugin"), "--registry-dir", registry,
+                     "--cdi-root", os.path.join(root, "cdi"), "--kubeconfig", kubeconfig,
+                     "--sysfs-root", os.path.join(root, "sys"), "--health-port", "0"],
+                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                )
+                kubelet = kubelet_emulator.KubeletEmulator(registry_dir=registry)
+                try:
+                    kubelet.wait_for_plugin(GPU_DRIVER, timeout_s=60)
+                    # Poll finely: the poll interval must not be what we measure.
+                    embedded.wait_until(lambda: _slice_present(cluster, node_name),
+                                        timeout_s=60, what="the GPU ResourceSlice",
+                                        every_s=0.0005)
+                    samples.append(time.perf_counter() - started)
+                finally:
+                    kubelet.close()
+                    child.send_signal(signal.SIGTERM)
+                    if child.wait(timeout=30) not in (0, -signal.SIGTERM):
+                        raise errors.RetryableError(
+                            f"gpu-kubelet-plugin exited {child.returncode} in run {run}")
+    finally:
+        cluster.close()
+        shutil.rmtree(root, ignore_errors=True)
+    summary = stats.summarize(samples)
+    return {"process_spawn_to_slice": {
+        **summary,
+        "profile": PROFILE,
+        "p50_over_goal_1s": scenarios._ratio(summary["p50_ms"], START_GOAL_S * 1000),
+        "p99_over_goal_1s": scenarios._ratio(summary["p99_ms"], START_GOAL_S * 1000),
+        "goal_met": summary["p99_ms"] <= START_GOAL_S * 1000,
+    }}
