@@ -284,3 +284,4 @@ def test_notes_say_whether_each_half_is_on() -> None:
     assert "GPUs (gpu.nvidia.com): on." in gpus_only
     assert "vfio.gpu.nvidia.com" in gpus_only
     assert "docs/gpus.md" in gpus_only
+    assert (cr.REPO_ROOT / "docs" / "gpus.md").is_file()
