@@ -101,7 +101,7 @@ class GpuNode:
 
     @property
     def registration_socket(self) -> pathlib.Path:
-        return self.registry_dir / grpc_server.registration_socket_name(DRIVER)
+        return registration_socket(self.registry_dir)
 
     @property
     def checkpoint(self) -> pathlib.Path:
@@ -139,6 +139,11 @@ class GpuNode:
             # NB: a claim the API server does not know is retried this long before the answer.
             "--retry-budget-seconds", "1",
         ]
+
+
+def registration_socket(registry_dir: pathlib.Path) -> pathlib.Path:
+    """Where the GPU plugin serves registration in a (possibly shared) registry dir."""
+    return registry_dir / grpc_server.registration_socket_name(DRIVER)
 
 
 def wait_registered(
