@@ -249,6 +249,7 @@ RENDERINGS: tuple[cr.Obj, ...] = (
     GPUS_ON,
     PASSTHROUGH,
     {**GPUS_ONLY, "featureGates": {"PassthroughSupport": True, "TimeSlicingSettings": True}},
+    {**GPUS_ONLY, "webhook": {"enabled": True, "tls": {"secretName": "webhook-tls"}}},
     cr.host_managed(resources={**cr.host_managed()["resources"], "gpus": {"enabled": True}}),
 )
 
