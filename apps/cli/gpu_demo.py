@@ -126,6 +126,7 @@ def plugin_settings(
         nvml=f"simulated:{profile}",
         kubeconfig=None,
         boot_id_path=files.boot_id_path,
+        proc_devices=files.proc_devices,
         retry_budget_s=0.2,
         log_verbosity=2,
     )

@@ -99,7 +99,7 @@ def _start(
     )
     files = driverroot.DriverRoot(
         settings.container_driver_root, host_root=settings.nvidia_driver_root,
-        dev_root=settings.dev_root,
+        dev_root=settings.dev_root, proc_devices=settings.proc_devices,
     )
     vfio: fs_vfio.SysfsVfio | None = None
     if resolved_gates.enabled(gates.PASSTHROUGH_SUPPORT):
@@ -107,7 +107,7 @@ def _start(
         discovery = _WithVfio(discovery, vfio)
     nvidia_smi = os.path.join(settings.container_driver_root, "usr/bin/nvidia-smi")
     boot_id = procfs.ProcNodeFiles(
-        proc_devices_path="/proc/devices", boot_id_path=settings.boot_id_path
+        proc_devices_path=settings.proc_devices, boot_id_path=settings.boot_id_path
     ).boot_id()
     return wiring.start_gpu_plugin(
         settings,

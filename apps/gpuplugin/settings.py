@@ -32,6 +32,7 @@ class Settings:
     nvml: str
     kubeconfig: str | None
     boot_id_path: str
+    proc_devices: str
     retry_budget_s: float
     log_verbosity: int
     stale_claim_cleanup_interval_s: float = 30.0
@@ -62,6 +63,8 @@ def parse(argv: Sequence[str] | None, env: Mapping[str, str]) -> Settings:
     add("--nvml", default=flag(env, "NVML", "real"), help="real | simulated:<profile>")
     add("--kubeconfig", default=env.get("KUBECONFIG"))
     add("--boot-id-path", default=flag(env, "BOOT_ID_PATH", "/proc/sys/kernel/random/boot_id"))
+    add("--proc-devices", default=flag(env, "PROC_DEVICES", "/proc/devices"),
+        help="where the nvidia-caps major (MIG device nodes) is read")
     add("--retry-budget-seconds", default=flag(env, "RETRY_BUDGET_SECONDS", "30"))
     add("-v", "--log-verbosity", default=flag(env, "LOG_VERBOSITY", "2"))
     add(
@@ -95,6 +98,7 @@ def parse(argv: Sequence[str] | None, env: Mapping[str, str]) -> Settings:
         nvml=ns.nvml,
         kubeconfig=ns.kubeconfig,
         boot_id_path=ns.boot_id_path,
+        proc_devices=ns.proc_devices,
         retry_budget_s=float(ns.retry_budget_seconds),
         log_verbosity=int(ns.log_verbosity),
         stale_claim_cleanup_interval_s=cleanup_s,
