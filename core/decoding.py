@@ -41,7 +41,7 @@ def decode_opaque_config(parameters: Mapping[str, Any], *, strict: bool) -> mode
     Raises only DecodeError, for any JSON value whatsoever.
     """
     if not isinstance(parameters, Mapping):
-        _fail(
+        fail(
             "parameters",
             f"opaque config parameters must be a JSON object, got {json_type_name(parameters)}",
         )
@@ -49,16 +49,16 @@ def decode_opaque_config(parameters: Mapping[str, Any], *, strict: bool) -> mode
 
     api_version = obj.get("apiVersion")
     if not (isinstance(api_version, str) and api_version == names.GROUP_VERSION):
-        _fail(
+        fail(
             "apiVersion",
-            f"opaque config apiVersion {_show(api_version)} is not supported: "
+            f"opaque config apiVersion {show_value(api_version)} is not supported: "
             f"use {names.GROUP_VERSION}",
         )
     kind = obj.get("kind")
     if not (isinstance(kind, str) and kind in _OPAQUE_KINDS):
-        _fail(
+        fail(
             "kind",
-            f"opaque config kind {_show(kind)} is not supported: "
+            f"opaque config kind {show_value(kind)} is not supported: "
             f"use {' or '.join(_OPAQUE_KINDS)}",
         )
     channel = kind == names.KIND_CHANNEL_CONFIG
@@ -68,8 +68,8 @@ def decode_opaque_config(parameters: Mapping[str, Any], *, strict: bool) -> mode
         unknown = sorted(str(key) for key in obj if not (isinstance(key, str) and key in accepted))
         if unknown:
             plural = "s" if len(unknown) > 1 else ""
-            shown = ", ".join(_show(key) for key in unknown)
-            _fail(
+            shown = ", ".join(show_value(key) for key in unknown)
+            fail(
                 unknown[0],
                 f"unknown field{plural} {shown} in {kind}: "
                 f"accepted fields are {', '.join(accepted)}",
@@ -77,9 +77,9 @@ def decode_opaque_config(parameters: Mapping[str, Any], *, strict: bool) -> mode
 
     domain_id = obj.get("domainID")
     if not isinstance(domain_id, str) or not domain_id:
-        _fail(
+        fail(
             "domainID",
-            f"{kind}.domainID must be a non-empty string, got {_show(domain_id)}: "
+            f"{kind}.domainID must be a non-empty string, got {show_value(domain_id)}: "
             "set it to the UID of the ComputeDomain",
         )
     if not channel:
@@ -89,9 +89,9 @@ def decode_opaque_config(parameters: Mapping[str, Any], *, strict: bool) -> mode
     if allocation_mode is None:
         allocation_mode = ""
     if not isinstance(allocation_mode, str):
-        _fail(
+        fail(
             "allocationMode",
-            f"{kind}.allocationMode must be a string, got {_show(allocation_mode)}: "
+            f"{kind}.allocationMode must be a string, got {show_value(allocation_mode)}: "
             f"use {models.AllocationMode.SINGLE.value} or {models.AllocationMode.ALL.value}",
         )
     return models.ChannelConfig(
@@ -129,10 +129,10 @@ def _channel_id(obj: Mapping[Any, Any], key: str, path: str) -> int | None:
     if isinstance(value, bool) or not isinstance(value, int) or not (
         0 <= value <= names.MAX_CHANNEL_ID
     ):
-        _fail(
+        fail(
             _join(path, key),
             f"{_join(path, key)} must be an integer 0..{names.MAX_CHANNEL_ID}, got "
-            f"{_show(value)}: the controller sets it; recreate the object it came from",
+            f"{show_value(value)}: the controller sets it; recreate the object it came from",
         )
     return int(value)
 
@@ -169,7 +169,7 @@ def object_meta_from_k8s(obj: Mapping[str, Any]) -> models.ObjectMeta:
     meta = _required_mapping(root, "metadata", "")
     deletion = meta.get("deletionTimestamp")
     if deletion is not None and not isinstance(deletion, str):
-        _fail(
+        fail(
             "metadata.deletionTimestamp",
             "metadata.deletionTimestamp must be a string (RFC 3339 time) or null, "
             f"got {json_type_name(deletion)}",
@@ -304,7 +304,7 @@ def resource_claim_from_k8s(obj: Mapping[str, Any]) -> models.ResourceClaim:
     _check_kind(root, "ResourceClaim")
     meta = object_meta_from_k8s(root)
     if not meta.uid:
-        _fail("metadata.uid", "metadata.uid is required")
+        fail("metadata.uid", "metadata.uid is required")
 
     results: list[models.DeviceResult] = []
     configs: list[models.RawOpaqueConfig] = []
@@ -376,7 +376,8 @@ def _raw_opaque_config(item: Mapping[Any, Any], path: str) -> models.RawOpaqueCo
 # ---------------------------------------------------------------- field readers
 
 
-def _fail(path: str, message: str) -> NoReturn:
+def fail(path: str, message: str) -> NoReturn:
+    """Refuse the input: a DecodeError naming the field at `path`."""
     raise errors.DecodeError(message, field=path)
 
 
@@ -401,7 +402,7 @@ def json_type_name(value: object) -> str:
     return type(value).__name__
 
 
-def _show(value: object) -> str:
+def show_value(value: object) -> str:
     """A value for a message: quoted and truncated strings, the JSON type otherwise."""
     if value is None:
         return "(missing)"
@@ -413,19 +414,19 @@ def _show(value: object) -> str:
 
 def _root(obj: object) -> Mapping[Any, Any]:
     if not isinstance(obj, Mapping):
-        _fail("", f"a Kubernetes object must be a JSON object, got {json_type_name(obj)}")
+        fail("", f"a Kubernetes object must be a JSON object, got {json_type_name(obj)}")
     return obj
 
 
 def _check_kind(root: Mapping[Any, Any], expected: str) -> None:
     kind = root.get("kind")
     if kind is not None and kind != expected:
-        _fail("kind", f"expected an object of kind {expected}, got kind {_show(kind)}")
+        fail("kind", f"expected an object of kind {expected}, got kind {show_value(kind)}")
 
 
 def _mapping(value: object, path: str) -> Mapping[Any, Any]:
     if not isinstance(value, Mapping):
-        _fail(path, f"{path} must be an object, got {json_type_name(value)}")
+        fail(path, f"{path} must be an object, got {json_type_name(value)}")
     return value
 
 
@@ -433,7 +434,7 @@ def _required_mapping(obj: Mapping[Any, Any], key: str, path: str) -> Mapping[An
     field = _join(path, key)
     value = obj.get(key)
     if value is None:
-        _fail(field, f"{field} is required")
+        fail(field, f"{field} is required")
     return _mapping(value, field)
 
 
@@ -443,9 +444,9 @@ def _required_str(
     field = _join(path, key)
     value = obj.get(key)
     if value is None or (value == "" and not allow_empty):
-        _fail(field, f"{field} is required")
+        fail(field, f"{field} is required")
     if not isinstance(value, str):
-        _fail(field, f"{field} must be a string, got {json_type_name(value)}")
+        fail(field, f"{field} must be a string, got {json_type_name(value)}")
     return value
 
 
@@ -455,7 +456,7 @@ def _optional_str(obj: Mapping[Any, Any], key: str, path: str) -> str:
         return ""
     if not isinstance(value, str):
         field = _join(path, key)
-        _fail(field, f"{field} must be a string, got {json_type_name(value)}")
+        fail(field, f"{field} must be a string, got {json_type_name(value)}")
     return value
 
 
@@ -468,9 +469,9 @@ def _int(
         return default
     # NB: bool is an int subclass in Python, but not a JSON integer.
     if isinstance(value, bool) or not isinstance(value, int):
-        _fail(field, f"{field} must be an integer, got {json_type_name(value)}")
+        fail(field, f"{field} must be an integer, got {json_type_name(value)}")
     if minimum is not None and value < minimum:
-        _fail(field, f"{field} must be {minimum} or greater, got {value}")
+        fail(field, f"{field} must be {minimum} or greater, got {value}")
     return value
 
 
@@ -482,13 +483,13 @@ def _enum(
     accepted = " or ".join(member.value for member in enum_type)
     if value is None:
         if default is None:
-            _fail(field, f"{field} is required: use {accepted}")
+            fail(field, f"{field} is required: use {accepted}")
         return default
     if isinstance(value, str):
         for member in enum_type:
             if member.value == value:
                 return member
-    _fail(field, f"{field} {_show(value)} is not valid: use {accepted}")
+    fail(field, f"{field} {show_value(value)} is not valid: use {accepted}")
 
 
 def _indexed(obj: Mapping[Any, Any], key: str, path: str) -> list[tuple[str, Any]]:
@@ -498,7 +499,7 @@ def _indexed(obj: Mapping[Any, Any], key: str, path: str) -> list[tuple[str, Any
     if value is None:
         return []
     if not isinstance(value, list | tuple):
-        _fail(field, f"{field} must be an array, got {json_type_name(value)}")
+        fail(field, f"{field} must be an array, got {json_type_name(value)}")
     return [(f"{field}[{i}]", item) for i, item in enumerate(value)]
 
 
@@ -506,7 +507,7 @@ def _str_list(obj: Mapping[Any, Any], key: str, path: str) -> list[str]:
     out: list[str] = []
     for item_path, item in _indexed(obj, key, path):
         if not isinstance(item, str):
-            _fail(item_path, f"{item_path} must be a string, got {json_type_name(item)}")
+            fail(item_path, f"{item_path} must be a string, got {json_type_name(item)}")
         out.append(item)
     return out
 
@@ -520,8 +521,8 @@ def _str_map(obj: Mapping[Any, Any], key: str, path: str) -> dict[str, str]:
     out: dict[str, str] = {}
     for k, v in mapping.items():
         if not isinstance(k, str):
-            _fail(field, f"{field} keys must be strings, got {json_type_name(k)}")
+            fail(field, f"{field} keys must be strings, got {json_type_name(k)}")
         if not isinstance(v, str):
-            _fail(_join(field, k), f"{_join(field, k)} must be a string, got {json_type_name(v)}")
+            fail(_join(field, k), f"{_join(field, k)} must be a string, got {json_type_name(v)}")
         out[k] = v
     return dict(sorted(out.items()))

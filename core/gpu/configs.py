@@ -17,10 +17,11 @@ from __future__ import annotations
 import dataclasses
 import enum
 from collections.abc import Mapping
-from typing import Any, Final, NoReturn
+from typing import Any, Final
 
 from core import decoding, errors, models
 from core import gates as feature_gates
+from core.decoding import fail, show_value
 from core.gpu import devices
 
 API_VERSION: Final = "resource.nvidia.com/v1beta1"
@@ -48,7 +49,6 @@ IOMMU_FIELDS: Final = ("backendPolicy", "enableAPIDevice")
 MPS_REFUSED: Final = (
     "MPS sharing is not supported by this driver yet; use strategy TimeSlicing or remove sharing"
 )
-_MAX_SHOWN: Final = 64
 
 
 class SharingStrategy(enum.StrEnum):
@@ -131,7 +131,7 @@ def decode_device_config(
     enableAPIDevice false. Deterministic; raises only errors.DecodeError, for any JSON value.
     """
     if not isinstance(parameters, Mapping):
-        _fail(
+        fail(
             "parameters",
             "opaque config parameters must be a JSON object, got "
             f"{decoding.json_type_name(parameters)}",
@@ -139,22 +139,23 @@ def decode_device_config(
     obj: Mapping[Any, Any] = parameters
     api_version = obj.get("apiVersion")
     if not (isinstance(api_version, str) and api_version == API_VERSION):
-        _fail(
+        fail(
             "apiVersion",
-            f"opaque config apiVersion {_show(api_version)} is not supported: use {API_VERSION}",
+            f"opaque config apiVersion {show_value(api_version)} is not supported: "
+            f"use {API_VERSION}",
         )
     kind = obj.get("kind")
     if isinstance(kind, str) and kind in _COMPUTE_DOMAIN_KINDS:
-        _fail(
+        fail(
             "kind",
-            f"opaque config kind {_show(kind)} belongs to driver compute-domain.nvidia.com, not "
-            f"{DRIVER_NAME}: set opaque.driver to compute-domain.nvidia.com, or use "
-            f"{' or '.join(KINDS)}",
+            f"opaque config kind {show_value(kind)} belongs to driver "
+            f"compute-domain.nvidia.com, not {DRIVER_NAME}: set opaque.driver to "
+            f"compute-domain.nvidia.com, or use {' or '.join(KINDS)}",
         )
     if not (isinstance(kind, str) and kind in KINDS):
-        _fail(
+        fail(
             "kind",
-            f"opaque config kind {_show(kind)} is not supported by {DRIVER_NAME}: "
+            f"opaque config kind {show_value(kind)} is not supported by {DRIVER_NAME}: "
             f"use {' or '.join(KINDS)}",
         )
 
@@ -163,7 +164,7 @@ def decode_device_config(
         # without the gate); refusing here says why at apply time instead.
         gate = feature_gates.PASSTHROUGH_SUPPORT
         if not gates.enabled(gate):
-            _fail(
+            fail(
                 "kind",
                 f"{kind} needs feature gate {gate}, which is off: enable it "
                 f"(Helm featureGates.{gate}=true) or use {KIND_GPU_CONFIG}",
@@ -281,30 +282,30 @@ def _sharing(
     strategy = obj.get("strategy")
     field = "sharing.strategy"
     if strategy == SharingStrategy.MPS.value:
-        _fail(field, f"{kind}.{field} 'MPS': {MPS_REFUSED}")
+        fail(field, f"{kind}.{field} 'MPS': {MPS_REFUSED}")
     if strategy is None or strategy == "":
-        _fail(
+        fail(
             field,
             f"{kind}.{field} is required: use {SharingStrategy.TIME_SLICING.value}, "
             "or remove sharing",
         )
     if strategy != SharingStrategy.TIME_SLICING.value:
-        _fail(
+        fail(
             field,
-            f"{kind}.{field} {_show(strategy)} is not valid: use "
+            f"{kind}.{field} {show_value(strategy)} is not valid: use "
             f"{SharingStrategy.TIME_SLICING.value} (MPS is not supported by this driver yet)",
         )
     # NB: upstream refuses the TimeSlicing strategy as a whole without this gate (Validate),
     # whatever the interval, so the default interval is refused as well.
     gate = feature_gates.TIME_SLICING_SETTINGS
     if not gates.enabled(gate):
-        _fail(
+        fail(
             field,
             f"{kind}.{field} 'TimeSlicing' needs feature gate {gate}, which is off: enable it "
             f"(Helm featureGates.{gate}=true) or remove sharing",
         )
     if obj.get("mpsConfig") is not None:
-        _fail(
+        fail(
             "sharing.mpsConfig",
             f"{kind}.sharing.mpsConfig cannot be used with strategy TimeSlicing: remove it",
         )
@@ -331,9 +332,9 @@ def _time_slicing(value: object, *, kind: str, strict: bool) -> TimeSlicing:
     for member in TimeSliceInterval:
         if interval == member.value:
             return TimeSlicing(interval=member)
-    _fail(
+    fail(
         field,
-        f"{kind}.{field} {_show(interval)} is not valid: use "
+        f"{kind}.{field} {show_value(interval)} is not valid: use "
         f"{' or '.join(member.value for member in TimeSliceInterval)}",
     )
 
@@ -352,15 +353,15 @@ def _vfio_config(value: object, *, kind: str, strict: bool) -> VfioDeviceConfig:
                 policy = member
                 break
         else:
-            _fail(
+            fail(
                 field,
-                f"{kind}.{field} {_show(raw_policy)} is not valid: use "
+                f"{kind}.{field} {show_value(raw_policy)} is not valid: use "
                 f"{' or '.join(member.value for member in IommuBackendPolicy)}",
             )
     enable = obj.get("enableAPIDevice")
     if enable is not None and not isinstance(enable, bool):
         field = "iommu.enableAPIDevice"
-        _fail(
+        fail(
             field,
             f"{kind}.{field} must be true or false, got {decoding.json_type_name(enable)}",
         )
@@ -370,13 +371,9 @@ def _vfio_config(value: object, *, kind: str, strict: bool) -> VfioDeviceConfig:
 # ---------------------------------------------------------------- field readers
 
 
-def _fail(path: str, message: str) -> NoReturn:
-    raise errors.DecodeError(message, field=path)
-
-
 def _object(value: object, path: str, kind: str) -> Mapping[Any, Any]:
     if not isinstance(value, Mapping):
-        _fail(
+        fail(
             path,
             f"{kind}.{path} must be an object, got {decoding.json_type_name(value)}",
         )
@@ -395,25 +392,15 @@ def _check_fields(
     paths = [f"{path}.{key}" if path else key for key in unknown]
     plural = "s" if len(unknown) > 1 else ""
     where = f"{what}.{path}" if path else what
-    _fail(
+    fail(
         paths[0],
-        f"unknown field{plural} {', '.join(_show(p) for p in paths)} in {where}: "
+        f"unknown field{plural} {', '.join(show_value(p) for p in paths)} in {where}: "
         f"accepted fields are {', '.join(accepted)}",
     )
 
 
-def _show(value: object) -> str:
-    """A value for a message: quoted and truncated strings, the JSON type otherwise."""
-    if value is None:
-        return "(missing)"
-    if isinstance(value, str):
-        text = value if len(value) <= _MAX_SHOWN else value[:_MAX_SHOWN] + "..."
-        return f"'{text}'"
-    return f"(a {decoding.json_type_name(value)})"
-
-
 def _unknown_type(device_type: str) -> str:
     return (
-        f"unknown GPU device type {_show(device_type)}: the GPU half knows "
+        f"unknown GPU device type {show_value(device_type)}: the GPU half knows "
         f"{', '.join(_KIND_FOR_TYPE)}; this is a driver bug, report it"
     )
