@@ -8,15 +8,13 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 
-from adapters.fs import cdi as fs_cdi
-from adapters.fs import checkpoints as fs_checkpoints
-from adapters.grpc import server as grpc_server
 from adapters.kube import slices as kube_slices
 from apps.gpuplugin import driver as gpu_driver
 from apps.gpuplugin import settings as gpu_settings
 from apps.pluginkit import metrics as plugin_metrics
+from apps.pluginkit import serving
 from apps.pluginkit.driver import PluginPorts
-from apps.pluginkit.serving import Plugin, SliceResync, StaleClaimCleanup
+from apps.pluginkit.serving import Plugin
 
 __all__ = ["DeviceCache", "Plugin", "start_gpu_plugin"]
 from core import models, names, ports
@@ -80,10 +78,9 @@ def start_gpu_plugin(
     driver_files = files.driver_files()
     metrics = plugin_metrics.PluginMetrics(node_name=settings.node_name)
     stopping = threading.Event()
-    checkpoint_store = fs_checkpoints.FileCheckpointStore(settings.checkpoint_path)
-    cdi_dir = fs_cdi.CDIDirectory(settings.cdi_root, file_name=gpu_cdi.spec_file_name)
-    for path in (*checkpoint_store.remove_temp_files(), *cdi_dir.remove_temp_files()):
-        log.warning("event=temp_file_removed node=%s path=%s", settings.node_name, path)
+    checkpoint_store, cdi_dir = serving.open_stores(
+        settings, cdi_file_name=gpu_cdi.spec_file_name
+    )
     driver = gpu_driver.GpuPluginDriver(
         ports=PluginPorts(cluster=cluster, checkpoints=checkpoint_store, cdi=cdi_dir),
         node=node,
@@ -105,32 +102,15 @@ def start_gpu_plugin(
     def publish() -> None:
         publisher.publish(gpu_slices.plan_gpu_devices(found.refresh(), gates=gates))
 
-    resync = SliceResync(publish, node_name=settings.node_name)
-    server = grpc_server.PluginServer(
-        service=driver,
-        driver_name=gpu_settings.DRIVER_NAME,
-        plugin_dir=settings.plugin_dir,
-        registry_dir=settings.registry_dir,
-        health_port=settings.health_port,
-        on_registered=resync.registered,
+    plugin = serving.serve(
+        driver, settings, driver_name=gpu_settings.DRIVER_NAME, publish=publish,
+        metrics=metrics, stopping=stopping,
     )
-    resync.start(stopping)
-    server.start()
-    threading.Thread(target=metrics.warm_up, name="metrics-warm-up", daemon=True).start()
-    cleanup = StaleClaimCleanup(
-        driver.clean_stale_claims,
-        node_name=settings.node_name,
-        interval_s=settings.stale_claim_cleanup_interval_s,
-    )
-    cleanup.start(stopping)
     inventory = found.current()
     log.info(
         "event=gpu_plugin_started node=%s gpus=%d migs=%d vfios=%d prepared_claims=%d "
         "dra_socket=%s",
         node.node_name, len(inventory.gpus), len(inventory.migs), len(inventory.vfios),
-        len(recovered.entries), server.dra_socket_path,
+        len(recovered.entries), plugin.server.dra_socket_path,
     )
-    return Plugin(
-        driver=driver, server=server, metrics=metrics, node=node, stopping=stopping,
-        slices=resync, cleanup=cleanup,
-    )
+    return plugin

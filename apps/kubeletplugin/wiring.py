@@ -10,9 +10,6 @@ from collections.abc import Callable
 
 import tenacity
 
-from adapters.fs import cdi as fs_cdi
-from adapters.fs import checkpoints as fs_checkpoints
-from adapters.grpc import server as grpc_server
 from adapters.kube import slices as kube_slices
 from adapters.nvml import imexctl
 from adapters.nvml import real as nvml_real
@@ -22,7 +19,8 @@ from apps.kubeletplugin import domains as plugin_domains
 from apps.kubeletplugin import driver as plugin_driver
 from apps.kubeletplugin import settings as plugin_settings
 from apps.pluginkit import metrics as plugin_metrics
-from apps.pluginkit.serving import Plugin, SliceResync, StaleClaimCleanup
+from apps.pluginkit import serving
+from apps.pluginkit.serving import Plugin
 from core import cliques, errors, models, names, ports, procdevices
 
 log = logging.getLogger(__name__)
@@ -126,11 +124,7 @@ def start_plugin(
         probe = imexctl.HostIMEXProbe(
             driver_root=settings.nvidia_driver_root, socket_path=settings.imex_host_socket
         ).check
-    checkpoint_store = fs_checkpoints.FileCheckpointStore(settings.checkpoint_path)
-    cdi_dir = fs_cdi.CDIDirectory(settings.cdi_root)
-    # A kill during an atomic write leaves its temp file; nothing reads them, so drop them.
-    for path in (*checkpoint_store.remove_temp_files(), *cdi_dir.remove_temp_files()):
-        log.warning("event=temp_file_removed node=%s path=%s", settings.node_name, path)
+    checkpoint_store, cdi_dir = serving.open_stores(settings)
     driver = plugin_driver.PluginDriver(
         ports=plugin_driver.PluginPorts(
             cluster=cluster,
@@ -152,34 +146,14 @@ def start_plugin(
     offered = plugin_devices.NodeDevices(
         driver=driver, config=config, cluster=cluster, probe_clique=probe_clique
     )
-    resync = SliceResync(
-        lambda: publisher.publish(offered.current()), node_name=settings.node_name
+    plugin = serving.serve(
+        driver, settings, driver_name=names.DRIVER_NAME,
+        publish=lambda: publisher.publish(offered.current()), metrics=metrics, stopping=stopping,
     )
-    server = grpc_server.PluginServer(
-        service=driver,
-        driver_name=names.DRIVER_NAME,
-        plugin_dir=settings.plugin_dir,
-        registry_dir=settings.registry_dir,
-        health_port=settings.health_port,
-        # Every (re-)registration may follow a kubelet restart that wiped our slices.
-        on_registered=resync.registered,
-    )
-    resync.start(stopping)
-    server.start()
-    threading.Thread(target=metrics.warm_up, name="metrics-warm-up", daemon=True).start()
-    cleanup = StaleClaimCleanup(
-        driver.clean_stale_claims,
-        node_name=settings.node_name,
-        interval_s=settings.stale_claim_cleanup_interval_s,
-    )
-    cleanup.start(stopping)
     log.info(
         "event=plugin_started node=%s mode=%s isolation=%s clique=%r channel_major=%d "
         "prepared_claims=%d dra_socket=%s",
         node.node_name, config.mode.value, config.isolation.value, node.clique_id,
-        node.channel_major, len(recovered.entries), server.dra_socket_path,
+        node.channel_major, len(recovered.entries), plugin.server.dra_socket_path,
     )
-    return Plugin(
-        driver=driver, server=server, metrics=metrics, node=node, stopping=stopping,
-        slices=resync, cleanup=cleanup,
-    )
+    return plugin

@@ -10,11 +10,14 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from typing import Protocol
 
+from adapters.fs import cdi as fs_cdi
+from adapters.fs import checkpoints as fs_checkpoints
 from adapters.grpc import server as grpc_server
 from apps.pluginkit import driver as claim_driver
 from apps.pluginkit import metrics as plugin_metrics
-from core import models
+from core import models, names
 
 log = logging.getLogger(__name__)
 
@@ -138,3 +141,78 @@ class Plugin:
             self.driver.compact()
         except OSError as exc:  # the journal still holds every claim; a restart replays it
             log.warning("event=checkpoint_compaction_failed error=%r", str(exc))
+
+
+class ServedSettings(Protocol):
+    """The settings both plugins serve with (each half's `Settings` has these)."""
+
+    @property
+    def node_name(self) -> str: ...
+
+    @property
+    def plugin_dir(self) -> str: ...
+
+    @property
+    def registry_dir(self) -> str: ...
+
+    @property
+    def health_port(self) -> int | None: ...
+
+    @property
+    def checkpoint_path(self) -> str: ...
+
+    @property
+    def cdi_root(self) -> str: ...
+
+    @property
+    def stale_claim_cleanup_interval_s(self) -> float: ...
+
+
+def open_stores(
+    settings: ServedSettings, *, cdi_file_name: Callable[[str], str] = names.cdi_spec_file_name
+) -> tuple[fs_checkpoints.FileCheckpointStore, fs_cdi.CDIDirectory]:
+    """The plugin's checkpoint and CDI stores, with temp files of a killed write removed."""
+    checkpoint_store = fs_checkpoints.FileCheckpointStore(settings.checkpoint_path)
+    cdi_dir = fs_cdi.CDIDirectory(settings.cdi_root, file_name=cdi_file_name)
+    # A kill during an atomic write leaves its temp file; nothing reads them, so drop them.
+    for path in (*checkpoint_store.remove_temp_files(), *cdi_dir.remove_temp_files()):
+        log.warning("event=temp_file_removed node=%s path=%s", settings.node_name, path)
+    return checkpoint_store, cdi_dir
+
+
+def serve(
+    driver: claim_driver.ClaimDriver,
+    settings: ServedSettings,
+    *,
+    driver_name: str,
+    publish: Callable[[], None],
+    metrics: plugin_metrics.PluginMetrics,
+    stopping: threading.Event,
+) -> Plugin:
+    """Serve `driver` to the kubelet; slices follow each registration; stale entries get cleaned.
+
+    Call after `driver.recover()`: the kubelet may call as soon as the socket exists.
+    """
+    resync = SliceResync(publish, node_name=settings.node_name)
+    server = grpc_server.PluginServer(
+        service=driver,
+        driver_name=driver_name,
+        plugin_dir=settings.plugin_dir,
+        registry_dir=settings.registry_dir,
+        health_port=settings.health_port,
+        # Every (re-)registration may follow a kubelet restart that wiped our slices.
+        on_registered=resync.registered,
+    )
+    resync.start(stopping)
+    server.start()
+    threading.Thread(target=metrics.warm_up, name="metrics-warm-up", daemon=True).start()
+    cleanup = StaleClaimCleanup(
+        driver.clean_stale_claims,
+        node_name=settings.node_name,
+        interval_s=settings.stale_claim_cleanup_interval_s,
+    )
+    cleanup.start(stopping)
+    return Plugin(
+        driver=driver, server=server, metrics=metrics, node=driver.node, stopping=stopping,
+        slices=resync, cleanup=cleanup,
+    )
