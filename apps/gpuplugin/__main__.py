@@ -4,11 +4,8 @@ from __future__ import annotations
 
 import logging
 import os
-import signal
 import sys
-import threading
 from collections.abc import Sequence
-from types import FrameType
 
 from adapters.fs import driverroot, procfs
 from adapters.fs import vfio as fs_vfio
@@ -16,7 +13,7 @@ from adapters.nvml import inventory as nvml_inventory
 from adapters.nvsmi import timeslice
 from apps.gpuplugin import settings as gpu_settings
 from apps.gpuplugin import wiring
-from apps.pluginkit import deferred_cluster
+from apps.pluginkit import process
 from core import errors, gates, models, ports
 from core.gpu import devices
 
@@ -52,43 +49,16 @@ def _vfio_nodes(vfio: fs_vfio.SysfsVfio) -> dict[str, tuple[devices.DeviceNode, 
 
 def main(argv: Sequence[str] | None = None) -> int:
     settings = gpu_settings.parse(argv, os.environ)
-    logging.basicConfig(
-        level=logging.DEBUG if settings.log_verbosity >= 4 else logging.INFO,
-        format="%(asctime)s %(levelname)s %(name)s %(message)s",
+    process.configure_logging(settings.log_verbosity)
+    stop = process.stop_on_signals(log)
+    return process.run(
+        lambda cluster: _start(settings, cluster=cluster, resolved_gates=_gates(settings)),
+        kubeconfig=settings.kubeconfig, metrics_port=settings.metrics_port, stop=stop, log=log,
     )
-    stop = threading.Event()
 
-    def on_signal(signum: int, _frame: FrameType | None) -> None:
-        log.info("event=shutdown signal=%s", signal.Signals(signum).name)
-        stop.set()
 
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
-
-    def api_client() -> ports.Cluster:
-        from adapters.kube import cluster as kube_cluster  # off the start-up path
-
-        return kube_cluster.KubeCluster.from_config(settings.kubeconfig)
-
-    cluster = deferred_cluster.DeferredCluster(api_client).start()
-    try:
-        resolved_gates = gates.resolve_gates(gates.parse_feature_gates(settings.feature_gates))
-        plugin = _start(settings, cluster=cluster, resolved_gates=resolved_gates)
-    except errors.DriverError as exc:
-        log.error("event=startup_failed error=%r", exc.message)
-        print(f"error: {exc.message}", file=sys.stderr)
-        return 2
-    problem = cluster.wait()
-    if problem is not None:
-        log.error("event=startup_failed error=%r", problem.message)
-        print(f"error: {problem.message}", file=sys.stderr)
-        plugin.stop(grace_s=0)
-        return 2
-    if settings.metrics_port:
-        plugin.metrics.serve(settings.metrics_port)
-    stop.wait()
-    plugin.stop()
-    return 0
+def _gates(settings: gpu_settings.Settings) -> models.FeatureGates:
+    return gates.resolve_gates(gates.parse_feature_gates(settings.feature_gates))
 
 
 def _start(
