@@ -138,6 +138,8 @@ class GpuDriver(Driver):
             "BOOT_ID_PATH": str(node.boot_id),
             "PROC_DEVICES": str(node.proc_devices),
             "RETRY_BUDGET_SECONDS": "5",
+            # A timing, not a path: a stale-claim round within the module (chart: 30 s).
+            "STALE_CLAIM_CLEANUP_INTERVAL_SECONDS": "1",
         })
         return self.launch("apps.gpuplugin", [], env)
 

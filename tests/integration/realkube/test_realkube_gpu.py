@@ -8,7 +8,8 @@ One API server for the module, the ComputeDomain half in its default (driver-man
   `gpu.nvidia.com` slice of the eight simulated H100s past the chart's admission policy, which
   refuses a slice for another node written with the same token;
 - a claim allocated `gpu-0` as the scheduler would is prepared and unprepared through the
-  plugin's DRA socket (v1 and v1beta1), leaving and then removing its CDI spec;
+  plugin's DRA socket (v1 and v1beta1), leaving and then removing its CDI spec; a prepared
+  claim deleted from the API server is cleaned up with a Warning Event on the Node;
 - over all of it, the plugin never met a 403: the chart's RBAC covers what it does.
 """
 
@@ -224,9 +225,41 @@ def test_a_claim_allocated_gpu_0_is_prepared_and_unprepared_through_the_dra_sock
     assert not gpu_node.cdi_file(ref.uid).exists()
 
 
+def test_a_prepared_claim_deleted_behind_the_plugins_back_is_cleaned_with_a_node_event(
+    gpu_installed: GpuDriver, gpu_node: GpuPluginNode, gpu_plugin: realkube_driver.AppProcess,
+    gpu_admin: KubeCluster,
+) -> None:
+    # The clean-up reads claims and writes an Event on the Node: both under the chart's RBAC.
+    pod = gpu_installed.workload_pod("gpu-worker-gone", node=gpu_node.name)
+    ref = realkube_gpu.allocated_gpu_claim(
+        gpu_admin, name="gpu-worker-gone-gpu", node=gpu_node.name, pod=pod
+    )
+    with grpc_client.DRAClient(str(gpu_node.dra_socket), timeout_s=45) as dra:
+        assert dra.prepare([ref])[ref.uid].error == ""
+    assert gpu_node.cdi_file(ref.uid).exists()
+
+    gpu_admin.delete(kinds.RESOURCE_CLAIM.kind, namespace=ref.namespace, name=ref.name)
+
+    def node_event() -> Mapping[str, Any] | None:
+        if not gpu_plugin.running:
+            raise AssertionError(f"gpu plugin exited:\n{gpu_plugin.output()[-4000:]}")
+        return next((
+            e for e in gpu_admin.list(kinds.EVENT.kind).items
+            if e.get("reason") == "StaleClaimCleaned" and ref.uid in e.get("message", "")
+        ), None)
+
+    event = wait_for(node_event, what="a StaleClaimCleaned Event naming the claim", timeout_s=30)
+    assert event["involvedObject"]["kind"] == "Node"
+    assert event["involvedObject"]["name"] == gpu_node.name
+    assert not gpu_node.cdi_file(ref.uid).exists()
+
+
 # -- 4. RBAC ------------------------------------------------------------------------------
 
-_FORBIDDEN = re.compile(r"HTTP 403|forbidden", re.IGNORECASE)
+# Our error text ("HTTP 403 Forbidden"), the API server's message, urllib3's request line.
+_FORBIDDEN = re.compile(r'HTTP 403|forbidden|HTTP/1\.1" 403 ', re.IGNORECASE)
+# urllib3's DEBUG line for every request (the chart runs the plugin at LOG_VERBOSITY 4).
+_REQUEST = re.compile(r'"(GET|POST|PUT|PATCH|DELETE) (\S+) HTTP/1\.1" (\d{3}) ')
 
 
 def test_the_gpu_plugin_met_no_forbidden_answer_over_the_module(
@@ -235,6 +268,10 @@ def test_the_gpu_plugin_met_no_forbidden_answer_over_the_module(
     # Last in the module: by now it has published, prepared and unprepared.
     assert gpu_plugin.running, gpu_plugin.output()[-4000:]
     assert gpu_slices(gpu_admin, gpu_node.name), "no slice: nothing was exercised"
+    requests = _REQUEST.findall(gpu_plugin.output())
+    # NB: without the per-request lines, a 403 the plugin swallowed would leave no trace.
+    assert ("POST", "/apis/resource.k8s.io/v1/resourceslices", "201") in requests
+    assert any(p.startswith("/apis/resource.k8s.io/v1/namespaces/") for _, p, _ in requests)
     forbidden = [line for line in gpu_plugin.output().splitlines() if _FORBIDDEN.search(line)]
     assert forbidden == [], "the chart's RBAC lacks a right the GPU plugin uses:\n" + "\n".join(
         forbidden
