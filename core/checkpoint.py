@@ -513,6 +513,59 @@ def with_entry(cp: models.Checkpoint, entry: models.CheckpointEntry) -> models.C
     return _changed(cp, _Entries.changed(cp.entries, entry.claim_uid, entry), old=old, new=entry)
 
 
+def is_reusable(entry: models.CheckpointEntry) -> bool:
+    """A completed entry with the full kubelet answer (not one rebuilt from a CDI file)."""
+    return (
+        entry.state is models.ClaimState.PREPARE_COMPLETED
+        and bool(entry.devices)
+        and all(d.request_names and d.pool_name and d.device_name for d in entry.devices)
+    )
+
+
+def check_not_aborted(entry: models.CheckpointEntry | None, *, now: float) -> None:
+    """Refuse to prepare a claim whose tombstone says an unprepare overtook its prepare."""
+    if (
+        entry is not None
+        and entry.state is models.ClaimState.PREPARE_ABORTED
+        and not is_expired_tombstone(entry, now=now)
+    ):
+        raise errors.PermanentError(
+            f"claim {entry.namespace}/{entry.name} was unprepared while its prepare was in "
+            "flight; recreate the claim (delete and recreate the pod that uses it)"
+        )
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class PrepareWrites:
+    """The two checkpoint writes of a prepare and the claims they change."""
+
+    started: models.Checkpoint
+    completed: models.Checkpoint
+    changed: tuple[names.ClaimUID, ...]
+
+
+def prepare_writes(
+    cp: models.Checkpoint,
+    *,
+    started: models.CheckpointEntry,
+    completed: models.CheckpointEntry,
+    now: float,
+) -> PrepareWrites:
+    """`cp` after the claim's PrepareStarted and after its PrepareCompleted entry.
+
+    Tombstones that expired by `now` go in the same writes, so `changed` names them too.
+    """
+    unexpired = expire_tombstones(cp, now=now)
+    expired = () if unexpired is cp else tuple(sorted(
+        uid for uid in index_of(cp).tombstones if uid not in unexpired.entries
+    ))
+    return PrepareWrites(
+        started=with_entry(unexpired, started),
+        completed=with_entry(unexpired, completed),
+        changed=(started.claim_uid, *expired),
+    )
+
+
 def without_entry(cp: models.Checkpoint, uid: names.ClaimUID) -> models.Checkpoint:
     """`cp` without the claim's entry (same object if it has none)."""
     old = cp.entries.get(uid)

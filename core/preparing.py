@@ -59,11 +59,11 @@ def plan_prepare(
     the IMEX daemon the claim waits for is scheduled by that label.
     """
     entry = checkpoint.entries.get(claim.uid)
-    if entry is not None and _is_reusable(entry):
+    if entry is not None and checkpoints.is_reusable(entry):
         return models.ClaimOutcome(steps=(), checkpoint=checkpoint, devices=entry.devices)
     label_steps: tuple[models.PluginAction, ...] = ()
     try:
-        _check_not_aborted(entry, now=now)
+        checkpoints.check_not_aborted(entry, now=now)
         requests = _requests(claim, config=config)
         domain = _domain(claim, requests=requests, domains=domains, config=config)
         _check_admitted_mode(domain, config=config, node=node)
@@ -92,16 +92,7 @@ def reusable_devices(
 ) -> tuple[models.PreparedDevice, ...] | None:
     """The answer of a claim already completed with a full kubelet answer, else None."""
     entry = checkpoint.entries.get(claim_uid)
-    return entry.devices if entry is not None and _is_reusable(entry) else None
-
-
-def _is_reusable(entry: models.CheckpointEntry) -> bool:
-    """A completed entry with the full kubelet answer (not one rebuilt from a CDI file)."""
-    return (
-        entry.state is models.ClaimState.PREPARE_COMPLETED
-        and bool(entry.devices)
-        and all(d.request_names and d.pool_name and d.device_name for d in entry.devices)
-    )
+    return entry.devices if entry is not None and checkpoints.is_reusable(entry) else None
 
 
 # Kubernetes UIDs are UUIDs (36 characters); this leaves room for other generators while
@@ -161,18 +152,6 @@ def reservation_error(
         "deleted while the prepare was in flight, so the claim is not prepared on this node; "
         "nothing to do (a new pod on this node that uses the claim gets it prepared)"
     )
-
-
-def _check_not_aborted(entry: models.CheckpointEntry | None, *, now: float) -> None:
-    if (
-        entry is not None
-        and entry.state is models.ClaimState.PREPARE_ABORTED
-        and not checkpoints.is_expired_tombstone(entry, now=now)
-    ):
-        raise errors.PermanentError(
-            f"claim {entry.namespace}/{entry.name} was unprepared while its prepare was in "
-            "flight; recreate the claim (delete and recreate the pod that uses it)"
-        )
 
 
 def _requests(claim: models.ResourceClaim, *, config: models.DriverConfig) -> tuple[_Request, ...]:
@@ -484,26 +463,21 @@ def _prepare_steps(
     completed = dataclasses.replace(
         started, state=models.ClaimState.PREPARE_COMPLETED, devices=devices
     )
-    unexpired = checkpoints.expire_tombstones(checkpoint, now=now)
-    # The tombstones that expired go in the same write as the new entry.
-    expired = () if unexpired is checkpoint else tuple(sorted(
-        uid for uid in checkpoints.index_of(checkpoint).tombstones if uid not in unexpired.entries
-    ))
-    changed = (claim.uid, *expired)
-    base = dataclasses.replace(unexpired, mode=config.mode, isolation=config.isolation)
-    cp_started = _with_entry(base, started)
-    cp_completed = _with_entry(base, completed)
+    writes = checkpoints.prepare_writes(
+        dataclasses.replace(checkpoint, mode=config.mode, isolation=config.isolation),
+        started=started, completed=completed, now=now,
+    )
     spec = _cdi_spec(claim, validated=validated, node=node)
     steps = (
         *label_steps,
         # NB: PrepareStarted needs no sync of its own. A killed process leaves it in the page
         # cache; a power loss reboots the node, and the boot-ID rule drops prepared state.
         # The PrepareCompleted sync (the answer rests on it) flushes it too.
-        models.WriteCheckpoint(checkpoint=cp_started, changed=changed, durable=False),
+        models.WriteCheckpoint(checkpoint=writes.started, changed=writes.changed, durable=False),
         models.WriteCDISpec(claim_uid=claim.uid, spec=spec),
-        models.WriteCheckpoint(checkpoint=cp_completed, changed=changed),
+        models.WriteCheckpoint(checkpoint=writes.completed, changed=writes.changed),
     )
-    return models.ClaimOutcome(steps=steps, checkpoint=cp_completed, devices=devices)
+    return models.ClaimOutcome(steps=steps, checkpoint=writes.completed, devices=devices)
 
 
 def _prepared_device(
@@ -535,10 +509,6 @@ def _cdi_spec(
             claim_uid=claim.uid, domain=validated.domain, node=node
         )
     return cdi.spec_with_devices(devices)
-
-
-def _with_entry(cp: models.Checkpoint, entry: models.CheckpointEntry) -> models.Checkpoint:
-    return checkpoints.with_entry(cp, entry)
 
 
 # ---------------------------------------------------------------- unprepare

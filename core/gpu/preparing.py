@@ -213,10 +213,10 @@ def plan_gpu_prepare(
     spec, PrepareCompleted. On error no step at all.
     """
     entry = checkpoint.entries.get(claim.uid)
-    if entry is not None and _is_reusable(entry):
+    if entry is not None and checkpoints.is_reusable(entry):
         return GpuClaimOutcome(steps=(), checkpoint=checkpoint, devices=entry.devices)
     try:
-        _check_not_aborted(entry, now=now)
+        checkpoints.check_not_aborted(entry, now=now)
         planned = _planned(claim, inventory=inventory, gates=gates, pool=pool)
         _check_conflicts(claim, planned, checkpoint=checkpoint)
         spec, vfio_api = _spec(claim.uid, planned, files=files, vfio_nodes=vfio_nodes)
@@ -246,43 +246,17 @@ def plan_gpu_prepare(
     completed = dataclasses.replace(
         started, state=models.ClaimState.PREPARE_COMPLETED, devices=prepared
     )
-    unexpired = checkpoints.expire_tombstones(checkpoint, now=now)
-    # The tombstones that expired go in the same write as the new entry.
-    expired = () if unexpired is checkpoint else tuple(sorted(
-        uid for uid in checkpoints.index_of(checkpoint).tombstones if uid not in unexpired.entries
-    ))
-    changed = (claim.uid, *expired)
-    cp_started = checkpoints.with_entry(unexpired, started)
-    cp_completed = checkpoints.with_entry(unexpired, completed)
+    writes = checkpoints.prepare_writes(
+        checkpoint, started=started, completed=completed, now=now
+    )
     steps: tuple[Step, ...] = (
         # NB: no sync of its own; the PrepareCompleted sync flushes it (see core.preparing).
-        models.WriteCheckpoint(checkpoint=cp_started, changed=changed, durable=False),
+        models.WriteCheckpoint(checkpoint=writes.started, changed=writes.changed, durable=False),
         *gpu_steps,
         models.WriteCDISpec(claim_uid=claim.uid, spec=spec),
-        models.WriteCheckpoint(checkpoint=cp_completed, changed=changed),
+        models.WriteCheckpoint(checkpoint=writes.completed, changed=writes.changed),
     )
-    return GpuClaimOutcome(steps=steps, checkpoint=cp_completed, devices=prepared)
-
-
-def _is_reusable(entry: models.CheckpointEntry) -> bool:
-    """A completed entry with the full kubelet answer (not one rebuilt from a CDI file)."""
-    return (
-        entry.state is models.ClaimState.PREPARE_COMPLETED
-        and bool(entry.devices)
-        and all(d.request_names and d.pool_name and d.device_name for d in entry.devices)
-    )
-
-
-def _check_not_aborted(entry: models.CheckpointEntry | None, *, now: float) -> None:
-    if (
-        entry is not None
-        and entry.state is models.ClaimState.PREPARE_ABORTED
-        and not checkpoints.is_expired_tombstone(entry, now=now)
-    ):
-        raise errors.PermanentError(
-            f"claim {entry.namespace}/{entry.name} was unprepared while its prepare was in "
-            "flight; recreate the claim (delete and recreate the pod that uses it)"
-        )
+    return GpuClaimOutcome(steps=steps, checkpoint=writes.completed, devices=prepared)
 
 
 def _planned(
