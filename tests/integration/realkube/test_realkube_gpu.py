@@ -32,7 +32,9 @@ from realkube_server import wait_for
 
 from adapters.grpc import client as grpc_client
 from adapters.kube import KubeCluster
-from core import errors, kinds, names
+from adapters.nvml import inventory as nvml_inventory
+from core import errors, gates, kinds, names
+from core.gpu import slices as gpu_slice_planner
 
 _UNIT_GPU = pathlib.Path(__file__).resolve().parents[2] / "unit" / "gpu"
 if str(_UNIT_GPU) not in sys.path:
@@ -50,6 +52,11 @@ pytestmark = [
 ]
 
 H100_GPUS = 8
+UPSTREAM_GPU_ATTRIBUTES = (
+    "type", "uuid", "productName", "brand", "architecture", "cudaComputeCapability",
+    "driverVersion", "cudaDriverVersion", "resource.kubernetes.io/pciBusID",
+    "resource.kubernetes.io/pcieRoot",
+)
 
 
 @pytest.fixture(scope="module")
@@ -85,6 +92,16 @@ def gpu_plugin(
     realkube_gpu.wait_gpu_registered(process, gpu_node)
     yield process
     process.stop()
+
+
+def planned_devices(node: GpuPluginNode) -> list[Mapping[str, Any]]:
+    """The devices the plugin publishes for `node` with the chart's (empty) feature gates."""
+    found = nvml_inventory.gpu_discovery_from_spec(
+        f"simulated:{realkube_gpu.PROFILE}", node_name=node.name,
+        driver_root=str(node.driver_root),
+    ).gpu_inventory()
+    resolved = gates.resolve_gates(gates.parse_feature_gates(""))
+    return [dict(d) for d in gpu_slice_planner.plan_gpu_devices(found, gates=resolved)]
 
 
 def gpu_slices(admin: KubeCluster, node: str) -> list[Mapping[str, Any]]:
@@ -153,10 +170,14 @@ def test_the_gpu_plugin_publishes_its_node_slice_with_a_pod_bound_token(
     devices = {d["name"]: d for s in slices for d in s["spec"]["devices"]}
     assert sorted(devices) == sorted(f"gpu-{i}" for i in range(H100_GPUS))
     assert all(s["spec"]["pool"]["name"] == gpu_node.name for s in slices)
+    # What the server stored is what the planner published: nothing dropped or rewritten.
+    planned = planned_devices(gpu_node)
+    assert [devices[d["name"]] for d in planned] == planned
     attributes = devices["gpu-0"]["attributes"]
+    assert set(UPSTREAM_GPU_ATTRIBUTES) <= set(attributes), sorted(attributes)
     assert attributes["type"] == {"string": "gpu"}
     assert "H100" in attributes["productName"]["string"]
-    assert "memory" in devices["gpu-0"]["capacity"]
+    assert set(devices["gpu-0"]["capacity"]) == {"memory"}
 
 
 def test_the_policy_refuses_a_slice_for_another_node_written_with_the_gpu_plugins_token(
