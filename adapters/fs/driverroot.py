@@ -16,9 +16,9 @@ import errno
 import logging
 import os
 import re
-import stat
 import subprocess
 
+from adapters.fs import devnodes
 from core import errors, procdevices
 from core.gpu import devices
 
@@ -163,7 +163,7 @@ class DriverRoot:
     def _device_node(self, path: str, *, required: bool) -> devices.DeviceNode | None:
         seen_at = _join(self.dev_root, path)
         try:
-            info = os.stat(seen_at)
+            return devnodes.char_device(self.dev_root, path)
         except FileNotFoundError:
             if not required:
                 return None
@@ -177,17 +177,11 @@ class DriverRoot:
                 f"cannot stat {seen_at} ({errno.errorcode.get(exc.errno or 0, '?')}: "
                 f"{exc.strerror}); mount the host's /dev into the plugin container"
             ) from exc
-        if not stat.S_ISCHR(info.st_mode):
+        except devnodes.NotACharDevice:
             raise errors.ConfigError(
                 f"{seen_at} is not a character device; the dev root ({self.dev_root}) must be "
                 "where the host's NVIDIA device nodes are (mount the host's /dev)"
-            )
-        return devices.DeviceNode(
-            path=path,
-            major=os.major(info.st_rdev),
-            minor=os.minor(info.st_rdev),
-            file_mode=stat.S_IMODE(info.st_mode),
-        )
+            ) from None
 
     def _caps_major(self) -> int | None:
         try:

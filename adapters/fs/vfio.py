@@ -12,9 +12,9 @@ from __future__ import annotations
 import errno
 import logging
 import os
-import stat
 import uuid
 
+from adapters.fs import devnodes
 from core import errors
 from core.gpu import devices
 
@@ -304,22 +304,16 @@ class SysfsVfio:
     def _device_node(self, path: str, *, fix: str) -> devices.DeviceNode:
         seen_at = _join(self.dev_root, path)
         try:
-            info = os.stat(seen_at)
+            return devnodes.char_device(self.dev_root, path)
         except OSError as exc:
             raise errors.RetryableError(
                 f"cannot stat {seen_at} ({_errno_name(exc)}); {fix}"
             ) from exc
-        if not stat.S_ISCHR(info.st_mode):
+        except devnodes.NotACharDevice:
             raise errors.PermanentError(
                 f"{seen_at} is not a character device; the dev root ({self.dev_root}) must be "
                 "where the host's device nodes are (mount the host's /dev)"
-            )
-        return devices.DeviceNode(
-            path=path,
-            major=os.major(info.st_rdev),
-            minor=os.minor(info.st_rdev),
-            file_mode=stat.S_IMODE(info.st_mode),
-        )
+            ) from None
 
 
 def _nvidia_names(pci_ids_text: str) -> dict[int, str]:
