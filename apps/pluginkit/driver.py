@@ -24,7 +24,8 @@ import tenacity
 
 from apps.pluginkit import metrics as plugin_metrics
 from core import checkpoint as checkpoint_codec
-from core import decoding, errors, executing, kinds, models, names, ports, preparing
+from core import claims as claim_checks
+from core import decoding, errors, executing, kinds, models, names, ports
 
 log = logging.getLogger(__name__)
 
@@ -559,12 +560,12 @@ class ClaimDriver:
             deadline = min(deadline, time.monotonic() + remaining - _ANSWER_MARGIN_S)
         results: dict[names.ClaimUID, models.ClaimResult] = {}
         for ref in claims:
-            invalid = preparing.claim_uid_error(ref.uid)
+            invalid = claim_checks.claim_uid_error(ref.uid)
             if invalid is not None:  # bad input, not a bug: no traceback, no huge log line
                 log.warning(
                     "event=%s_failed claim=%s/%s uid=%s kind=permanent error=invalid_claim_uid",
-                    operation, preparing.shown(ref.namespace), preparing.shown(ref.name),
-                    preparing.shown(ref.uid),
+                    operation, claim_checks.shown(ref.namespace), claim_checks.shown(ref.name),
+                    claim_checks.shown(ref.uid),
                 )
                 self._count_error(operation, "permanent")
                 results[ref.uid] = models.ClaimResult(error=invalid.message)
@@ -669,7 +670,7 @@ class ClaimDriver:
             current = self.load_checkpoint()
             if self._degraded is not None:
                 raise errors.PermanentError(self._degraded.reason)
-            reused = preparing.reusable_devices(current, ref.uid)
+            reused = claim_checks.reusable_devices(current, ref.uid)
             if reused is not None:
                 self._ensure_spec_file(current.entries[ref.uid])
         if reused is not None:
@@ -679,7 +680,7 @@ class ClaimDriver:
             return reused
         # Every API call happens here, outside the node-wide lock.
         claim = self._fetch_claim(ref)
-        not_reserved = preparing.reservation_error(
+        not_reserved = claim_checks.reservation_error(
             claim, placements=self._reserved_placements(claim), node=self._node
         )
         if not_reserved is not None:
