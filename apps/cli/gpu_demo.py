@@ -33,6 +33,7 @@ from apps.gpuplugin import settings as gpu_settings
 from apps.gpuplugin import wiring as gpu_wiring
 from core import errors, gates, kinds, models, names
 from core.gpu import cdi as gpu_cdi
+from core.gpu import deviceclasses
 
 DRIVER = gpu_settings.DRIVER_NAME
 NAMESPACE = "gpu-demo"
@@ -41,16 +42,6 @@ Say = Callable[[str], None]
 
 # The chart's DeviceClasses of the GPU half (helm templates deviceclass-gpu.yaml and
 # deviceclass-mig.yaml); the allocator needs them in the cluster to run their selectors.
-DEVICE_CLASS_SELECTORS: Mapping[str, str] = {
-    "gpu.nvidia.com": (
-        "device.driver == 'gpu.nvidia.com' && device.attributes['gpu.nvidia.com'].type == 'gpu'"
-    ),
-    "mig.nvidia.com": (
-        "device.driver == 'gpu.nvidia.com' && device.attributes['gpu.nvidia.com'].type == 'mig'"
-    ),
-}
-
-
 def gpu_profiles() -> tuple[str, ...]:
     """The simulated GPU profiles the demo runs (`a100-mig`, `gb200`, `hgx-h100`)."""
     return gpu_simulation.gpu_profile_names()
@@ -139,12 +130,8 @@ def node_object(name: str) -> dict[str, Any]:
 
 
 def device_class_objects() -> tuple[dict[str, Any], ...]:
-    """The GPU half's DeviceClasses for full GPUs and MIG devices."""
-    return tuple(
-        {"apiVersion": names.DRA_GROUP_VERSION, "kind": "DeviceClass", "metadata": {"name": name},
-         "spec": {"selectors": [{"cel": {"expression": expression}}]}}
-        for name, expression in DEVICE_CLASS_SELECTORS.items()
-    )
+    """The GPU half's DeviceClasses, as the chart installs them (gates at their defaults)."""
+    return deviceclasses.device_classes(gates.resolve_gates({}))
 
 
 @dataclasses.dataclass(kw_only=True)
