@@ -13,6 +13,8 @@ ComputeDomainUID = NewType("ComputeDomainUID", str)
 NodeName = NewType("NodeName", str)
 
 DRIVER_NAME: Final = "compute-domain.nvidia.com"
+# The GPU half's driver (full GPUs, MIG devices, VFIO functions).
+GPU_DRIVER_NAME: Final = "gpu.nvidia.com"
 
 API_GROUP: Final = "resource.nvidia.com"
 API_VERSION: Final = "v1beta1"

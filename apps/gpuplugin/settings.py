@@ -7,8 +7,9 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 
 from apps.pluginkit import flags
+from core import names
 
-DRIVER_NAME = "gpu.nvidia.com"
+DRIVER_NAME = names.GPU_DRIVER_NAME
 PLUGIN_DIR = f"/var/lib/kubelet/plugins/{DRIVER_NAME}"
 REGISTRY_DIR = "/var/lib/kubelet/plugins_registry"
 

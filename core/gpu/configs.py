@@ -19,14 +19,14 @@ import enum
 from collections.abc import Mapping
 from typing import Any, Final
 
-from core import decoding, errors, models
+from core import decoding, errors, models, names
 from core import gates as feature_gates
 from core.decoding import fail, show_value
 from core.gpu import devices
 
 API_VERSION: Final = "resource.nvidia.com/v1beta1"
 # The DRA driver name of the GPU half; opaque configs with this `driver` are ours.
-DRIVER_NAME: Final = "gpu.nvidia.com"
+DRIVER_NAME: Final = names.GPU_DRIVER_NAME
 
 KIND_GPU_CONFIG: Final = "GpuConfig"
 KIND_MIG_DEVICE_CONFIG: Final = "MigDeviceConfig"

@@ -9,10 +9,10 @@ from __future__ import annotations
 from typing import Any, Final
 
 from core import gates as feature_gates
-from core import kinds, models
+from core import kinds, models, names
 from core.gpu import devices
 
-DRIVER_NAME: Final = "gpu.nvidia.com"
+DRIVER_NAME: Final = names.GPU_DRIVER_NAME
 GPU_CLASS: Final = "gpu.nvidia.com"
 MIG_CLASS: Final = "mig.nvidia.com"
 VFIO_CLASS: Final = "vfio.gpu.nvidia.com"

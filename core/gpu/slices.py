@@ -19,11 +19,11 @@ from collections.abc import Callable, Iterable, Mapping
 from functools import partial
 from typing import Final
 
-from core import errors, models, slices
+from core import errors, models, names, slices
 from core import gates as feature_gates
 from core.gpu import devices
 
-DRIVER_NAME: Final = "gpu.nvidia.com"
+DRIVER_NAME: Final = names.GPU_DRIVER_NAME
 
 # Standard attributes of k8s.io/dynamic-resource-allocation/deviceattribute (and upstream's
 # NUMA constant), published with their domain; every other key is qualified by the driver.
