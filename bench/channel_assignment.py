@@ -20,7 +20,8 @@ from adapters.memory import cluster as memory_cluster
 from apps.controller import reconciler as controller_reconciler
 from apps.controller import running
 from bench import stats
-from core import kinds, models, modes, names
+from core import kinds, models, names
+from core.computedomain import modes
 
 NAMESPACE = "bench-channels"
 

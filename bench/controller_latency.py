@@ -23,7 +23,8 @@ from adapters.memory import cluster as memory_cluster
 from apps.controller import reconciler as controller_reconciler
 from apps.controller import running
 from bench import stats
-from core import errors, kinds, models, modes, names, ports
+from core import errors, kinds, models, names, ports
+from core.computedomain import modes
 
 NAMESPACE = "bench-controller"
 FAILING_RCT = "refused-channel"

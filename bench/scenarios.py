@@ -19,7 +19,8 @@ from apps.cli import embedded
 from apps.controller import running as controller_running
 from bench import floor, stats
 from core import checkpoint as checkpoint_codec
-from core import controlling, decoding, errors, kinds, models, modes, names
+from core import decoding, errors, kinds, models, names
+from core.computedomain import controlling, modes
 
 NAMESPACE = "bench"
 

@@ -1,35 +1,34 @@
-"""Pure core of the ComputeDomain DRA driver: models, decoding, planners, errors, ports.
+"""Pure core of the NVIDIA DRA driver: models, decoding, planners, errors, ports.
 
-Nothing here does I/O or reads a clock; see docs/library.md for the public API. The names
-below are the supported surface for tools that import the driver's decisions; everything
-else is reachable as `core.<module>` but may change between releases.
+Nothing here does I/O or reads a clock; see docs/library.md for the public API. The top level
+holds what both halves share; `core.computedomain` is the ComputeDomain half's planning and
+`core.gpu` the GPU half's. The names below are the supported surface for tools that import the
+driver's decisions; everything else is reachable as `core.<module>` but may change between
+releases.
 """
 
 from core import (
     cdi,
     checkpoint,
-    cliques,
-    controlling,
+    claims,
+    computedomain,
     decoding,
     errors,
     gates,
+    gpu,
     kinds,
     models,
-    modes,
-    modeswitch,
     names,
-    objects,
     ports,
-    preparing,
     procdevices,
     slices,
 )
-from core.cliques import clique_id_from_fabric
-from core.controlling import observe, plan_compute_domain
+from core.computedomain.cliques import clique_id_from_fabric
+from core.computedomain.controlling import observe, plan_compute_domain
+from core.computedomain.modes import resolve_driver_config
+from core.computedomain.preparing import plan_prepare, plan_unprepare
 from core.decoding import compute_domain_from_k8s, decode_opaque_config, resource_claim_from_k8s
 from core.errors import ConfigError, DecodeError, DriverError, PermanentError, RetryableError
-from core.modes import resolve_driver_config
-from core.preparing import plan_prepare, plan_unprepare
 from core.slices import plan_slice_devices
 
 __all__ = [
@@ -40,27 +39,24 @@ __all__ = [
     "RetryableError",
     "cdi",
     "checkpoint",
+    "claims",
     "clique_id_from_fabric",
-    "cliques",
     "compute_domain_from_k8s",
-    "controlling",
+    "computedomain",
     "decode_opaque_config",
     "decoding",
     "errors",
     "gates",
+    "gpu",
     "kinds",
     "models",
-    "modes",
-    "modeswitch",
     "names",
-    "objects",
     "observe",
     "plan_compute_domain",
     "plan_prepare",
     "plan_slice_devices",
     "plan_unprepare",
     "ports",
-    "preparing",
     "procdevices",
     "resolve_driver_config",
     "resource_claim_from_k8s",

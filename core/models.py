@@ -1,7 +1,7 @@
 """The driver's vocabulary: frozen, typed values that every planner takes and returns.
 
 Kubernetes JSON stops at the decoders (`core.decoding`) and the object builders
-(`core.objects`); between them only these dataclasses flow.
+(`core.computedomain.objects`); between them only these dataclasses flow.
 """
 
 from __future__ import annotations

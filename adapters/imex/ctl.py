@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import subprocess
 
-from core import hostimex
+from core.computedomain import hostimex
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

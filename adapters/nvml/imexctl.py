@@ -1,7 +1,7 @@
 """Host `nvidia-imex-ctl -q` readiness probe for host-managed IMEX (optional check).
 
 Runs the host's control tool from under the driver root with a timeout; interpretation
-of its answer is pure (`core.hostimex`).
+of its answer is pure (`core.computedomain.hostimex`).
 """
 
 from __future__ import annotations
@@ -10,7 +10,8 @@ import logging
 import os
 import subprocess
 
-from core import errors, hostimex
+from core import errors
+from core.computedomain import hostimex
 
 log = logging.getLogger(__name__)
 

@@ -16,7 +16,8 @@ from adapters.fs import cdi as fs_cdi
 from adapters.memory import allocator as memory_allocator
 from apps.cli import embedded as embedded_mod
 from apps.cli import scenario
-from core import controlling, errors, kinds, names
+from core import errors, kinds, names
+from core.computedomain import controlling
 
 NAMESPACE = scenario.NAMESPACE
 DOMAINS = ("training-a", "training-b")

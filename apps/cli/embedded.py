@@ -30,7 +30,8 @@ from apps.kubeletplugin import daemon_claims as plugin_daemon_claims
 from apps.kubeletplugin import settings as plugin_settings
 from apps.kubeletplugin import wiring
 from apps.pluginkit import serving
-from core import errors, kinds, models, modes, names, objects
+from core import errors, kinds, models, names
+from core.computedomain import modes, objects
 
 log = logging.getLogger(__name__)
 

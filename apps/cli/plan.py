@@ -9,7 +9,8 @@ from typing import Any
 
 import yaml
 
-from core import controlling, decoding, errors, kinds, models, modes
+from core import decoding, errors, kinds, models
+from core.computedomain import controlling, modes
 
 
 def add_parser(sub: Any) -> None:

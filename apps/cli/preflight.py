@@ -8,7 +8,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from adapters.kube import cluster as kube_cluster
-from core import controlling, decoding, errors, kinds, models, modes, modeswitch, names, ports
+from core import decoding, errors, kinds, models, names, ports
+from core.computedomain import controlling, modes, modeswitch
 
 
 def add_parser(sub: Any) -> None:

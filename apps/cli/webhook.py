@@ -26,7 +26,8 @@ from collections.abc import Mapping
 from types import FrameType
 from typing import Any, Final
 
-from core import admission, errors, models, modes
+from core import admission, errors, models
+from core.computedomain import modes
 
 log = logging.getLogger(__name__)
 

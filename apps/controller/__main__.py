@@ -17,7 +17,8 @@ from apps.controller import metrics as controller_metrics
 from apps.controller import reconciler as controller_reconciler
 from apps.controller import running
 from apps.controller import settings as controller_settings
-from core import errors, modes, ports
+from core import errors, ports
+from core.computedomain import modes
 
 log = logging.getLogger("compute-domain-controller")
 

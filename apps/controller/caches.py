@@ -23,7 +23,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from adapters.kube import informer
-from core import channels, controlling, errors, kinds, models, names, ports
+from core import errors, kinds, models, names, ports
+from core.computedomain import channels, controlling
 
 # Deletions remembered against late answers to our own writes (one per recent deletion).
 _GONE_REMEMBERED = 4096

@@ -2,8 +2,9 @@
 
 Workers run in parallel, and the caches may lag the controller's own status writes, so the
 choice is made under one lock and remembered (`_pending`) until the CD's status shows it. The
-table itself is rebuilt from the cluster (CDs + ResourceClaims, `core.channels.build_table`) on
-every fresh assignment, so nothing here survives a restart or a failover, nor needs to.
+table itself is rebuilt from the cluster (CDs + ResourceClaims,
+`computedomain.channels.build_table`) on every fresh assignment, so nothing here survives a
+restart or a failover, nor needs to.
 """
 
 from __future__ import annotations
@@ -12,7 +13,8 @@ import logging
 import threading
 from collections.abc import Callable
 
-from core import channels, models
+from core import models
+from core.computedomain import channels
 
 log = logging.getLogger(__name__)
 

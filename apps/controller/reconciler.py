@@ -1,4 +1,4 @@
-"""Reconciling one ComputeDomain: observe, plan (pure, `core.controlling`), apply, report.
+"""Reconciling one ComputeDomain: observe, plan (pure, `computedomain.controlling`), apply, report.
 
 `Reconciler.sync_domain` is what a work-queue worker runs for one CD key (see
 `apps.controller.running`); `reconcile_all` is one level-triggered pass over lists, kept for the
@@ -16,7 +16,8 @@ from typing import Any
 
 from apps.controller import caches, channel_allocator
 from apps.controller import metrics as controller_metrics
-from core import channels, controlling, decoding, errors, executing, kinds, models, ports
+from core import decoding, errors, executing, kinds, models, ports
+from core.computedomain import channels, controlling
 
 log = logging.getLogger(__name__)
 

@@ -19,7 +19,8 @@ from adapters.kube import informer, workqueue
 from apps.controller import caches as controller_caches
 from apps.controller import reconciler as controller_reconciler
 from apps.controller import writes
-from core import channels, errors, kinds
+from core import errors, kinds
+from core.computedomain import channels
 
 log = logging.getLogger(__name__)
 

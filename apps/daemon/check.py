@@ -13,7 +13,8 @@ from adapters.imex import ctl as imex_ctl
 from adapters.nvml import inventory as nvml_inventory
 from adapters.nvml import real as nvml_real
 from apps.daemon import settings as daemon_settings
-from core import cliques, errors
+from core import errors
+from core.computedomain import cliques
 
 READY = 0
 NOT_READY = 1

@@ -12,7 +12,8 @@ from adapters.nvml import inventory as nvml_inventory
 from apps.kubeletplugin import settings as plugin_settings
 from apps.kubeletplugin import wiring
 from apps.pluginkit import process, serving
-from core import cliques, gates, modes, ports
+from core import gates, ports
+from core.computedomain import cliques, modes
 
 log = logging.getLogger("compute-domain-kubelet-plugin")
 

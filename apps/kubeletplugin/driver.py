@@ -1,6 +1,6 @@
 """The ComputeDomain half's device logic on the shared claim driver (`apps.pluginkit`).
 
-`PluginDriver` plans with `core.preparing`: it reads the claim's ComputeDomains and the
+`PluginDriver` plans with `computedomain.preparing`: it reads the claim's ComputeDomains and the
 node's labels before the lock, probes the host IMEX daemon before a CDI spec is written,
 releases the driver-managed node label with a domain's last claim, and reports claims left
 from the other IMEX mode at start-up.
@@ -24,7 +24,8 @@ from apps.pluginkit.driver import (
     emit_node_event,
 )
 from core import checkpoint as checkpoint_codec
-from core import decoding, errors, kinds, models, names, preparing
+from core import decoding, errors, kinds, models, names
+from core.computedomain import preparing
 
 __all__ = [
     "DomainsView",

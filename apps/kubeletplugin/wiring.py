@@ -21,7 +21,8 @@ from apps.kubeletplugin import settings as plugin_settings
 from apps.pluginkit import metrics as plugin_metrics
 from apps.pluginkit import serving
 from apps.pluginkit.serving import Plugin
-from core import cliques, errors, models, names, ports, procdevices
+from core import errors, models, names, ports, procdevices
+from core.computedomain import cliques
 
 log = logging.getLogger(__name__)
 

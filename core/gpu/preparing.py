@@ -1,6 +1,6 @@
 """Prepare and unprepare of one `gpu.nvidia.com` claim as pure transitions.
 
-The GPU half's counterpart of `core.preparing`, on the same checkpoint format and the same
+The GPU half's counterpart of `computedomain.preparing`, on the same checkpoint format and the same
 guarantees: every check runs before the first step that writes, so a rejected claim leaves
 no trace; the entry says PrepareStarted before any GPU is touched or any CDI file written and
 PrepareCompleted after; a completed claim prepared again gets the same devices and no steps;
@@ -250,7 +250,8 @@ def plan_gpu_prepare(
         checkpoint, started=started, completed=completed, now=now
     )
     steps: tuple[Step, ...] = (
-        # NB: no sync of its own; the PrepareCompleted sync flushes it (see core.preparing).
+        # NB: no sync of its own; the PrepareCompleted sync flushes it (see
+        # computedomain.preparing).
         models.WriteCheckpoint(checkpoint=writes.started, changed=writes.changed, durable=False),
         *gpu_steps,
         models.WriteCDISpec(claim_uid=claim.uid, spec=spec),

@@ -19,7 +19,8 @@ from typing import Any
 from adapters.memory import apiserver
 from adapters.memory import cluster as memory_cluster
 from apps.cli import preflight
-from core import errors, kinds, modeswitch, names, ports
+from core import errors, kinds, names, ports
+from core.computedomain import modeswitch
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[3]
 HOST = {"mode": "hostManaged", "isolation": "none", "feature_gates": "HostManagedIMEX=true"}

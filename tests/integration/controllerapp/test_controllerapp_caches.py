@@ -17,7 +17,8 @@ import pytest
 
 from adapters.memory import cluster as memory_cluster
 from apps.controller import caches as controller_caches
-from core import decoding, kinds, models, modes, names, objects
+from core import decoding, kinds, models, names
+from core.computedomain import modes, objects
 
 NS = "ml"
 RCT = kinds.RESOURCE_CLAIM_TEMPLATE.kind

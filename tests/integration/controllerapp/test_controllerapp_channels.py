@@ -17,7 +17,8 @@ from adapters.memory import cluster as memory_cluster
 from apps.cli.embedded import wait_until
 from apps.controller import reconciler as controller_reconciler
 from apps.controller import running
-from core import channels, controlling, kinds, models, modes, names
+from core import kinds, models, names
+from core.computedomain import channels, controlling, modes
 
 NS = "team"
 CD = kinds.COMPUTE_DOMAIN.kind

@@ -13,7 +13,8 @@ from adapters.memory import cluster as memory_cluster
 from apps.controller import __main__ as controller_main
 from apps.controller import reconciler as controller_reconciler
 from apps.controller import running as controller_running
-from core import kinds, models, modes, names
+from core import kinds, models, names
+from core.computedomain import modes
 
 NAMESPACE = "nvidia-dra-driver"
 LEASE = "compute-domain-controller"

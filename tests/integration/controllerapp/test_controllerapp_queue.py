@@ -24,7 +24,8 @@ from adapters.memory import cluster as memory_cluster
 from apps.controller import metrics as controller_metrics
 from apps.controller import reconciler as controller_reconciler
 from apps.controller import running, writes
-from core import controlling, errors, kinds, models, modes, names, ports
+from core import errors, kinds, models, names, ports
+from core.computedomain import controlling, modes
 
 NS = "ml"
 DRIVER_NS = "nvidia-dra-driver"

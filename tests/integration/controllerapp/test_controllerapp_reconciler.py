@@ -10,7 +10,8 @@ from collections.abc import Mapping
 from adapters.memory import cluster as memory_cluster
 from apps.controller import metrics as controller_metrics
 from apps.controller import reconciler as controller_reconciler
-from core import kinds, models, modes, names, ports
+from core import kinds, models, names, ports
+from core.computedomain import modes
 
 
 def _host_config() -> models.DriverConfig:

@@ -9,7 +9,8 @@ import pytest
 
 from apps.kubeletplugin import daemon_claims
 from apps.kubeletplugin import settings as plugin_settings
-from core import models, modes, names
+from core import models, names
+from core.computedomain import modes
 
 
 def _executable(path: pathlib.Path) -> None:

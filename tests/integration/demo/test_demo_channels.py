@@ -13,7 +13,7 @@ import subprocess
 import sys
 
 from apps.cli import channel_scenario, embedded
-from core import channels, controlling
+from core.computedomain import channels, controlling
 
 MAJOR = 242  # what the embedded node files write into /proc/devices
 

@@ -15,7 +15,8 @@ import celpy.adapter
 import chart_rendering as cr
 import pytest
 
-from core import modes, names, slices
+from core import names, slices
+from core.computedomain import modes
 
 
 def _device_variable(device: Mapping[str, Any], *, driver: str) -> Any:

@@ -8,7 +8,8 @@ from test_helm_cel import _published, _selected
 
 from apps.controller import settings as controller_settings
 from apps.kubeletplugin import settings as plugin_settings
-from core import modes, names
+from core import names
+from core.computedomain import modes
 
 CHANNEL = cr.imex("hostManaged", "channel", featureGates={"HostManagedIMEX": True})
 

@@ -1,7 +1,7 @@
 """The Helm chart, rendered by the real Helm engine, for every IMEX mode x isolation x gate set.
 
 Whether a combination is valid, and the message an invalid one fails with, come from
-`core.modes.resolve_driver_config`: the chart and the apps can never disagree silently.
+`computedomain.modes.resolve_driver_config`: the chart and the apps can never disagree silently.
 """
 
 from __future__ import annotations
@@ -21,7 +21,8 @@ import pytest
 from adapters.memory import cluster as memory_cluster
 from apps.cli import preflight
 from apps.cli import webhook as cli_webhook
-from core import errors, modes, names
+from core import errors, names
+from core.computedomain import modes
 
 MODES = ("driverManaged", "hostManaged")
 ISOLATIONS = ("", "domain", "none", "channel")

@@ -22,7 +22,8 @@ from adapters.memory import cluster as memory_cluster
 from apps.cli import preflight
 from apps.controller import caches as controller_caches
 from apps.controller import reconciler as controller_reconciler
-from core import kinds, models, modes, names, ports
+from core import kinds, models, names, ports
+from core.computedomain import modes
 
 # (verb, API group, resource[/subresource], namespace): namespace "" = cluster-scoped or all
 # namespaces; USER_NS stands for any namespace users create ComputeDomains in.

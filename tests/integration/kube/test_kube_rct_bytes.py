@@ -15,7 +15,8 @@ import kube_apiserver_standin
 import pytest
 
 from adapters.kube import _codec, cluster
-from core import errors, kinds, models, names, objects
+from core import errors, kinds, models, names
+from core.computedomain import objects
 
 RCT = kinds.RESOURCE_CLAIM_TEMPLATE.kind
 

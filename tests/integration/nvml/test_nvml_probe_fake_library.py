@@ -16,7 +16,8 @@ import pytest
 
 from adapters import nvml
 from adapters.nvml import real
-from core import cliques, models
+from core import models
+from core.computedomain import cliques
 
 FAKE_PYNVML = textwrap.dedent(
     '''

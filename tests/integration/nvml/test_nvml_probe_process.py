@@ -19,7 +19,8 @@ import pytest
 
 from adapters import nvml
 from adapters.nvml import _codec
-from core import cliques, models, ports
+from core import models, ports
+from core.computedomain import cliques
 
 HAS_NVML = ctypes.util.find_library("nvidia-ml") is not None
 

@@ -9,7 +9,8 @@ import kubernetes_validate
 import pytest
 from kubernetes_validate import utils as kv_utils
 
-from core import controlling, gates, models, names, objects
+from core import gates, models, names
+from core.computedomain import controlling, objects
 
 
 def _versions() -> list[str]:

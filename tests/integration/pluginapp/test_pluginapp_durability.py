@@ -24,7 +24,8 @@ from adapters.fs import cdi as fs_cdi
 from adapters.fs import checkpoints as fs_checkpoints
 from apps.cli import embedded
 from core import checkpoint as checkpoint_codec
-from core import kinds, modes, names
+from core import kinds, names
+from core.computedomain import modes
 
 
 @pytest.fixture

@@ -23,7 +23,8 @@ from realkube_server import wait_for
 from adapters.grpc import client as grpc_client
 from adapters.kube import KubeCluster
 from adapters.nvml import simulated
-from core import channels, controlling, kinds, models, names, procdevices
+from core import kinds, models, names, procdevices
+from core.computedomain import channels, controlling
 
 pytestmark = pytest.mark.slow
 

@@ -18,7 +18,8 @@ from realkube_driver import WORKLOAD_NAMESPACE, Driver
 from realkube_server import wait_for
 
 from adapters.kube import KubeCluster
-from core import controlling, errors, kinds, names
+from core import errors, kinds, names
+from core.computedomain import controlling
 
 pytestmark = pytest.mark.slow
 

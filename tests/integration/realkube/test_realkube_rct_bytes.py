@@ -20,7 +20,8 @@ from realkube_driver import WORKLOAD_NAMESPACE, Driver
 from realkube_server import wait_for
 
 from adapters.kube import KubeCluster, _codec
-from core import errors, kinds, models, names, objects
+from core import errors, kinds, models, names
+from core.computedomain import objects
 
 pytestmark = pytest.mark.slow
 

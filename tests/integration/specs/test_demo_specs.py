@@ -17,7 +17,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from core import modes
+from core.computedomain import modes
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[3]
 SPEC_DIR = REPO_ROOT / "demo" / "specs" / "host-managed"

@@ -13,7 +13,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from core import admission, models, modes, names
+from core import admission, models, names
+from core.computedomain import modes
 from core.gpu import configs as gpu_configs
 
 GPU = gpu_configs.DRIVER_NAME

@@ -9,7 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from core import admission, models, modes, names
+from core import admission, models, names
+from core.computedomain import modes
 
 DRIVER_MANAGED = modes.resolve_driver_config(
     mode="driverManaged", isolation="", feature_gates="", namespace="nvidia-dra-driver"

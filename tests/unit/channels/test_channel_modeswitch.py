@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from core import errors, models, modeswitch, names
+from core import errors, models, names
+from core.computedomain import modeswitch
 from tests.unit.plugin import plugin_factories as f
 
 HOST = models.IMEXMode.HOST_MANAGED

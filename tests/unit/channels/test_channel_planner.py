@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from core import channels, controlling, decoding, kinds, models, names
+from core import decoding, kinds, models, names
+from core.computedomain import channels, controlling
 
 CD_KIND = kinds.COMPUTE_DOMAIN.kind
 RCT_KIND = kinds.RESOURCE_CLAIM_TEMPLATE.kind

@@ -20,7 +20,8 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 
 from adapters.memory import cluster as memory_cluster
 from apps.controller import reconciler as controller_reconciler
-from core import channels, controlling, errors, kinds, models, names
+from core import errors, kinds, models, names
+from core.computedomain import channels, controlling
 
 CD = kinds.COMPUTE_DOMAIN.kind
 RCT = kinds.RESOURCE_CLAIM_TEMPLATE.kind

@@ -1,10 +1,11 @@
-"""The channel table (core.channels): who holds which IMEX channel, and the lowest free one."""
+"""The channel table (computedomain.channels): who holds which IMEX channel, the lowest free one."""
 
 from __future__ import annotations
 
 import pytest
 
-from core import channels, errors, names
+from core import errors, names
+from core.computedomain import channels
 
 D = channels.DomainChannel
 C = channels.ClaimChannel

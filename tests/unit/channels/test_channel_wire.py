@@ -7,7 +7,7 @@ import dataclasses
 import pytest
 
 from core import decoding, errors, models, names, slices
-from core.channel_prepare import assigned_channel
+from core.computedomain.channel_prepare import assigned_channel
 from tests.unit.plugin import plugin_factories as f
 
 CONFIG = dataclasses.replace(f.HOST_CHANNEL, channel_slots=3)

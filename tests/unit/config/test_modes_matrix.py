@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from core import errors, models, modes
+from core import errors, models
+from core.computedomain import modes
 
 
 def resolve(

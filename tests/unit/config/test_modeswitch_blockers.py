@@ -5,7 +5,8 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from core import models, modeswitch, names
+from core import models, names
+from core.computedomain import modeswitch
 
 HOST = models.IMEXMode.HOST_MANAGED
 DRIVER = models.IMEXMode.DRIVER_MANAGED

@@ -15,7 +15,8 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from adapters.memory import cluster as memory_cluster
-from core import controlling, decoding, errors, kinds, models, names
+from core import decoding, errors, kinds, models, names
+from core.computedomain import controlling
 
 Key = tuple[str, str, str]
 

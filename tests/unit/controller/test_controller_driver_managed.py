@@ -7,7 +7,8 @@ from typing import Any
 import controller_harness as harness
 import pytest
 
-from core import controlling, models, names, objects
+from core import models, names
+from core.computedomain import controlling, objects
 
 RCT = "ResourceClaimTemplate"
 CD = "ComputeDomain"

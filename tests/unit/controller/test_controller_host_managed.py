@@ -6,7 +6,8 @@ from typing import Any
 
 import controller_harness as harness
 
-from core import controlling, models, names, objects
+from core import models, names
+from core.computedomain import controlling, objects
 
 RCT = "ResourceClaimTemplate"
 CD = "ComputeDomain"

@@ -12,7 +12,8 @@ from __future__ import annotations
 import controller_harness as harness
 import pytest
 
-from core import controlling, models
+from core import models
+from core.computedomain import controlling
 
 CD = "ComputeDomain"
 RCT = "ResourceClaimTemplate"

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import controller_harness as harness
 
-from core import controlling, models, names
+from core import models, names
+from core.computedomain import controlling
 
 CD = "ComputeDomain"
 DS = "DaemonSet"

@@ -6,7 +6,8 @@ import dataclasses
 
 import controller_harness as harness
 
-from core import models, names, objects
+from core import models, names
+from core.computedomain import objects
 
 
 def test_host_managed_has_only_the_channel_device_class() -> None:

@@ -13,7 +13,8 @@ import controller_harness as harness
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from core import controlling, models, names
+from core import models, names
+from core.computedomain import controlling
 
 CD = "ComputeDomain"
 RCT = "ResourceClaimTemplate"

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from apps.daemon import settings as daemon_settings
-from core import gates, models, objects
+from core import gates, models
+from core.computedomain import objects
 
 CONFIG = models.DriverConfig(
     mode=models.IMEXMode.DRIVER_MANAGED, isolation=models.Isolation.DOMAIN,

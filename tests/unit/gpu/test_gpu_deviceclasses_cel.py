@@ -23,7 +23,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from adapters import nvml
-from core import gates, models, modes, names, slices
+from core import gates, models, names, slices
+from core.computedomain import modes
 from core.gpu import devices
 from core.gpu import slices as gpu_slices
 

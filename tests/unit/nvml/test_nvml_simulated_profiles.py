@@ -7,7 +7,8 @@ import re
 import pytest
 
 from adapters import nvml
-from core import cliques, errors, models, names, ports, procdevices
+from core import errors, models, names, ports, procdevices
+from core.computedomain import cliques
 
 
 def _clique(profile: str, node: str) -> str:

@@ -5,7 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from core import models, names, preparing
+from core import models, names
+from core.computedomain import preparing
 
 CD_UID = names.ComputeDomainUID("5b2f0e1c-cd01-4b7a-9d3e-000000000001")
 OTHER_CD_UID = names.ComputeDomainUID("5b2f0e1c-cd02-4b7a-9d3e-000000000002")

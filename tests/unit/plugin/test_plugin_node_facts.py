@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from core import cliques, errors, models, procdevices
+from core import errors, models, procdevices
+from core.computedomain import cliques
 
 CLUSTER = bytes.fromhex("8c2b3f4e5a6d4e7f8091a2b3c4d5e6f7")
 CLUSTER_TEXT = "8c2b3f4e-5a6d-4e7f-8091-a2b3c4d5e6f7"

@@ -15,7 +15,8 @@ import plugin_factories as f
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from core import checkpoint, errors, models, names, preparing, slices
+from core import checkpoint, errors, models, names, slices
+from core.computedomain import preparing
 
 _DOMAINS = {
     names.ComputeDomainUID(f"cd-{i}"): f.domain(

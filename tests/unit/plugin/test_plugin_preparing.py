@@ -11,8 +11,8 @@ import dataclasses
 import plugin_factories as f
 import pytest
 
-from core import cdi, checkpoint, errors, models, names, preparing
-from core.computedomain import daemon_claim
+from core import cdi, checkpoint, errors, models, names
+from core.computedomain import daemon_claim, preparing
 
 
 def _permanent(outcome: models.ClaimOutcome) -> str:

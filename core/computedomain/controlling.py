@@ -17,7 +17,8 @@ import re
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, Final
 
-from core import channels, decoding, errors, gates, kinds, models, modeswitch, names, objects
+from core import decoding, errors, gates, kinds, models, names
+from core.computedomain import channels, modeswitch, objects
 
 MODE_MISMATCH_REPORTED_ANNOTATION: Final = "resource.nvidia.com/modeMismatchReported"
 MODE_MISMATCH_REASON: Final = "IMEXModeMismatch"

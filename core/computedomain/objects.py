@@ -1,6 +1,6 @@
 """Builders of the Kubernetes objects the controller owns, as plain JSON dicts.
 
-The controller planner (`core.controlling`) decides *whether* an object must exist; this module
+The controller planner (`controlling`) decides *whether* an object must exist; this module
 decides *what it looks like*. Every builder is deterministic (same inputs, same dict, keys in a
 fixed order) so that plans compare equal across reconciles, and every object validates strictly
 against the Kubernetes 1.34+ OpenAPI schemas (pinned by tests/integration/objects/).

@@ -11,10 +11,10 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping, Sequence
 
-from core import cdi, channel_prepare, decoding, errors, models, modeswitch, names
+from core import cdi, decoding, errors, models, names
 from core import checkpoint as checkpoints
 from core.checkpoint import HOLDING_STATES
-from core.computedomain import daemon_claim
+from core.computedomain import channel_prepare, daemon_claim, modeswitch
 
 _SINGLE_MODES = ("", models.AllocationMode.SINGLE.value)
 _DRIVER_MANAGED_MODES = (*_SINGLE_MODES, models.AllocationMode.ALL.value)

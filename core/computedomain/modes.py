@@ -12,7 +12,8 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Final
 
-from core import channels, errors, gates, models
+from core import errors, gates, models
+from core.computedomain import channels
 
 HOST_MANAGED_NEEDS_GATE: Final = (
     "IMEX mode hostManaged requires feature gate HostManagedIMEX=true: "
