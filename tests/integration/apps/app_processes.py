@@ -14,8 +14,10 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TypeVar
+
+import pytest
 
 from adapters.memory import apiserver
 from adapters.memory import cluster as memory_cluster
@@ -249,3 +251,34 @@ def resource_claim(
     return models.ClaimRef(
         uid=names.ClaimUID(created["metadata"]["uid"]), namespace=NAMESPACE, name=name
     )
+
+
+# Fixtures shared by the app test directories (each conftest imports them by name).
+
+
+@pytest.fixture
+def served(tmp_path: pathlib.Path) -> Iterator[ServedCluster]:
+    """An in-memory cluster behind the embedded HTTP API server, with a kubeconfig for it."""
+    cluster = memory_cluster.InMemoryCluster()
+    server = apiserver.EmbeddedAPIServer(cluster).start()
+    kubeconfig = tmp_path / "kubeconfig"
+    server.write_kubeconfig(str(kubeconfig))
+    yield ServedCluster(cluster=cluster, server=server, kubeconfig=kubeconfig)
+    server.stop()
+    cluster.close()
+
+
+@pytest.fixture
+def launch(tmp_path: pathlib.Path) -> Iterator[Launch]:
+    """Start `python -m <module> <args>`; every process still running at the end is killed."""
+    started: list[AppProcess] = []
+
+    def start(module: str, args: Sequence[str]) -> AppProcess:
+        log_path = tmp_path / f"{module.rsplit('.', 1)[-1]}-{len(started)}.log"
+        process = AppProcess(module, args, log_path=log_path)
+        started.append(process)
+        return process
+
+    yield start
+    for process in started:
+        process.kill()

@@ -11,7 +11,7 @@ import pathlib
 import shutil
 import sys
 import tempfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 
 import pytest
 
@@ -22,20 +22,9 @@ for _helpers in (_TESTS / "integration" / "apps", _TESTS / "unit" / "gpu"):
 
 import app_processes  # noqa: E402
 import gpuplugin_env  # noqa: E402
+from app_processes import launch, served  # noqa: E402
 
-from adapters.memory import apiserver  # noqa: E402
-from adapters.memory import cluster as memory_cluster  # noqa: E402
-
-
-@pytest.fixture
-def served(tmp_path: pathlib.Path) -> Iterator[app_processes.ServedCluster]:
-    cluster = memory_cluster.InMemoryCluster()
-    server = apiserver.EmbeddedAPIServer(cluster).start()
-    kubeconfig = tmp_path / "kubeconfig"
-    server.write_kubeconfig(str(kubeconfig))
-    yield app_processes.ServedCluster(cluster=cluster, server=server, kubeconfig=kubeconfig)
-    server.stop()
-    cluster.close()
+__all__ = ["launch", "served"]  # the shared fixtures, registered here by import
 
 
 @pytest.fixture
@@ -50,19 +39,3 @@ def short_root() -> Iterator[pathlib.Path]:
 def gpu_node(short_root: pathlib.Path) -> gpuplugin_env.GpuNode:
     """A GPU node's files: simulated driver root, dev root with control nodes, stand-in smi."""
     return gpuplugin_env.GpuNode.create(short_root / "gpu", node=app_processes.first_node())
-
-
-@pytest.fixture
-def launch(tmp_path: pathlib.Path) -> Iterator[app_processes.Launch]:
-    """Start `python -m <module> <args>`; every process still running at the end is killed."""
-    started: list[app_processes.AppProcess] = []
-
-    def start(module: str, args: Sequence[str]) -> app_processes.AppProcess:
-        log_path = tmp_path / f"{module.rsplit('.', 1)[-1]}-{len(started)}.log"
-        process = app_processes.AppProcess(module, args, log_path=log_path)
-        started.append(process)
-        return process
-
-    yield start
-    for process in started:
-        process.kill()
