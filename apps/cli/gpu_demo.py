@@ -62,6 +62,8 @@ class NodeFiles:
 def lay_out_node_files(root: str, *, profile: str, node_name: str) -> NodeFiles:
     """A driver root, dev root, /proc/devices, boot id and nvidia-smi for a simulated node.
 
+    The demo, the GPU app tests and the real-server tests all lay out a node with this.
+
     The control device nodes are real character nodes where this process may create them
     (root); elsewhere they are links to /dev/null, a character device too, so that the
     driver root check passes (`stand_in_device_nodes` says which).
@@ -88,8 +90,10 @@ def lay_out_node_files(root: str, *, profile: str, node_name: str) -> NodeFiles:
     with open(boot_id_path, "w", encoding="utf-8") as handle:
         handle.write(nvml_simulated.simulated_boot_id(node_name) + "\n")
     inventory = gpu_simulation.simulated_gpus(profile, node_name=node_name).gpu_inventory()
+    # NB: over the driver root's stub, where the plugin looks for nvidia-smi: the stand-in
+    # records each call (time-slicing) for tests to read.
     nvidia_smi = nvsmi_simulated.install(
-        os.path.join(root, "nvsmi"), gpu_uuids=tuple(gpu.uuid for gpu in inventory.gpus)
+        os.path.join(driver_root, "usr", "bin"), gpu_uuids=tuple(gpu.uuid for gpu in inventory.gpus)
     )
     return NodeFiles(
         driver_root=driver_root, dev_root=dev_root, proc_devices=proc_devices,

@@ -19,13 +19,12 @@ import app_processes
 from app_processes import NAMESPACE, eventually
 
 from adapters.fs import checkpoints as fs_checkpoints
-from adapters.fs import simulated_driverroot
 from adapters.grpc import client as grpc_client
 from adapters.grpc import server as grpc_server
 from adapters.memory import cluster as memory_cluster
 from adapters.nvml import inventory as nvml_inventory
-from adapters.nvml import simulated
 from adapters.nvsmi import simulated as nvsmi_simulated
+from apps.cli import gpu_demo
 from core import kinds, models, names
 from core.gpu import cdi as gpu_cdi
 from core.gpu import devices as gpu_devices
@@ -53,13 +52,7 @@ class GpuNode:
     @classmethod
     def create(cls, root: pathlib.Path, *, node: str, profile: str = "hgx-h100") -> GpuNode:
         made = cls(root=root, node=node)
-        simulated_driverroot.install(str(made.driver_root))
-        if can_make_device_nodes():
-            simulated_driverroot.make_control_nodes(str(made.dev_root))
-        # NB: over the driver root's stub, so that time-slicing runs the recording stand-in.
-        uuids = tuple(g.uuid for g in made.inventory(profile).gpus)
-        nvsmi_simulated.install(str(made.smi_dir), gpu_uuids=uuids)
-        made.boot_id.write_text(simulated.simulated_boot_id(node) + "\n", encoding="utf-8")
+        gpu_demo.lay_out_node_files(str(root), profile=profile, node_name=node)
         return made
 
     def inventory(self, profile: str) -> gpu_devices.GpuInventory:
@@ -81,7 +74,11 @@ class GpuNode:
 
     @property
     def boot_id(self) -> pathlib.Path:
-        return self.root / "boot_id"
+        return self.root / "proc" / "boot_id"
+
+    @property
+    def proc_devices(self) -> pathlib.Path:
+        return self.root / "proc" / "devices"
 
     @property
     def plugin_dir(self) -> pathlib.Path:
@@ -129,6 +126,7 @@ class GpuNode:
             "--nvidia-driver-root", str(self.driver_root),
             "--dev-root", str(self.dev_root),
             "--boot-id-path", str(self.boot_id),
+            "--proc-devices", str(self.proc_devices),
             "--plugin-dir", str(self.plugin_dir),
             "--registry-dir", str(registry_dir or self.registry_dir),
             "--cdi-root", str(cdi_root or self.cdi_root),
@@ -301,11 +299,3 @@ def checkpoint_uids(path: pathlib.Path) -> set[str]:
         str(uid) for uid, entry in current.entries.items()
         if entry.state is not models.ClaimState.PREPARE_ABORTED
     }
-
-
-def eventually_registered(socket: pathlib.Path) -> grpc_client.PluginInfo:
-    """GetInfo on an in-process plugin's registration socket, once it answers."""
-    info: grpc_client.PluginInfo = eventually(
-        lambda: grpc_client.try_register(str(socket)), what=f"{socket} to answer GetInfo"
-    )
-    return info

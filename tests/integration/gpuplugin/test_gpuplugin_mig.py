@@ -1,32 +1,18 @@
-"""The GPU plugin on a simulated A100 node in MIG mode, served in-process as `__main__` wires it.
+"""The `gpu-kubelet-plugin` process on a simulated A100 node in MIG mode.
 
-In-process rather than as a child: a MIG device's capability nodes need the `nvidia-caps`
-major from /proc/devices, and the app has no flag to read another file than the host's (which
-has no NVIDIA driver on a test runner). Everything else is production wiring:
-`wiring.start_gpu_plugin` with `--nvml simulated:a100-mig` settings parsed from flags, the
-real `DriverRoot`, the `KubeCluster` over HTTP to the embedded API server, and the kubelet's
-side through the registration and DRA sockets.
+A MIG device's capability nodes need the `nvidia-caps` major, read from the node's
+`/proc/devices` (`--proc-devices`, here the simulated node's file): a test runner's own has no
+NVIDIA driver.
 """
 
 from __future__ import annotations
 
-import pathlib
-from collections.abc import Iterator
 from typing import Any
 
 import app_processes
 import gpuplugin_env
 import pytest
 from gpuplugin_env import GpuNode
-
-from adapters.fs import driverroot
-from adapters.kube import cluster as kube_cluster
-from adapters.nvml import inventory as nvml_inventory
-from adapters.nvml import simulated
-from adapters.nvsmi import timeslice
-from apps.gpuplugin import settings as gpu_settings
-from apps.gpuplugin import wiring
-from core import gates
 
 pytestmark = pytest.mark.skipif(
     not gpuplugin_env.can_make_device_nodes(),
@@ -42,37 +28,17 @@ def is_mig(device: dict[str, Any]) -> bool:
 
 @pytest.fixture
 def mig_plugin(
-    served: app_processes.ServedCluster, gpu_node: GpuNode, tmp_path: pathlib.Path
-) -> Iterator[wiring.Plugin]:
-    settings = gpu_settings.parse(
-        gpu_node.plugin_args(kubeconfig=served.kubeconfig, profile=PROFILE), {}
+    served: app_processes.ServedCluster, gpu_node: GpuNode, launch: app_processes.Launch
+) -> app_processes.AppProcess:
+    process = launch(
+        "apps.gpuplugin", gpu_node.plugin_args(kubeconfig=served.kubeconfig, profile=PROFILE)
     )
-    proc_devices = tmp_path / "devices"
-    proc_devices.write_text(simulated.simulated_proc_devices(), encoding="utf-8")
-    plugin = wiring.start_gpu_plugin(
-        settings,
-        cluster=kube_cluster.KubeCluster.from_config(str(served.kubeconfig)),
-        discovery=nvml_inventory.gpu_discovery_from_spec(
-            settings.nvml, node_name=settings.node_name,
-            driver_root=settings.container_driver_root,
-        ),
-        files=driverroot.DriverRoot(
-            settings.container_driver_root, host_root=settings.nvidia_driver_root,
-            dev_root=settings.dev_root, proc_devices=str(proc_devices),
-        ),
-        gates=gates.resolve_gates(gates.parse_feature_gates(settings.feature_gates)),
-        boot_id=simulated.simulated_boot_id(settings.node_name),
-        time_slicer=timeslice.NvidiaSmiTimeSlicer(str(gpu_node.smi_dir / "nvidia-smi")),
-    )
-    try:
-        gpuplugin_env.eventually_registered(gpu_node.registration_socket)
-        yield plugin
-    finally:
-        plugin.stop(grace_s=0)
+    gpuplugin_env.wait_registered(process, gpu_node.registration_socket)
+    return process
 
 
 def test_gpu_plugin_publishes_mig_devices_instead_of_their_mig_enabled_gpu(
-    served: app_processes.ServedCluster, gpu_node: GpuNode, mig_plugin: wiring.Plugin
+    served: app_processes.ServedCluster, gpu_node: GpuNode, mig_plugin: app_processes.AppProcess
 ) -> None:
     inventory = gpu_node.inventory(PROFILE)
     mig_parents = {m.parent_minor for m in inventory.migs}
@@ -92,7 +58,7 @@ def test_gpu_plugin_publishes_mig_devices_instead_of_their_mig_enabled_gpu(
 
 
 def test_gpu_plugin_prepares_a_mig_device_with_its_parent_and_capability_nodes(
-    served: app_processes.ServedCluster, gpu_node: GpuNode, mig_plugin: wiring.Plugin
+    served: app_processes.ServedCluster, gpu_node: GpuNode, mig_plugin: app_processes.AppProcess
 ) -> None:
     published = gpuplugin_env.wait_slice_devices(served.cluster, node=gpu_node.node)
     name = sorted(n for n, d in published.items() if is_mig(d))[0]

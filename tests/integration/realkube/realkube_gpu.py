@@ -20,12 +20,9 @@ import realkube_driver
 from realkube_driver import NAMESPACE, WORKLOAD_NAMESPACE, AppProcess, Driver
 from realkube_server import RealKube, wait_for
 
-from adapters.fs import simulated_driverroot
 from adapters.grpc import client as grpc_client
 from adapters.grpc import server as grpc_server
-from adapters.nvml import inventory as nvml_inventory
-from adapters.nvml import simulated
-from adapters.nvsmi import simulated as nvsmi_simulated
+from apps.cli import gpu_demo
 from core import kinds, models, names
 from core.gpu import cdi as gpu_cdi
 
@@ -59,11 +56,11 @@ class GpuPluginNode:
 
     @property
     def boot_id(self) -> pathlib.Path:
-        return self.root / "boot_id"
+        return self.root / "proc" / "boot_id"
 
     @property
     def proc_devices(self) -> pathlib.Path:
-        return self.root / "devices"
+        return self.root / "proc" / "devices"
 
     @property
     def plugin_dir(self) -> pathlib.Path:
@@ -90,17 +87,7 @@ class GpuPluginNode:
 
     def lay_out(self) -> GpuPluginNode:
         """What the plugin reads on a host: a driver root, control nodes (root only), boot id."""
-        simulated_driverroot.install(str(self.driver_root))
-        simulated_driverroot.make_control_nodes(str(self.dev_root))
-        inventory = nvml_inventory.gpu_discovery_from_spec(
-            f"simulated:{PROFILE}", node_name=self.name, driver_root=str(self.driver_root)
-        ).gpu_inventory()
-        # NB: over the driver root's stub: the recording stand-in answers any nvidia-smi call.
-        nvsmi_simulated.install(
-            str(self.driver_root / "usr" / "bin"), gpu_uuids=tuple(g.uuid for g in inventory.gpus)
-        )
-        self.boot_id.write_text(simulated.simulated_boot_id(self.name) + "\n", encoding="utf-8")
-        self.proc_devices.write_text(simulated.simulated_proc_devices(), encoding="utf-8")
+        gpu_demo.lay_out_node_files(str(self.root), profile=PROFILE, node_name=self.name)
         return self
 
 
