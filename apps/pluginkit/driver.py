@@ -10,6 +10,7 @@ It decides nothing itself: each half overrides the hooks in the "device logic" s
 
 from __future__ import annotations
 
+import abc
 import collections.abc
 import contextlib
 import dataclasses
@@ -66,7 +67,7 @@ class PluginPorts:
     cdi: ports.CDIStore
 
 
-class ClaimDriver:
+class ClaimDriver(abc.ABC):
     """Prepares and unprepares claims on one node; safe to call from many gRPC threads."""
 
     def __init__(
@@ -456,52 +457,60 @@ class ClaimDriver:
     # What the start-up log says is done with a claim whose CDI spec cannot be read.
     _unreadable_spec_action = "kept_until_unprepared"
 
+    @abc.abstractmethod
     def _empty_checkpoint(self) -> models.Checkpoint:
         """The checkpoint of a node with nothing prepared (a first start)."""
-        raise NotImplementedError
+        ...
 
+    @abc.abstractmethod
     def _rebuild(
         self,
         specs: Mapping[names.ClaimUID, Mapping[str, object]],
         unreadable: tuple[names.ClaimUID, ...],
     ) -> models.Checkpoint:
         """The checkpoint the readable CDI specs (and the unreadable ones' UIDs) prove."""
-        raise NotImplementedError
+        ...
 
     def _after_recover(self, current: models.Checkpoint) -> None:
         """Start-up reports about the recovered checkpoint (none by default)."""
+        return None
 
     def _observe(self, claim: models.ResourceClaim) -> object:
         """API reads the planner needs, done before the node-wide lock is taken."""
         return None
 
+    @abc.abstractmethod
     def _plan_prepare(
         self, claim: models.ResourceClaim, *, checkpoint: models.Checkpoint, observed: object
     ) -> PlannedClaim:
         """The steps that prepare `claim` (called under the node-wide lock)."""
-        raise NotImplementedError
+        ...
 
     def _check_before_steps(self, outcome: PlannedClaim) -> None:
         """Raise a RetryableError when the node cannot take the planned steps yet."""
+        return None
 
     def _api_steps_doing(self) -> str:
         """What a failed API write among the planned steps was doing, for the error."""
         return f"writing to the API server for node {self._node.node_name}"
 
+    @abc.abstractmethod
     def _plan_unprepare(
         self, ref: models.ClaimRef, *, checkpoint: models.Checkpoint
     ) -> PlannedClaim:
         """The steps that undo the claim's entry (called under the node-wide lock)."""
-        raise NotImplementedError
+        ...
 
     def _after_unprepare(
         self, entry: models.CheckpointEntry, *, after: models.Checkpoint
     ) -> None:
         """Best-effort follow-up once the claim's entry is gone (none by default)."""
+        return None
 
+    @abc.abstractmethod
     def _plan_restore_spec(self, entry: models.CheckpointEntry) -> models.WriteCDISpec | None:
         """The write that brings back the entry's lost CDI spec, or None if it cannot."""
-        raise NotImplementedError
+        ...
 
     def _freed_by(self, entry: models.CheckpointEntry) -> str:
         """What a stale entry's clean-up set free, for the Node event."""
