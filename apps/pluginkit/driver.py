@@ -18,6 +18,7 @@ import gc
 import logging
 import threading
 import time
+import typing
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
@@ -813,7 +814,7 @@ class ClaimDriver(abc.ABC):
 
     def _execute(self, steps: tuple[object, ...]) -> None:
         for step in steps:
-            if not isinstance(step, _PLUGIN_ACTIONS):
+            if not _is_plugin_action(step):
                 self._execute_device_step(step)
             elif not isinstance(step, models.WriteCheckpoint):
                 executing.execute_plugin_steps(
@@ -922,10 +923,11 @@ def _unreadable_note(unreadable: tuple[names.ClaimUID, ...]) -> str:
 
 
 # The steps `core.executing` (or the checkpoint store) runs; anything else is the half's own.
-_PLUGIN_ACTIONS = (
-    models.WriteCheckpoint, models.WriteCDISpec, models.DeleteCDISpec, models.PatchObject,
-    models.EmitEvent,
-)
+_PLUGIN_ACTIONS: tuple[type, ...] = typing.get_args(models.PluginAction)
+
+
+def _is_plugin_action(step: object) -> typing.TypeGuard[models.PluginAction]:
+    return isinstance(step, _PLUGIN_ACTIONS)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
