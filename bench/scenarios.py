@@ -170,10 +170,11 @@ def _startup(env: embedded.Embedded, node: embedded.SimulatedNode, *, runs: int)
     from adapters.fs import cdi as fs_cdi
     from adapters.fs import checkpoints as fs_checkpoints
     from apps.kubeletplugin import driver as plugin_driver
+    from apps.pluginkit import driver as claim_driver
 
     def fresh() -> plugin_driver.PluginDriver:
         return plugin_driver.PluginDriver(
-            ports=plugin_driver.PluginPorts(
+            ports=claim_driver.PluginPorts(
                 cluster=env.cluster,
                 checkpoints=fs_checkpoints.FileCheckpointStore(node.settings.checkpoint_path),
                 cdi=fs_cdi.CDIDirectory(node.settings.cdi_root),
@@ -189,7 +190,7 @@ def _startup(env: embedded.Embedded, node: embedded.SimulatedNode, *, runs: int)
             # A journal as full as the plugin lets it grow: the most a start-up replays.
             driver = fresh()
             current = driver.recover()
-            most = plugin_driver.compaction_threshold(len(current.entries))
+            most = claim_driver.compaction_threshold(len(current.entries))
             kept = dict(list(current.entries.items())[:most])
             with open(journal, "ab") as f:
                 f.write(checkpoint_codec.encode_records(

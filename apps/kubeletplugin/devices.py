@@ -13,6 +13,7 @@ import logging
 from collections.abc import Callable
 
 from apps.kubeletplugin import driver as plugin_driver
+from apps.pluginkit import driver as claim_driver
 from core import errors, models, ports, slices
 
 log = logging.getLogger(__name__)
@@ -79,7 +80,7 @@ class NodeDevices:
 
     def _emit(self, node: models.NodeFacts, reason: str, message: str) -> None:
         try:
-            plugin_driver.emit_node_event(
+            claim_driver.emit_node_event(
                 self._cluster, node.node_name, reason, message,
                 warning=reason == "NoNVLinkClique",
             )

@@ -20,21 +20,10 @@ from apps.pluginkit.driver import (
     Clock,
     PluginPorts,
     _api_unavailable,
-    compaction_threshold,
-    emit_node_event,
 )
 from core import checkpoint as checkpoint_codec
 from core import decoding, errors, kinds, models, names
 from core.computedomain import preparing
-
-__all__ = [
-    "DomainsView",
-    "HostIMEXProbe",
-    "PluginDriver",
-    "PluginPorts",
-    "compaction_threshold",
-    "emit_node_event",
-]
 
 log = logging.getLogger(__name__)
 

@@ -18,6 +18,7 @@ from apps.kubeletplugin import devices as plugin_devices
 from apps.kubeletplugin import domains as plugin_domains
 from apps.kubeletplugin import driver as plugin_driver
 from apps.kubeletplugin import settings as plugin_settings
+from apps.pluginkit import driver as claim_driver
 from apps.pluginkit import metrics as plugin_metrics
 from apps.pluginkit import serving
 from apps.pluginkit.serving import Plugin
@@ -127,7 +128,7 @@ def start_plugin(
         ).check
     checkpoint_store, cdi_dir = serving.open_stores(settings)
     driver = plugin_driver.PluginDriver(
-        ports=plugin_driver.PluginPorts(
+        ports=claim_driver.PluginPorts(
             cluster=cluster,
             checkpoints=checkpoint_store,
             cdi=plugin_daemon_claims.cdi_store(cdi_dir, node=node, config=config),

@@ -15,6 +15,7 @@ from adapters.fs import cdi as fs_cdi
 from adapters.fs import checkpoints as fs_checkpoints
 from apps.cli import embedded
 from apps.kubeletplugin import driver as plugin_driver
+from apps.pluginkit import driver as claim_driver
 from core import checkpoint as checkpoint_codec
 from core import kinds, models
 
@@ -39,7 +40,7 @@ def _fresh_driver(env: embedded.Embedded) -> plugin_driver.PluginDriver:
     """A second plugin process on the same node files (what a restart after a kill sees)."""
     settings = node(env).settings
     return plugin_driver.PluginDriver(
-        ports=plugin_driver.PluginPorts(
+        ports=claim_driver.PluginPorts(
             cluster=env.cluster,
             checkpoints=fs_checkpoints.FileCheckpointStore(settings.checkpoint_path),
             cdi=fs_cdi.CDIDirectory(settings.cdi_root),
@@ -138,7 +139,7 @@ def test_a_torn_tail_that_cannot_be_cut_stops_prepares_instead_of_appending_afte
         torn = f.read()
     settings = node(env).settings
     driver = plugin_driver.PluginDriver(
-        ports=plugin_driver.PluginPorts(
+        ports=claim_driver.PluginPorts(
             cluster=env.cluster,
             checkpoints=_UncuttableJournal(snapshot),
             cdi=fs_cdi.CDIDirectory(settings.cdi_root),

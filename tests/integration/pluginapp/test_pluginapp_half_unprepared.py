@@ -18,6 +18,7 @@ from adapters.fs import cdi as fs_cdi
 from adapters.fs import checkpoints as fs_checkpoints
 from apps.cli import embedded
 from apps.kubeletplugin import driver as plugin_driver
+from apps.pluginkit import driver as claim_driver
 from core import models, names
 
 
@@ -54,7 +55,7 @@ def test_a_kill_during_unprepare_never_leaves_a_completed_entry_without_its_file
     assert not prepare(env, ref).error
     settings = node(env).settings
     dying = plugin_driver.PluginDriver(
-        ports=plugin_driver.PluginPorts(
+        ports=claim_driver.PluginPorts(
             cluster=env.cluster,
             checkpoints=KilledAtCheckpointWrite(settings.checkpoint_path),
             cdi=_cdi(env),
@@ -81,7 +82,7 @@ def test_unprepare_drops_the_entry_before_deleting_the_file(env: embedded.Embedd
 
     settings = node(env).settings
     driver = plugin_driver.PluginDriver(
-        ports=plugin_driver.PluginPorts(
+        ports=claim_driver.PluginPorts(
             cluster=env.cluster,
             checkpoints=fs_checkpoints.FileCheckpointStore(settings.checkpoint_path),
             cdi=Watching(settings.cdi_root),

@@ -25,6 +25,7 @@ from adapters.grpc import client as grpc_client
 from adapters.grpc import server as grpc_server
 from apps.cli import embedded
 from apps.kubeletplugin import driver as plugin_driver
+from apps.pluginkit import driver as claim_driver
 from core import kinds, models, names, ports
 
 HOLD_TIMEOUT_S = 30.0
@@ -146,7 +147,7 @@ def served(env: embedded.Embedded, hold: Hold) -> Iterator[tuple[ObservedService
     """A driver on the node's files behind a real PluginServer; yields it and the DRA socket."""
     settings = node(env).settings
     driver = plugin_driver.PluginDriver(
-        ports=plugin_driver.PluginPorts(
+        ports=claim_driver.PluginPorts(
             cluster=HoldingCluster(env.cluster, hold),
             checkpoints=HoldingCheckpoints(settings.checkpoint_path, hold),
             cdi=HoldingCDI(settings.cdi_root, hold),

@@ -12,6 +12,7 @@ from adapters.fs import cdi as fs_cdi
 from adapters.fs import checkpoints as fs_checkpoints
 from apps.cli import embedded
 from apps.kubeletplugin import driver as plugin_driver
+from apps.pluginkit import driver as claim_driver
 from core import kinds, models
 
 
@@ -26,7 +27,7 @@ def _restarted_in(
 ) -> plugin_driver.PluginDriver:
     settings = node(env).settings
     driver = plugin_driver.PluginDriver(
-        ports=plugin_driver.PluginPorts(
+        ports=claim_driver.PluginPorts(
             cluster=env.cluster,
             checkpoints=fs_checkpoints.FileCheckpointStore(settings.checkpoint_path),
             cdi=fs_cdi.CDIDirectory(settings.cdi_root),

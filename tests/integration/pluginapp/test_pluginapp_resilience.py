@@ -21,6 +21,7 @@ from adapters.fs import checkpoints as fs_checkpoints
 from apps.cli import embedded
 from apps.kubeletplugin import domains as plugin_domains
 from apps.kubeletplugin import driver as plugin_driver
+from apps.pluginkit import driver as claim_driver
 from core import cdi, errors, kinds, models, names
 
 
@@ -91,7 +92,7 @@ def _driver(
 ) -> plugin_driver.PluginDriver:
     settings = node(env).settings
     return plugin_driver.PluginDriver(
-        ports=plugin_driver.PluginPorts(
+        ports=claim_driver.PluginPorts(
             cluster=cluster or env.cluster,
             checkpoints=checkpoints or fs_checkpoints.FileCheckpointStore(settings.checkpoint_path),
             cdi=cdi_store or fs_cdi.CDIDirectory(settings.cdi_root),

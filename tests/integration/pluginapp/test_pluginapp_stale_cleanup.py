@@ -20,6 +20,7 @@ from adapters.fs import cdi as fs_cdi
 from adapters.fs import checkpoints as fs_checkpoints
 from apps.cli import embedded
 from apps.kubeletplugin import driver as plugin_driver
+from apps.pluginkit import driver as claim_driver
 from apps.pluginkit import metrics as plugin_metrics
 from apps.pluginkit import serving
 from core import checkpoint as checkpoint_codec
@@ -53,7 +54,7 @@ def _driver(
 ) -> plugin_driver.PluginDriver:
     settings = node(env).settings
     return plugin_driver.PluginDriver(
-        ports=plugin_driver.PluginPorts(
+        ports=claim_driver.PluginPorts(
             cluster=cluster or env.cluster,
             checkpoints=fs_checkpoints.FileCheckpointStore(settings.checkpoint_path),
             cdi=fs_cdi.CDIDirectory(settings.cdi_root),

@@ -19,6 +19,7 @@ from adapters.fs import cdi as fs_cdi
 from adapters.fs import checkpoints as fs_checkpoints
 from apps.cli import embedded
 from apps.kubeletplugin import driver as plugin_driver
+from apps.pluginkit import driver as claim_driver
 from core import kinds, models
 
 
@@ -64,7 +65,7 @@ class NoPermission(fs_checkpoints.FileCheckpointStore):
 
 def _driver(env: embedded.Embedded, store: NoPermission) -> plugin_driver.PluginDriver:
     return plugin_driver.PluginDriver(
-        ports=plugin_driver.PluginPorts(
+        ports=claim_driver.PluginPorts(
             cluster=env.cluster,
             checkpoints=store,
             cdi=fs_cdi.CDIDirectory(node(env).settings.cdi_root),
