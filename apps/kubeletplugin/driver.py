@@ -19,7 +19,7 @@ from apps.pluginkit.driver import (
     ClaimDriver,
     Clock,
     PluginPorts,
-    _api_unavailable,
+    api_unavailable,
 )
 from core import checkpoint as checkpoint_codec
 from core import decoding, errors, kinds, models, names
@@ -189,7 +189,7 @@ class PluginDriver(ClaimDriver):
             for domain_id in _claim_domain_ids(claim):
                 domains.get(domain_id)
         except errors.ClusterError as exc:
-            raise _api_unavailable("listing ComputeDomains", exc) from exc
+            raise api_unavailable("listing ComputeDomains", exc) from exc
         return domains
 
     def _fetch_node_labels(self) -> Mapping[str, str]:
@@ -200,7 +200,7 @@ class PluginDriver(ClaimDriver):
         except errors.NotFoundError:
             return {}
         except errors.ClusterError as exc:
-            raise _api_unavailable(f"reading Node {self._node.node_name}", exc) from exc
+            raise api_unavailable(f"reading Node {self._node.node_name}", exc) from exc
         return labels
 
     def _read_node(self) -> tuple[dict[str, str], str]:

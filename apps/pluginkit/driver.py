@@ -705,7 +705,7 @@ class ClaimDriver(abc.ABC):
             try:
                 self._run(outcome.steps, flight=flight, rollback_to=current)
             except errors.ClusterError as exc:  # an API write the planner asked for
-                raise _api_unavailable(self._api_steps_doing(), exc) from exc
+                raise api_unavailable(self._api_steps_doing(), exc) from exc
         self._publish_prepared_count(outcome.checkpoint)
         if outcome.error is not None:
             self._report(ref, outcome.error)
@@ -748,7 +748,7 @@ class ClaimDriver(abc.ABC):
                 continue
             except errors.ClusterError as exc:
                 doing = f"reading Pod {claim.namespace}/{consumer.name}"
-                raise _api_unavailable(doing, exc) from exc
+                raise api_unavailable(doing, exc) from exc
             meta = pod.get("metadata") or {}
             spec = pod.get("spec") or {}
             if meta.get("uid") != consumer.uid:
@@ -770,7 +770,7 @@ class ClaimDriver(abc.ABC):
             ) from None
         except errors.ClusterError as exc:
             doing = f"reading ResourceClaim {ref.namespace}/{ref.name}"
-            raise _api_unavailable(doing, exc) from exc
+            raise api_unavailable(doing, exc) from exc
         claim = decoding.resource_claim_from_k8s(raw)
         if claim.uid != ref.uid:
             raise errors.PermanentError(
@@ -905,7 +905,8 @@ def _durable(done: list[object]) -> bool:
     return any(isinstance(s, models.WriteCheckpoint | models.WriteCDISpec) for s in done)
 
 
-def _api_unavailable(doing: str, exc: errors.ClusterError) -> errors.RetryableError:
+def api_unavailable(doing: str, exc: errors.ClusterError) -> errors.RetryableError:
+    """The retryable error a prepare reports when an API call it needs failed."""
     return errors.RetryableError(
         f"the API server failed while {doing} ({exc}); retrying: check the API server and "
         "this node's network if it persists"
