@@ -3,13 +3,17 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
-# A real kube-apiserver + etcd for tests/integration/realkube, built once into a cache outside
-# the repo by hack/kube-apiserver.sh (about 15 minutes on 2 cores the first time).
+# Real Kubernetes components (kube-apiserver, kube-scheduler, kube-controller-manager, kubelet)
+# + etcd for tests/integration/realkube and tests/integration/controlplane, built once per
+# version into a cache outside the repo by hack/kube-components.sh. KUBE_VERSION is the floor we
+# support; KUBE_LATEST, the newest release, runs the control-plane tier a second time.
 KUBE_VERSION ?= v1.34.4
-KUBE_BIN_DIR ?= $(HOME)/.cache/cd-dra-driver/kube-$(KUBE_VERSION)
+KUBE_LATEST ?= v1.37.2
+KUBE_CACHE_ROOT ?= $(HOME)/.cache/cd-dra-driver
+KUBE_BIN_DIR ?= $(KUBE_CACHE_ROOT)/kube-$(KUBE_VERSION)
 export KUBE_VERSION KUBE_BIN_DIR
 
-.PHONY: test lint typecheck imports unit kube-apiserver demo bench faults gpu-check protos check-protos clean
+.PHONY: test lint typecheck imports unit kube-components kube-latest controlplane-latest demo bench faults gpu-check protos check-protos clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -26,13 +30,22 @@ typecheck: $(STAMP)
 imports: $(STAMP)
 	$(BIN)/lint-imports
 
-unit: $(STAMP) kube-apiserver
+unit: $(STAMP) kube-components
 	$(BIN)/pytest tests
 
-kube-apiserver:
-	KUBE_CACHE=$(KUBE_BIN_DIR) hack/kube-apiserver.sh >/dev/null
+kube-components:
+	KUBE_CACHE=$(KUBE_BIN_DIR) hack/kube-components.sh >/dev/null
 
-test: lint typecheck imports unit
+kube-latest:
+	KUBE_VERSION=$(KUBE_LATEST) KUBE_CACHE=$(KUBE_CACHE_ROOT)/kube-$(KUBE_LATEST) \
+		hack/kube-components.sh >/dev/null
+
+# The control-plane tier again on the newest Kubernetes release (the rest ran on the floor).
+controlplane-latest: $(STAMP) kube-latest
+	KUBE_VERSION=$(KUBE_LATEST) KUBE_BIN_DIR=$(KUBE_CACHE_ROOT)/kube-$(KUBE_LATEST) \
+		$(BIN)/pytest tests/integration/controlplane
+
+test: lint typecheck imports unit controlplane-latest
 
 demo: $(STAMP)
 	$(BIN)/computedomain demo

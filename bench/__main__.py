@@ -15,6 +15,7 @@ import time
 from bench import (
     channel_assignment,
     controller_latency,
+    controlplane,
     daemon_domain,
     gpu,
     realkube_controller,
@@ -28,6 +29,8 @@ def main() -> int:
     parser.add_argument("--backlog", type=int, default=2048, help="claims held, middle level")
     parser.add_argument("--only-plugin", action="store_true", help="plugin scenarios only")
     parser.add_argument("--only-gpu", action="store_true", help="GPU half's figures only")
+    parser.add_argument("--only-controlplane", action="store_true",
+                        help="the real control plane's figures only")
     parser.add_argument("--quick", action="store_true", help="small sizes (smoke run)")
     parser.add_argument("--out", default="bench/results")
     args = parser.parse_args()
@@ -43,6 +46,12 @@ def main() -> int:
         "machine": {"python": platform.python_version(), "cpus": os.cpu_count(),
                     "platform": platform.platform()},
     }
+    print("real control plane: pod -> Running, CD -> workload Running, node release ...",
+          flush=True)
+    results["controlplane"] = controlplane.run(gpu_runs=3 if args.quick else 20,
+                                               cd_runs=3 if args.quick else 10)
+    if args.only_controlplane:
+        return _write(results, started, args.out)
     with tempfile.TemporaryDirectory(prefix="cd-bench-", dir=os.getcwd()) as tmp:
         print("GPU half: full-GPU prepare vs channel prepare (interleaved) ...", flush=True)
         results["gpu_prepare_vs_channel"] = gpu.prepare_vs_channel(

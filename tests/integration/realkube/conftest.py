@@ -1,6 +1,6 @@
 """Fixtures of the real kube-apiserver tier.
 
-The binaries are built by `make kube-apiserver` (`hack/kube-apiserver.sh`, cached outside the
+The binaries are built by `make kube-components` (`hack/kube-components.sh`, cached outside the
 repo). Without them the tier is skipped on a developer checkout and fails under CI=true, where
 `.ci/run` builds them first.
 """

@@ -1,6 +1,6 @@
 """A real kube-apiserver + etcd on loopback, for the tests that the in-memory cluster cannot answer.
 
-The binaries come from `hack/kube-apiserver.sh` (built once into a cache outside the repo); this
+The binaries come from `hack/kube-components.sh` (built once into a cache outside the repo); this
 module only starts them: etcd on two free ports, kube-apiserver with a self-signed serving
 certificate, a static admin token, RBAC and bound service-account tokens, then installs the
 chart's CRDs and the chart itself (rendered by the real Helm engine). Apps get credentials that
@@ -21,7 +21,7 @@ import socket
 import subprocess
 import tempfile
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, TypeVar
 
 import urllib3
@@ -32,7 +32,7 @@ from kubernetes.dynamic import exceptions as dynamic_errors
 from adapters.kube import KubeCluster
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[3]
-BUILD_SCRIPT = REPO_ROOT / "hack" / "kube-apiserver.sh"
+BUILD_SCRIPT = REPO_ROOT / "hack" / "kube-components.sh"
 DEFAULT_VERSION = "v1.34.4"
 ISSUER = "https://kubernetes.default.svc.cluster.local"
 START_TIMEOUT_S = 90.0
@@ -136,12 +136,21 @@ class RealKube:
         *,
         bin_dir: pathlib.Path,
         static_users: Iterable[str] = (),
+        static_groups: Mapping[str, str] = {},  # noqa: B006 - never mutated
+        authorization_modes: Sequence[str] = ("RBAC",),
+        admission_plugins: Sequence[str] = (),
     ) -> None:
         self.workdir = workdir
+        # username -> the group a static token carries (e.g. system:nodes for a kubelet).
+        self.static_groups = dict(static_groups)
+        self.authorization_modes = tuple(authorization_modes)
+        self.admission_plugins = tuple(admission_plugins)
         self.bin_dir = bin_dir
         self.admin_token = secrets.token_hex(16)
         # username -> a static token: credentials with no `user.extra` at all.
-        self.static_tokens = {user: secrets.token_hex(16) for user in static_users}
+        self.static_tokens = {
+            user: secrets.token_hex(16) for user in (*static_users, *static_groups)
+        }
         self.port = free_port()
         self._etcd_port = free_port()
         self._etcd_peer_port = free_port()
@@ -196,7 +205,9 @@ class RealKube:
                 check=True, capture_output=True,
             )
         lines = [f'{self.admin_token},admin,admin-uid,"system:masters"']
-        lines += [f"{token},{user},{user}-uid" for user, token in self.static_tokens.items()]
+        for user, token in self.static_tokens.items():
+            group = self.static_groups.get(user)
+            lines.append(f'{token},{user},{user}-uid,"{group}"' if group else f"{token},{user},{user}-uid")
         (self.workdir / "tokens.csv").write_text("\n".join(lines) + "\n", encoding="utf-8")
 
     def _start_etcd(self) -> None:
@@ -244,7 +255,9 @@ class RealKube:
                 "--secure-port", str(self.port),
                 "--cert-dir", str(certs),
                 "--token-auth-file", str(self.workdir / "tokens.csv"),
-                "--authorization-mode", "RBAC",
+                "--authorization-mode", ",".join(self.authorization_modes),
+                *(["--enable-admission-plugins", ",".join(self.admission_plugins)]
+                  if self.admission_plugins else []),
                 "--allow-privileged=true",
                 "--service-account-issuer", ISSUER,
                 "--service-account-key-file", str(self.workdir / "sa.pub"),
@@ -435,7 +448,7 @@ class RealKube:
 
 
 MISSING = (
-    "no kube-apiserver/etcd (run `make kube-apiserver`, which builds them once into "
+    "no kube-apiserver/etcd (run `make kube-components`, which builds them once into "
     "~/.cache/cd-dra-driver) or no openssl"
 )
 

@@ -1,0 +1,274 @@
+"""The driver installed on the control-plane tier: the chart's objects, its pods run by a kubelet.
+
+Nothing here starts an app by hand. The chart's controller Deployment and kubelet-plugin
+DaemonSet become pods through the real controllers, are scheduled by the real scheduler and
+started by the real kubelet; the stand-in runtime runs each of our containers as a real process
+(a *recipe* per command: the container's env from the kubelet, plus the node-local files a
+simulated node needs) with the ServiceAccount token the kubelet projected into the pod. The IMEX
+daemons of driver-managed ComputeDomains run the same way, with the stand-in `nvidia-imex`.
+
+The chart is rendered with the kubelet's own directories (upstream's keys
+`kubeletPluginsDirectoryPath`/`kubeletRegistrarDirectoryPath`) and a CDI root that the runtime
+reads, so the sockets the plugins register and the CDI files they write mean the same to the
+kubelet and the runtime, as on a node.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import pathlib
+import shutil
+import sys
+import tempfile
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
+
+import pytest
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "realkube"))
+
+import control_plane
+import realkube_driver
+from control_plane import ControlPlane, Kubelet, Runtime
+from kubernetes import client
+from realkube_server import free_port, wait_for
+
+from adapters.imex import simulated as simulated_imex
+from adapters.nvml import simulated
+from apps.cli import gpu_demo
+
+RELEASE = realkube_driver.RELEASE
+NAMESPACE = realkube_driver.NAMESPACE
+CD_PROFILE = "gb200-nvl72"
+DEFAULT_GPU_PROFILE = "hgx-h100"
+NODE = str(simulated.profile_nodes(CD_PROFILE)[0])
+VENV_BIN = pathlib.Path(sys.executable).parent
+HOOK_ANNOTATION = "helm.sh/hook"
+
+Obj = dict[str, Any]
+
+MODES: dict[str, Obj] = {
+    "driverManaged": {},
+    "hostManaged-channel": {
+        "featureGates": {"HostManagedIMEX": True},
+        "resources": {"computeDomains": {"imex": {"mode": "hostManaged", "isolation": "channel"}}},
+    },
+}
+
+
+def merge(base: Mapping[str, Any], extra: Mapping[str, Any]) -> Obj:
+    """`extra` deep-merged over a copy of `base` (values files, as Helm merges them)."""
+    merged = copy.deepcopy(dict(base))
+    for key, value in extra.items():
+        if isinstance(value, Mapping) and isinstance(merged.get(key), Mapping):
+            merged[key] = merge(merged[key], value)
+        else:
+            merged[key] = copy.deepcopy(value)
+    return merged
+
+
+class NodeFiles:
+    """What a simulated node's host has besides the kubelet: /proc files, a driver root."""
+
+    def __init__(self, root: pathlib.Path, node: str, *, gpu_profile: str) -> None:
+        self.root = root
+        self.gpu_profile = gpu_profile
+        self.gpu = gpu_demo.lay_out_node_files(str(root / "gpu"), profile=gpu_profile,
+                                               node_name=node)
+        self.proc_devices = self.gpu.proc_devices
+        self.boot_id = self.gpu.boot_id_path
+        self.imex_bin = root / "imex-bin"
+        simulated_imex.install(str(self.imex_bin))
+        # The IMEX management capability beside /proc/devices, as a GB200 driver shows it.
+        capability = pathlib.Path(self.proc_devices).parent / "driver/nvidia/capabilities"
+        capability.mkdir(parents=True, exist_ok=True)
+        (capability / "fabric-imex-mgmt").write_text(simulated_imex.MGMT_CAPABILITY_TEXT,
+                                                      encoding="utf-8")
+
+
+class Cluster:
+    """One node (`NODE`) with its kubelet and runtime, the control plane, the chart installed."""
+
+    def __init__(self, mode: str, *, values: Mapping[str, Any] | None = None,
+                 gpu_profile: str = DEFAULT_GPU_PROFILE) -> None:
+        bin_dir = control_plane.binaries_dir()
+        if bin_dir is None:
+            if os.environ.get("CI") == "true":
+                pytest.fail(control_plane.MISSING)
+            pytest.skip(control_plane.MISSING)
+        self.mode = mode
+        # Short: unix socket paths are limited to 107 bytes.
+        self.workdir = pathlib.Path(tempfile.mkdtemp(prefix="cp-", dir="/tmp"))
+        self.plane = ControlPlane(self.workdir / "plane", bin_dir=bin_dir, nodes=(NODE,))
+        self.node_root = self.workdir / "n"
+        self.cdi_root = self.node_root / "cdi"
+        self.cdi_root.mkdir(parents=True)
+        self.files = NodeFiles(self.node_root / "host", NODE, gpu_profile=gpu_profile)
+        self.values = merge(MODES[mode], values or {})
+        self._ports = [free_port() for _ in range(6)]
+        self.runtime: Runtime | None = None
+        self.kubelet: Kubelet | None = None
+
+    # -- start / stop -------------------------------------------------------------------
+
+    def start(self) -> Cluster:
+        try:
+            self.plane.start()
+            self.start_node()
+            self.install()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def start_node(self) -> None:
+        recipes = self.node_root / "recipes.json"
+        recipes.write_text(json.dumps(self.recipes(), indent=1), encoding="utf-8")
+        status_info = self.node_root / "status-info.json"
+        if not status_info.exists():
+            status_info.write_text("{}", encoding="utf-8")
+        self.runtime = Runtime(
+            self.node_root, proto=self.plane.bin_dir / "cri-api.proto",
+            api_server=self.plane.kube.url, recipes=recipes, cdi_dirs=(self.cdi_root,),
+            status_info=status_info,
+        )
+        self.kubelet = Kubelet(NODE, root=self.node_root, plane=self.plane, runtime=self.runtime)
+        wait_for(self.kubelet.healthy, what="the kubelet's /healthz", timeout_s=120)
+        wait_for(self.node_ready, what=f"node {NODE} Ready", timeout_s=120)
+
+    def stop_node(self) -> None:
+        if self.kubelet is not None:
+            self.kubelet.stop()
+            self.kubelet = None
+        if self.runtime is not None:
+            self.runtime.stop()
+            self.runtime = None
+
+    def stop(self) -> None:
+        self.stop_node()
+        self.plane.stop()
+
+    def remove(self) -> None:
+        """Delete the scratch directories (kept when KEEP_CONTROLPLANE_DIRS=1, to debug)."""
+        if os.environ.get("KEEP_CONTROLPLANE_DIRS") != "1":
+            shutil.rmtree(self.workdir, ignore_errors=True)
+
+    # -- the chart ----------------------------------------------------------------------
+
+    @property
+    def kubelet_dir(self) -> pathlib.Path:
+        return self.node_root / "kl"
+
+    def chart_values(self) -> Obj:
+        # Ports of its own for every server in the chart: another cluster of this tier may be
+        # running beside this one on the same loopback (their pods share the host's ports).
+        return merge(self.values, {
+            "controller": {"metricsPort": self._ports[0], "healthPort": self._ports[1]},
+            "kubeletPlugin": {
+                "healthPort": self._ports[2], "metricsPort": self._ports[3],
+                "gpus": {"healthPort": self._ports[4], "metricsPort": self._ports[5]},
+                "kubeletPluginsDirectoryPath": str(self.kubelet_dir / "plugins"),
+                "kubeletRegistrarDirectoryPath": str(self.kubelet_dir / "plugins_registry"),
+                "cdiRoot": str(self.cdi_root),
+                # A timing, not a path: stale claims are found within a test (chart: 30 s).
+                "staleClaimCleanupIntervalSeconds": 2,
+            },
+        })
+
+    def rendered(self) -> list[Obj]:
+        return realkube_driver.render(self.chart_values())
+
+    def install(self) -> None:
+        """CRDs, then every object the chart renders except Helm hooks (the preflight Job: an
+        install into an empty cluster has nothing to refuse)."""
+        objects = [o for o in self.rendered()
+                   if HOOK_ANNOTATION not in o.get("metadata", {}).get("annotations", {})]
+        self.plane.kube.apply(realkube_driver.render_crds())
+        self.plane.kube.apply(objects)
+
+    def recipes(self) -> list[Obj]:
+        """How the runtime runs our containers: the container's command with the node's files."""
+        path = [str(VENV_BIN)]
+        common = {"PYTHONUNBUFFERED": "1", "LOG_VERBOSITY": "4"}
+        return [
+            {"match": {"command0": "compute-domain-controller"}, "path": path,
+             "env": {**common}},
+            {"match": {"command0": "compute-domain-kubelet-plugin"}, "path": path,
+             "env": {**common, "NVML": f"simulated:{CD_PROFILE}",
+                     "PROC_DEVICES": self.files.proc_devices,
+                     "BOOT_ID_PATH": self.files.boot_id,
+                     "RETRY_BUDGET_SECONDS": "5"}},
+            {"match": {"command0": "gpu-kubelet-plugin"}, "path": path,
+             "env": {**common, "NVML": f"simulated:{self.files.gpu_profile}",
+                     "NVIDIA_DRIVER_ROOT": self.files.gpu.driver_root,
+                     "CONTAINER_DRIVER_ROOT": self.files.gpu.driver_root,
+                     "DEV_ROOT": self.files.gpu.dev_root,
+                     "PROC_DEVICES": self.files.proc_devices,
+                     "BOOT_ID_PATH": self.files.boot_id,
+                     "RETRY_BUDGET_SECONDS": "5"}},
+            {"match": {"command0": "compute-domain-daemon"},
+             "path": [str(self.files.imex_bin), *path],
+             "env": {**common, "IMEXD_DIR": "{mount:/imexd}", "HOSTS_FILE": "{state}/hosts",
+                     "NVML": f"simulated:{CD_PROFILE}"}},
+        ]
+
+    # -- observing ----------------------------------------------------------------------
+
+    def admin_client(self) -> client.ApiClient:
+        return self.plane.kube.admin_client()
+
+    def core(self) -> client.CoreV1Api:
+        return client.CoreV1Api(self.admin_client())
+
+    def node_ready(self) -> bool:
+        try:
+            node = self.core().read_node(NODE)
+        except client.ApiException as exc:
+            if exc.status == 404:
+                return False
+            raise
+        return any(c.type == "Ready" and c.status == "True"
+                   for c in (node.status.conditions or []))
+
+    def check_alive(self) -> None:
+        self.plane.check_running()
+        for process in (self.runtime, self.kubelet):
+            if process is not None and not process.running:
+                raise AssertionError(f"{process.argv[0]} exited:\n{process.output()[-6000:]}")
+
+    def logs(self) -> str:
+        """The tail of every component's and container's log, for a failure message."""
+        parts = [f"== {name}\n{text[-3000:]}" for name, text in self.plane.component_logs().items()]
+        for process in (self.runtime, self.kubelet):
+            if process is not None:
+                parts.append(f"== {process.log_path.name}\n{process.output()[-3000:]}")
+        if self.runtime is not None:
+            for log in sorted(self.runtime.state_dir.glob("**/*.log")):
+                parts.append(f"== {log.relative_to(self.workdir)}\n"
+                             f"{log.read_text(errors='replace')[-3000:]}")
+        return "\n".join(parts)
+
+    def eventually(self, probe: Callable[[], Any], *, what: str, timeout_s: float = 90.0) -> Any:
+        """`wait_for`, failing early when a component died and with every log on a timeout."""
+
+        def checked() -> Any:
+            self.check_alive()
+            return probe()
+
+        try:
+            return wait_for(checked, what=what, timeout_s=timeout_s)
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}\n{self.logs()}") from None
+
+
+def started(mode: str, *, values: Mapping[str, Any] | None = None,
+            gpu_profile: str = DEFAULT_GPU_PROFILE) -> Iterator[Cluster]:
+    """A started `Cluster` for a fixture; stopped and removed afterwards."""
+    cluster = Cluster(mode, values=values, gpu_profile=gpu_profile)
+    try:
+        yield cluster.start()
+    finally:
+        cluster.stop()
+        cluster.remove()
