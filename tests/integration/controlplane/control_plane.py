@@ -96,9 +96,9 @@ class ControlPlane:
                 "--use-service-account-credentials=true",
                 "--service-account-private-key-file", str(self.workdir / "sa.key"),
                 "--root-ca-file", str(self.kube.ca_file),
-                # NB: no cloud, no node IPAM: pods get their IPs from the stand-in runtime.
-                "--controllers=*,-nodeipam,-cloud-node-lifecycle,-service-lb-controller,"
-                "-node-route-controller",
+                # Every default controller; node IPAM stays idle (no --allocate-node-cidrs):
+                # pods get their IPs from the stand-in runtime.
+                "--controllers=*",
                 "--v=2",
             ]))
         except BaseException:

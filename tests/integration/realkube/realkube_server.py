@@ -252,6 +252,8 @@ class RealKube:
                 "--etcd-servers", f"http://127.0.0.1:{self._etcd_port}",
                 "--bind-address", "127.0.0.1",
                 "--advertise-address", "127.0.0.1",
+                # NB: from 1.37 the `kubernetes` Service may not point at a loopback address.
+                "--endpoint-reconciler-type", "none",
                 "--secure-port", str(self.port),
                 "--cert-dir", str(certs),
                 "--token-auth-file", str(self.workdir / "tokens.csv"),
