@@ -32,7 +32,7 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "realkube")
 import control_plane
 import realkube_driver
 from control_plane import ControlPlane, Kubelet, Runtime
-from kubernetes import client
+from kubernetes import client, dynamic
 from realkube_server import free_port, wait_for
 
 from adapters.imex import simulated as simulated_imex
@@ -56,6 +56,14 @@ MODES: dict[str, Obj] = {
         "resources": {"computeDomains": {"imex": {"mode": "hostManaged", "isolation": "channel"}}},
     },
 }
+
+
+def annotations(obj: Mapping[str, Any]) -> dict[str, str]:
+    return dict(obj.get("metadata", {}).get("annotations") or {})
+
+
+def hook_weight(obj: Mapping[str, Any]) -> int:
+    return int(annotations(obj).get("helm.sh/hook-weight", "0"))
 
 
 def merge(base: Mapping[str, Any], extra: Mapping[str, Any]) -> Obj:
@@ -181,12 +189,43 @@ class Cluster:
         return realkube_driver.render(self.chart_values())
 
     def install(self) -> None:
-        """CRDs, then every object the chart renders except Helm hooks (the preflight Job: an
-        install into an empty cluster has nothing to refuse)."""
-        objects = [o for o in self.rendered()
-                   if HOOK_ANNOTATION not in o.get("metadata", {}).get("annotations", {})]
+        """As `helm install` does: CRDs, the pre-install hooks (the preflight Job, run by the
+        kubelet and waited for; deleted once it succeeded), then every other object."""
+        objects = self.rendered()
+        hooks = [o for o in objects if HOOK_ANNOTATION in annotations(o)]
         self.plane.kube.apply(realkube_driver.render_crds())
-        self.plane.kube.apply(objects)
+        for weight in sorted({hook_weight(h) for h in hooks}):
+            batch = [h for h in hooks if hook_weight(h) == weight]
+            self.plane.kube.apply(batch)
+            for job in (h for h in batch if h["kind"] == "Job"):
+                self.wait_job_succeeded(job["metadata"]["namespace"], job["metadata"]["name"])
+        for hook in reversed(hooks):
+            if "hook-succeeded" in annotations(hook).get("helm.sh/hook-delete-policy", ""):
+                self.delete(hook)
+        self.plane.kube.apply([o for o in objects if HOOK_ANNOTATION not in annotations(o)])
+
+    def wait_job_succeeded(self, namespace: str, name: str) -> None:
+        batch = client.BatchV1Api(self.admin_client())
+
+        def finished() -> str | None:
+            job = batch.read_namespaced_job(name, namespace)
+            for condition in (job.status.conditions or []) if job.status else []:
+                if condition.status == "True" and condition.type in ("Complete", "Failed"):
+                    return str(condition.type)
+            return None
+
+        outcome = self.eventually(finished, what=f"Job {namespace}/{name} to finish",
+                                  timeout_s=120)
+        if outcome != "Complete":
+            raise AssertionError(f"Job {namespace}/{name} failed:\n{self.logs()}")
+
+    def delete(self, obj: Mapping[str, Any]) -> None:
+        api = dynamic.DynamicClient(self.admin_client()).resources.get(
+            api_version=obj["apiVersion"], kind=obj["kind"])
+        namespace = obj["metadata"].get("namespace") if api.namespaced else None
+        # Background propagation: the Job's pods go with it, as Helm deletes hooks.
+        api.delete(name=obj["metadata"]["name"], namespace=namespace,
+                   body={"propagationPolicy": "Background"})
 
     def recipes(self) -> list[Obj]:
         """How the runtime runs our containers: the container's command with the node's files."""
@@ -195,6 +234,7 @@ class Cluster:
         return [
             {"match": {"command0": "compute-domain-controller"}, "path": path,
              "env": {**common}},
+            {"match": {"command0": "computedomain"}, "path": path, "env": {**common}},
             {"match": {"command0": "compute-domain-kubelet-plugin"}, "path": path,
              "env": {**common, "NVML": f"simulated:{CD_PROFILE}",
                      "PROC_DEVICES": self.files.proc_devices,
