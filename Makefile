@@ -15,10 +15,10 @@ export KUBE_VERSION KUBE_BIN_DIR
 
 .PHONY: test lint typecheck imports unit kube-components kube-latest controlplane-latest demo bench faults gpu-check protos check-protos clean
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[test]'
+	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[test]'
 	touch $(STAMP)
 
 lint: $(STAMP)

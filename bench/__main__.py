@@ -15,6 +15,7 @@ import time
 from bench import (
     channel_assignment,
     controller_latency,
+    controller_watch,
     controlplane,
     daemon_domain,
     gpu,
@@ -27,7 +28,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(prog="python -m bench")
     parser.add_argument("--samples", type=int, default=200)
     parser.add_argument("--backlog", type=int, default=2048, help="claims held, middle level")
-    parser.add_argument("--only-plugin", action="store_true", help="plugin scenarios only")
+    parser.add_argument("--only-plugin", action="store_true",
+                        help="plugin figures only (with embedded CD -> RCT and IMEX daemons)")
     parser.add_argument("--only-gpu", action="store_true", help="GPU half's figures only")
     parser.add_argument("--only-controlplane", action="store_true",
                         help="the real control plane's figures only")
@@ -46,18 +48,21 @@ def main() -> int:
         "machine": {"python": platform.python_version(), "cpus": os.cpu_count(),
                     "platform": platform.platform()},
     }
-    print("real control plane: pod -> Running, CD -> workload Running, node release ...",
-          flush=True)
-    results["controlplane"] = controlplane.run(gpu_runs=3 if args.quick else 20,
-                                               cd_runs=3 if args.quick else 10)
+    # NB: each --only-* runs its own section and nothing before it.
+    if not (args.only_plugin or args.only_gpu):
+        print("real control plane: pod -> Running, CD -> workload Running, node release ...",
+              flush=True)
+        results["controlplane"] = controlplane.run(gpu_runs=3 if args.quick else 20,
+                                                   cd_runs=3 if args.quick else 10)
     if args.only_controlplane:
         return _write(results, started, args.out)
-    with tempfile.TemporaryDirectory(prefix="cd-bench-", dir=os.getcwd()) as tmp:
-        print("GPU half: full-GPU prepare vs channel prepare (interleaved) ...", flush=True)
-        results["gpu_prepare_vs_channel"] = gpu.prepare_vs_channel(
-            os.path.join(tmp, "gpu"), samples=samples)
-        print("GPU half: gpu-kubelet-plugin spawn -> ResourceSlice present ...", flush=True)
-        results["gpu_start_to_slice"] = gpu.start_to_slice(runs=5 if args.quick else 20)
+    if not args.only_plugin:
+        with tempfile.TemporaryDirectory(prefix="cd-bench-", dir=os.getcwd()) as tmp:
+            print("GPU half: full-GPU prepare vs channel prepare (interleaved) ...", flush=True)
+            results["gpu_prepare_vs_channel"] = gpu.prepare_vs_channel(
+                os.path.join(tmp, "gpu"), samples=samples)
+            print("GPU half: gpu-kubelet-plugin spawn -> ResourceSlice present ...", flush=True)
+            results["gpu_start_to_slice"] = gpu.start_to_slice(runs=5 if args.quick else 20)
     if args.only_gpu:
         return _write(results, started, args.out)
     with tempfile.TemporaryDirectory(prefix="cd-bench-", dir=os.getcwd()) as tmp:
@@ -91,6 +96,9 @@ def main() -> int:
     print("channel isolation: assignment and CD -> Ready with 2,000 live CDs ...", flush=True)
     results["channel_isolation"] = channel_assignment.run(
         live=200 if args.quick else 2000, runs=50 if args.quick else 200)
+    print("controller RSS and watch bytes with 10,000 foreign objects per kind ...", flush=True)
+    results["controller_foreign_objects"] = controller_watch.foreign_objects(
+        foreign=1_000 if args.quick else 10_000)
     print("ComputeDomain -> ResourceClaimTemplate on a real kube-apiserver ...", flush=True)
     results["cd_to_rct_real_apiserver"] = realkube_controller.cd_to_rct_on_real_server(
         one_at_a_time=10 if args.quick else 50, burst=20 if args.quick else 200)

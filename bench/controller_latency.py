@@ -94,14 +94,15 @@ class CountingCluster:
         return self._inner.get(kind, namespace=namespace, name=name)
 
     def list(self, kind: str, *, namespace: str = "",
-             label_selector: Mapping[str, str] | None = None) -> ports.ListResult:
+             label_selector: ports.LabelSelector | None = None) -> ports.ListResult:
         self.lists += 1
         return self._inner.list(kind, namespace=namespace, label_selector=label_selector)
 
     def watch(self, kind: str, *, namespace: str = "", resource_version: str,
-              timeout_s: float) -> Iterator[ports.WatchEvent]:
+              timeout_s: float, label_selector: ports.LabelSelector | None = None,
+              ) -> Iterator[ports.WatchEvent]:
         return self._inner.watch(kind, namespace=namespace, resource_version=resource_version,
-                                 timeout_s=timeout_s)
+                                 timeout_s=timeout_s, label_selector=label_selector)
 
     def create(self, kind: str, obj: Mapping[str, Any]) -> Mapping[str, Any]:
         name = str((obj.get("metadata") or {}).get("name") or "")

@@ -19,6 +19,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
 from core import decoding, errors, models, names
+from core.computedomain import modes as cd_modes
 from core.gpu import configs as gpu_configs
 
 ADMISSION_API_VERSION: Final = "admission.k8s.io/v1"
@@ -177,8 +178,8 @@ def check_config_entry(entry: object, *, path: str, config: models.DriverConfig)
     if config.host_managed and mode not in _SINGLE_MODES:
         return (
             f"{params_path}.allocationMode: '{mode}' is not supported in host-managed IMEX "
-            "mode: host-managed IMEX gives every workload channel 0 only; use allocationMode "
-            f"{models.AllocationMode.SINGLE.value} (or leave it out)"
+            f"mode: host-managed IMEX gives {cd_modes.host_managed_channel_grant(config)}; use "
+            f"allocationMode {models.AllocationMode.SINGLE.value} (or leave it out)"
         )
     if mode not in _KNOWN_MODES:
         return (

@@ -17,7 +17,7 @@ import hashlib
 import json
 import re
 from collections.abc import Iterable, Iterator, Mapping
-from typing import Any, TypeVar
+from typing import Any, Final, TypeVar
 
 from core import cdi, errors, models, names
 
@@ -42,15 +42,47 @@ class _ShapeError(Exception):
 # ---------------------------------------------------------------- codec
 
 
-def encode(cp: models.Checkpoint) -> bytes:
-    """Canonical bytes of `cp`, checksummed; `decode(encode(cp)) == cp`."""
+# A top-level snapshot field of ours: a journal starting with this snapshot's base record is
+# beside it, so a missing or empty journal means someone else deleted or emptied it. Its value
+# is a digest of the snapshot's boot ID and entries, so a snapshot another plugin rewrote with
+# other entries (keeping unknown fields, as older plugins do) no longer claims a journal.
+# Absent from the snapshot a graceful stop writes (the journal emptied on purpose, for a
+# downgrade) and from older plugins' snapshots.
+JOURNALED_FIELD: Final = "journaled"
+
+
+def _journal_mark(boot_id: str, entries: list[dict[str, Any]]) -> str:
+    body = _canonical({"bootID": boot_id, "entries": entries})
+    return hashlib.sha256(body.encode("ascii")).hexdigest()[:32]
+
+
+def expects_journal(cp: models.Checkpoint) -> bool:
+    """Whether the snapshot `cp` was decoded from says a journal follows it. O(entries)."""
+    mark = cp.extra.get(JOURNALED_FIELD)
+    if not isinstance(mark, str):
+        return False
+    entries = [_entry_to_json(cp.entries[uid]) for uid in sorted(cp.entries)]
+    return mark == _journal_mark(cp.boot_id, entries)
+
+
+def encode(cp: models.Checkpoint, *, journaled: bool | None = None) -> bytes:
+    """Canonical bytes of `cp`, checksummed; `decode(encode(cp)) == cp`.
+
+    `journaled` sets (True) or drops (False) the `JOURNALED_FIELD` mark; None keeps `cp`'s.
+    """
+    extra = dict(cp.extra)
+    if journaled is not None:
+        extra.pop(JOURNALED_FIELD, None)
+    entries = [_entry_to_json(cp.entries[uid]) for uid in sorted(cp.entries)]
+    if journaled:
+        extra[JOURNALED_FIELD] = _journal_mark(cp.boot_id, entries)
     content: dict[str, Any] = {
-        **cp.extra,
+        **extra,
         "version": VERSION,
         "bootID": cp.boot_id,
         "mode": cp.mode.value,
         "isolation": cp.isolation.value,
-        "entries": [_entry_to_json(cp.entries[uid]) for uid in sorted(cp.entries)],
+        "entries": entries,
     }
     content.pop("checksum", None)
     document = {**content, "checksum": _checksum(content)}
@@ -493,10 +525,12 @@ def index_of(cp: models.Checkpoint) -> models.CheckpointIndex:
                 held[entry.domain_id] = held.get(entry.domain_id, 0) + 1
             key = (entry.mode, entry.isolation)
             modes[key] = modes.get(key, 0) + 1
-            domains[entry.domain_id] = domains.get(entry.domain_id, 0) + 1
+            if entry.channel_ids:
+                domains[entry.domain_id] = domains.get(entry.domain_id, 0) + 1
     return models.CheckpointIndex(
         entries=cp.entries, channel_holders=channels, holders_by_mode=modes,
-        holders_by_domain=domains, tombstones=frozenset(tombstones), prepared_devices=devices,
+        channel_holders_by_domain=domains, tombstones=frozenset(tombstones),
+        prepared_devices=devices,
     )
 
 
@@ -648,7 +682,7 @@ def _changed(
     index = index_of(cp)
     channels = dict(index.channel_holders)
     modes = dict(index.holders_by_mode)
-    domains = dict(index.holders_by_domain)
+    domains = dict(index.channel_holders_by_domain)
     tombstones = set(index.tombstones)
     devices = index.prepared_devices
     for entry, step in ((old, -1), (new, 1)):
@@ -667,10 +701,12 @@ def _changed(
             else:
                 channels.pop(channel, None)
         _bump(modes, (entry.mode, entry.isolation), step)
-        _bump(domains, entry.domain_id, step)
+        if entry.channel_ids:
+            _bump(domains, entry.domain_id, step)
     index = models.CheckpointIndex(
         entries=entries, channel_holders=channels, holders_by_mode=modes,
-        holders_by_domain=domains, tombstones=frozenset(tombstones), prepared_devices=devices,
+        channel_holders_by_domain=domains, tombstones=frozenset(tombstones),
+        prepared_devices=devices,
     )
     return dataclasses.replace(cp, entries=entries, index=index)
 

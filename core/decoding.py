@@ -14,7 +14,8 @@ exactly what this edge must guarantee. Decoding is deterministic: list-type-map 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import json
+from collections.abc import Mapping, Sequence
 from typing import Any, Final, NoReturn, TypeVar
 
 from core import errors, models, names
@@ -67,13 +68,7 @@ def decode_opaque_config(parameters: Mapping[str, Any], *, strict: bool) -> mode
     if strict:
         unknown = sorted(str(key) for key in obj if not (isinstance(key, str) and key in accepted))
         if unknown:
-            plural = "s" if len(unknown) > 1 else ""
-            shown = ", ".join(show_value(key) for key in unknown)
-            fail(
-                unknown[0],
-                f"unknown field{plural} {shown} in {kind}: "
-                f"accepted fields are {', '.join(accepted)}",
-            )
+            fail(unknown[0], unknown_fields_message(unknown, where=kind, accepted=accepted))
 
     domain_id = obj.get("domainID")
     if not isinstance(domain_id, str) or not domain_id:
@@ -223,12 +218,68 @@ def compute_domain_from_k8s(obj: Mapping[str, Any]) -> models.ComputeDomain:
             ),
             nodes=tuple(sorted(nodes, key=lambda n: n.name)),
             channel_id=_channel_id(status_obj, "channelID", "status"),
+            channel_conflict=_channel_conflict(status_obj),
         )
     return models.ComputeDomain(
         meta=meta,
         spec=models.ComputeDomainSpec(channel=channel_spec, num_nodes=num_nodes),
         status=status,
     )
+
+
+def _channel_conflict(status: Mapping[str, Any]) -> str:
+    """The message of a `ChannelUnique=False` condition ("" if none), read tolerantly: the
+    conditions are the controller's report, not input to validate."""
+    conditions = status.get("conditions")
+    for item in conditions if isinstance(conditions, list) else ():
+        if (isinstance(item, Mapping) and item.get("type") == "ChannelUnique"
+                and item.get("status") == "False"):
+            return str(item.get("message") or "its IMEX channel is held by another "
+                       "ComputeDomain")
+    return ""
+
+
+# The fields of the ComputeDomain CRD (ours and upstream's) at each level we read.
+_CD_FIELDS: Final[Mapping[str, frozenset[str]]] = {
+    "": frozenset({"apiVersion", "kind", "metadata", "spec", "status"}),
+    "spec": frozenset({"numNodes", "channel"}),
+    "spec.channel": frozenset({"resourceClaimTemplate", "allocationMode"}),
+    "spec.channel.resourceClaimTemplate": frozenset({"name"}),
+    "status": frozenset({"status", "nodes", "channelID", "conditions"}),
+}
+
+
+def compute_domain_tolerantly(
+    obj: Mapping[str, Any],
+) -> tuple[models.ComputeDomain, tuple[str, ...]]:
+    """Decode a ComputeDomain as the controller serves it, with what it ignores in it.
+
+    Unknown fields are ignored (the API server prunes them from a structural CRD) and a
+    `status` that cannot be read is ignored (the controller owns it and writes it anew); each
+    is named in the returned problems (in a fixed order), so that it can be reported.
+    Anything wrong in `metadata` or `spec` still raises DecodeError. Pure and deterministic.
+    """
+    problems: list[str] = []
+    root = _root(obj)
+    for path, allowed in _CD_FIELDS.items():
+        node: object = root
+        for part in path.split(".") if path else ():
+            node = node.get(part) if isinstance(node, Mapping) else None
+        if not isinstance(node, Mapping):
+            continue
+        for key in sorted(str(k) for k in node if k not in allowed):
+            field = f"{path}.{key}" if path else key
+            problems.append(f"unknown field {field[:100]!r} is ignored")
+    try:
+        cd = compute_domain_from_k8s(root)
+    except errors.DecodeError as exc:
+        if not exc.field.startswith("status"):
+            raise
+        without_status = {k: v for k, v in root.items() if k != "status"}
+        cd = compute_domain_from_k8s(without_status)
+        problems.append(f"status cannot be read ({exc.message[:200]}); it is ignored and "
+                        "written anew")
+    return cd, tuple(problems)
 
 
 def compute_domain_status_to_k8s(status: models.ComputeDomainStatus) -> dict[str, Any]:
@@ -265,6 +316,17 @@ def compute_domain_clique_from_k8s(obj: Mapping[str, Any]) -> models.ComputeDoma
         meta=object_meta_from_k8s(root),
         daemons=tuple(sorted(daemons, key=lambda d: d.node_name)),
     )
+
+
+def clique_daemon_to_k8s(daemon: models.CliqueDaemon) -> dict[str, Any]:
+    """One `daemons[]` entry of a ComputeDomainClique, as the daemons write it."""
+    return {
+        "nodeName": daemon.node_name,
+        "ipAddress": daemon.ip_address,
+        "cliqueID": daemon.clique_id,
+        "index": daemon.index,
+        "status": daemon.status.value,
+    }
 
 
 def _compute_domain_node(item: Mapping[Any, Any], path: str) -> models.ComputeDomainNode:
@@ -400,6 +462,25 @@ def json_type_name(value: object) -> str:
     if isinstance(value, list | tuple):
         return "array"
     return type(value).__name__
+
+
+def unknown_fields_message(
+    paths: Sequence[str], *, where: str, accepted: Sequence[str]
+) -> str:
+    """The error of a strict decode that met unknown fields (by path, in order).
+
+    It starts with the phrase of Kubernetes' strict decoding that upstream's driver logs and
+    its tests look for (`strict decoding error: unknown field "x"`, one per field), then says
+    where and which fields are accepted.
+    """
+    shown = ", ".join(f"unknown field {_go_quoted(path)}" for path in paths)
+    return f"strict decoding error: {shown} in {where}: accepted fields are {', '.join(accepted)}"
+
+
+def _go_quoted(text: str) -> str:
+    """A double-quoted, escaped string (as Go's %q writes field names), truncated."""
+    shown = text if len(text) <= _MAX_SHOWN else text[:_MAX_SHOWN] + "..."
+    return json.dumps(shown, ensure_ascii=False)
 
 
 def show_value(value: object) -> str:

@@ -8,7 +8,7 @@ cluster, and tests run them against fakes.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from core import checkpoint as checkpoint_codec
 from core import errors, models, ports
@@ -23,21 +23,40 @@ def execute_cluster_actions(
     done, so re-running a partly applied plan is safe. Every other error (a conflict on a
     patch with a resourceVersion, a missing object to patch, an API failure) stops execution
     and propagates: the caller re-observes and re-plans.
+
+    A plan's preconditioned patches of one object were all planned from the same
+    resourceVersion: after one of them succeeds, the next is sent with the version it answered
+    (the change since the plan is the plan's own). Only along an unbroken chain of
+    preconditioned patches: after an unconditional one, the planned version is sent as is.
     """
+    # (kind, namespace, name) -> version our last preconditioned patch of it answered.
+    chained: dict[tuple[str, str, str], str] = {}
+    unchained: set[tuple[str, str, str]] = set()
     for action in actions:
         match action:
             case models.CreateObject(kind=kind, obj=obj):
                 with contextlib.suppress(errors.AlreadyExistsError):
                     cluster.create(kind, obj)
             case models.PatchObject():
-                cluster.patch(
+                key = (action.kind, action.namespace, action.name)
+                version = action.resource_version
+                if version and key in chained:
+                    version = chained[key]
+                answer = cluster.patch(
                     action.kind,
                     namespace=action.namespace,
                     name=action.name,
                     patch=action.patch,
                     subresource=action.subresource,
-                    resource_version=action.resource_version,
+                    resource_version=version,
                 )
+                meta = answer.get("metadata") if isinstance(answer, Mapping) else None
+                answered = meta.get("resourceVersion") if isinstance(meta, Mapping) else None
+                if action.resource_version and key not in unchained and answered:
+                    chained[key] = str(answered)
+                else:
+                    chained.pop(key, None)
+                    unchained.add(key)
             case models.DeleteObject(kind=kind, namespace=namespace, name=name):
                 with contextlib.suppress(errors.NotFoundError):
                     cluster.delete(kind, namespace=namespace, name=name)

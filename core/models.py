@@ -129,6 +129,10 @@ class ComputeDomainStatus:
     nodes: tuple[ComputeDomainNode, ...] = ()
     # Channel isolation: the IMEX channel the controller assigned (`status.channelID`).
     channel_id: int | None = None
+    # Channel isolation: why this CD may not use its channel for new prepares (the message of
+    # its `ChannelUnique=False` condition: a later duplicate whose claims already carry it);
+    # "" when it may. Read from status.conditions, never written with the status (not compared).
+    channel_conflict: str = dataclasses.field(default="", compare=False)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -367,8 +371,9 @@ class CheckpointIndex:
     channel_holders: Mapping[int, Mapping[str, int]]
     # (mode, isolation) -> holding entries prepared under it.
     holders_by_mode: Mapping[tuple[IMEXMode, Isolation], int]
-    # ComputeDomain id -> holding entries.
-    holders_by_domain: Mapping[str, int]
+    # ComputeDomain id -> holding entries that hold channels: workload claims only (a daemon
+    # claim holds no channel), so the IMEX daemon's own claim never pins the node label.
+    channel_holders_by_domain: Mapping[str, int]
     # Claims with a PrepareAborted tombstone.
     tombstones: frozenset[names.ClaimUID]
     # Devices of PrepareCompleted entries (the prepared-devices gauge).

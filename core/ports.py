@@ -36,6 +36,11 @@ class ListResult:
     resource_version: str
 
 
+# A label selector the API server evaluates: `key: value` requires that value (`key=value`),
+# `key: None` only that the label exists (`key`). Every entry must hold.
+LabelSelector = Mapping[str, str | None]
+
+
 class Cluster(Protocol):
     """Kubernetes API operations on JSON objects, addressed by `kind` (see `core.kinds`).
 
@@ -48,15 +53,21 @@ class Cluster(Protocol):
         ...
 
     def list(
-        self, kind: str, *, namespace: str = "", label_selector: Mapping[str, str] | None = None
+        self, kind: str, *, namespace: str = "", label_selector: LabelSelector | None = None
     ) -> ListResult:
-        """All objects of a kind (in a namespace when given), with the list resourceVersion."""
+        """All objects of a kind (in a namespace when given, matching `label_selector` when
+        given), with the list resourceVersion."""
         ...
 
     def watch(
-        self, kind: str, *, namespace: str = "", resource_version: str, timeout_s: float
+        self, kind: str, *, namespace: str = "", resource_version: str, timeout_s: float,
+        label_selector: LabelSelector | None = None,
     ) -> Iterator[WatchEvent]:
-        """Events after `resource_version`; ends after `timeout_s`. Raises GoneError if expired."""
+        """Events after `resource_version`; ends after `timeout_s`. Raises GoneError if expired.
+
+        With `label_selector`, as the API server: only objects that match; one that stops
+        matching comes as DELETED, one that starts matching as ADDED.
+        """
         ...
 
     def create(self, kind: str, obj: Mapping[str, Any]) -> Mapping[str, Any]:

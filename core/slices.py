@@ -65,14 +65,24 @@ def slice_name(*, node_name: str, driver: str, index: int) -> str:
     return node_name[: _MAX_NAME_LENGTH - len(tail)].rstrip("-.") + tail
 
 
+def node_owner_reference(*, node_name: str, node_uid: str) -> models.JSONObject:
+    """The Node as the controlling owner of its ResourceSlices (as upstream's plugins set it):
+    the garbage collector deletes a node's slices with the Node."""
+    return {
+        "apiVersion": "v1", "kind": "Node", "name": node_name, "uid": node_uid, "controller": True,
+    }
+
+
 def build_resource_slices(
     *,
     node_name: str,
     driver: str,
     devices: Sequence[Mapping[str, Any]],
     generation: int,
+    node_uid: str = "",
 ) -> tuple[models.JSONObject, ...]:
-    """The node's pool as ResourceSlice objects: pool name = node name, ≤128 devices per slice.
+    """The node's pool as ResourceSlice objects: pool name = node name, ≤128 devices per slice,
+    each owned by the Node (`node_uid`; no ownerReferences when it is unknown, "").
 
     A node with no devices still publishes one empty slice, so the pool (and its generation)
     stays visible to the scheduler.
@@ -81,11 +91,19 @@ def build_resource_slices(
         list(devices[i : i + names.MAX_DEVICES_PER_SLICE])
         for i in range(0, len(devices), names.MAX_DEVICES_PER_SLICE)
     ] or [[]]
+    owners = (
+        {"ownerReferences": [node_owner_reference(node_name=node_name, node_uid=node_uid)]}
+        if node_uid
+        else {}
+    )
     return tuple(
         {
             "apiVersion": names.DRA_GROUP_VERSION,
             "kind": _SLICE_KIND,
-            "metadata": {"name": slice_name(node_name=node_name, driver=driver, index=index)},
+            "metadata": {
+                "name": slice_name(node_name=node_name, driver=driver, index=index),
+                **owners,
+            },
             "spec": {
                 "driver": driver,
                 "nodeName": node_name,
@@ -109,8 +127,11 @@ def plan_slice_sync(
     """Create, patch and delete actions that make `existing` (this driver's slices) `desired`.
 
     Slices are matched by name. A slice whose spec already holds every desired field is left
-    alone (the API server may add defaults). Output: creates, then patches, then deletes, each
-    sorted by name; empty when the two already agree.
+    alone (the API server may add defaults); one whose ownerReferences differ from desired ones
+    (a slice published before its Node's UID was known, or for an earlier Node of that name)
+    gets them replaced; desired slices without ownerReferences leave existing ones alone.
+    Output: creates, then patches, then deletes, each sorted by name; empty when the two
+    already agree.
     """
     existing_by_name = {_name(obj): obj for obj in existing}
     desired_by_name = {_name(obj): obj for obj in desired}
@@ -121,13 +142,20 @@ def plan_slice_sync(
         have = existing_by_name.get(name)
         if have is None:
             creates.append(models.CreateObject(kind=_SLICE_KIND, obj=want))
-        elif not _contains(have.get("spec", {}), want.get("spec", {})):
+            continue
+        patch: dict[str, Any] = {}
+        if not _contains(have.get("spec", {}), want.get("spec", {})):
+            patch["spec"] = want.get("spec", {})
+        owners = _owners(want)
+        if owners and not _contains(_owners(have), owners):
+            patch["metadata"] = {"ownerReferences": owners}
+        if patch:
             patches.append(
                 models.PatchObject(
                     kind=_SLICE_KIND,
                     namespace="",
                     name=name,
-                    patch={"spec": want.get("spec", {})},
+                    patch=patch,
                     resource_version=str(have.get("metadata", {}).get("resourceVersion", "")),
                 )
             )
@@ -141,6 +169,11 @@ def plan_slice_sync(
 
 def _name(obj: Mapping[str, Any]) -> str:
     return str(obj.get("metadata", {}).get("name", ""))
+
+
+def _owners(obj: Mapping[str, Any]) -> list[Any]:
+    refs = (obj.get("metadata") or {}).get("ownerReferences")
+    return list(refs) if isinstance(refs, list | tuple) else []
 
 
 def _contains(have: Any, want: Any) -> bool:

@@ -8,8 +8,9 @@ child has stayed up for `stable_after_s`.
 
 from __future__ import annotations
 
-import ctypes
 import logging
+import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -71,10 +72,11 @@ class IMEXSupervisor:
         self._thread.start()
 
     def reload(self) -> bool:
-        """SIGUSR1 to the running child; False when none runs (a fresh one reads the files)."""
+        """SIGUSR1 to the running child; False when none runs, or it is still starting (a
+        fresh one reads the files)."""
         with self._lock:
             child = self._child
-            if child is None or child.poll() is not None:
+            if child is None or child.poll() is not None or _still_starting(child.pid):
                 return False
             child.send_signal(signal.SIGUSR1)
         log.info("event=imex_reload_signalled pid=%d signal=SIGUSR1", child.pid)
@@ -82,8 +84,10 @@ class IMEXSupervisor:
 
     def stop(self, *, timeout_s: float = 10.0) -> None:
         """SIGTERM the child, SIGKILL it after `timeout_s`, and stop restarting it."""
-        self._stopping.set()
+        # NB: set under the lock a spawn holds: a restart either finished (its child is read
+        # here and terminated) or sees the flag and does not start.
         with self._lock:
+            self._stopping.set()
             child = self._child
         if child is not None and child.poll() is None:
             child.terminate()
@@ -96,14 +100,19 @@ class IMEXSupervisor:
         if self._thread is not None:
             self._thread.join(timeout=timeout_s)
 
-    def _spawn(self) -> None:
-        child = subprocess.Popen(
-            self._argv, stdin=subprocess.DEVNULL, preexec_fn=_die_with_parent
-        )
+    def _spawn(self) -> bool:
+        """Start a child unless stopping (False then); raises OSError when it cannot run."""
+        if shutil.which(self._argv[0]) is None:
+            raise FileNotFoundError(2, "no such executable", self._argv[0])
         with self._lock:
+            if self._stopping.is_set():
+                return False
+            child = subprocess.Popen(_with_parent_death_signal(self._argv),
+                                     stdin=subprocess.DEVNULL)
             self._child = child
             self._started_at = self._clock()
         log.info("event=imex_started pid=%d argv=%r", child.pid, " ".join(self._argv))
+        return True
 
     def _watch(self) -> None:
         failures = 0
@@ -125,7 +134,8 @@ class IMEXSupervisor:
             if self._stopping.wait(delay):
                 return
             try:
-                self._spawn()
+                if not self._spawn():
+                    return
             except OSError as exc:
                 log.error("event=imex_restart_failed error=%r", str(exc))
                 with self._lock:
@@ -134,13 +144,33 @@ class IMEXSupervisor:
             self.restarts += 1
 
 
-_PR_SET_PDEATHSIG = 1
-# NB: resolved once here: between fork and exec the child may only call, not load or import.
-_PRCTL = ctypes.CDLL(None, use_errno=True).prctl if sys.platform.startswith("linux") else None
+# The child asks Linux for SIGTERM when the thread that started it ends (a kill -9 of the
+# daemon, tests, the demo; in a pod the container's end takes it along anyway), then becomes
+# nvidia-imex (same pid). A tiny single-threaded interpreter does this instead of a
+# `preexec_fn`, which in a threaded process can deadlock between fork and exec.
+_SHIM = (
+    "import ctypes, os, signal, sys\n"
+    "if sys.platform.startswith('linux'):\n"
+    "    ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGTERM), 0, 0, 0)\n"
+    "    if os.getppid() != int(sys.argv[1]):\n"
+    "        os._exit(1)\n"
+    "os.execvp(sys.argv[2], sys.argv[2:])\n"
+)
 
 
-def _die_with_parent() -> None:
-    # In a pod the container's end takes the child along; outside one (tests, the demo, a
-    # kill -9 of the daemon) Linux's parent-death signal does the same.
-    if _PRCTL is not None:
-        _PRCTL(_PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0)
+def _with_parent_death_signal(argv: Sequence[str]) -> list[str]:
+    return [*_SHIM_ARGV, str(os.getpid()), *argv]
+
+
+_SHIM_ARGV = (sys.executable, "-I", "-S", "-c", _SHIM)
+_SHIM_CMDLINE = ("\0".join(_SHIM_ARGV) + "\0").encode()
+
+
+def _still_starting(pid: int) -> bool:
+    """True while `pid` is still the shim, before it became nvidia-imex: SIGUSR1 would kill
+    it then, and nvidia-imex reads the files when it starts anyway."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read().startswith(_SHIM_CMDLINE)
+    except OSError:
+        return False

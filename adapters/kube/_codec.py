@@ -109,9 +109,11 @@ def _require_namespace(kind: kinds.ResourceKind, namespace: str, name: str) -> N
         )
 
 
-def label_selector_query(label_selector: Mapping[str, str] | None) -> str:
-    """Equality-based selector `a=1,b=2`, sorted so requests are deterministic."""
-    return ",".join(f"{k}={v}" for k, v in sorted((label_selector or {}).items()))
+def label_selector_query(label_selector: ports.LabelSelector | None) -> str:
+    """Selector `a=1,b=2,c` (`c`: the key exists), sorted so requests are deterministic."""
+    return ",".join(
+        k if v is None else f"{k}={v}" for k, v in sorted((label_selector or {}).items())
+    )
 
 
 def get_request(kind: kinds.ResourceKind, *, namespace: str, name: str) -> Request:
@@ -123,7 +125,7 @@ def list_request(
     kind: kinds.ResourceKind,
     *,
     namespace: str = "",
-    label_selector: Mapping[str, str] | None = None,
+    label_selector: ports.LabelSelector | None = None,
 ) -> Request:
     selector = label_selector_query(label_selector)
     query = (("labelSelector", selector),) if selector else ()
@@ -131,13 +133,16 @@ def list_request(
 
 
 def watch_request(
-    kind: kinds.ResourceKind, *, namespace: str = "", resource_version: str, timeout_s: float
+    kind: kinds.ResourceKind, *, namespace: str = "", resource_version: str, timeout_s: float,
+    label_selector: ports.LabelSelector | None = None,
 ) -> Request:
+    selector = label_selector_query(label_selector)
     query = (
         ("watch", "true"),
         ("resourceVersion", resource_version),
         ("timeoutSeconds", str(max(1, int(timeout_s)))),
         ("allowWatchBookmarks", "true"),
+        *((("labelSelector", selector),) if selector else ()),
     )
     return Request(method="GET", path=resource_path(kind, namespace=namespace), query=query)
 

@@ -104,7 +104,7 @@ class KubeCluster:
         return self._api.request_json(request)
 
     def list(
-        self, kind: str, *, namespace: str = "", label_selector: Mapping[str, str] | None = None
+        self, kind: str, *, namespace: str = "", label_selector: ports.LabelSelector | None = None
     ) -> ports.ListResult:
         request = _codec.list_request(
             kinds.by_kind(kind), namespace=namespace, label_selector=label_selector
@@ -112,13 +112,15 @@ class KubeCluster:
         return _codec.list_result(self._api.request_json(request))
 
     def watch(
-        self, kind: str, *, namespace: str = "", resource_version: str, timeout_s: float
+        self, kind: str, *, namespace: str = "", resource_version: str, timeout_s: float,
+        label_selector: ports.LabelSelector | None = None,
     ) -> Iterator[ports.WatchEvent]:
         request = _codec.watch_request(
             kinds.by_kind(kind),
             namespace=namespace,
             resource_version=resource_version,
             timeout_s=timeout_s,
+            label_selector=label_selector,
         )
         for line in self._api.stream_lines(request, timeout_s=timeout_s):
             event = _codec.watch_event_from_line(line, request=request)

@@ -43,7 +43,7 @@ class Informer:
         kind: str,
         *,
         namespace: str = "",
-        label_selector: Mapping[str, str] | None = None,
+        label_selector: ports.LabelSelector | None = None,
         transform: Callable[[Obj], Obj] | None = None,
         indexers: Mapping[str, Indexer] | None = None,
         watch_timeout_s: float = 300.0,
@@ -90,10 +90,20 @@ class Informer:
                 replaying -= 1
                 continue
             if event.type is ports.WatchEventType.DELETED:
-                # Handlers see the object's final state (as client-go's OnDelete does).
-                self._change(object_key(event.obj), None, final=self._slim(event.obj))
+                # Handlers see the object's final state (as client-go's OnDelete does), except
+                # for an object that left the selection (e.g. a Node whose label went): its
+                # final state no longer says what it belonged to, its last selected state does.
+                final = None if self._left_selection(event.obj) else self._slim(event.obj)
+                self._change(object_key(event.obj), None, final=final)
             else:
                 self._change(object_key(event.obj), self._slim(event.obj))
+
+    def _left_selection(self, obj: Obj) -> bool:
+        labels = (obj.get("metadata") or {}).get("labels") or {}
+        return any(
+            key not in labels or (value is not None and labels[key] != value)
+            for key, value in self.label_selector.items()
+        )
 
     # ------------------------------------------------------------ reads
 

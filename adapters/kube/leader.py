@@ -6,6 +6,17 @@ microseconds) and `leaseTransitions`. Expiry is judged on this process's monoton
 from the moment it last saw the record change, never by comparing wall clocks across
 machines. Every write carries the resourceVersion it read, so two candidates racing for an
 expired lease cannot both win: the loser gets a 409 and keeps waiting.
+
+Leadership is bounded by `renew_deadline_s` from the *start* of the last successful renewal,
+whatever the API server does: each renewal attempt runs on a thread of its own and is waited
+on only until that deadline, so a call blocked on HTTP timeouts (10 s connect, 60 s read,
+retries) cannot keep this replica leading while another takes the expired lease. `is_leader`
+is judged on the same clock, so a caller (readiness, a write fence) gets "no" at the deadline
+even before the elector's own thread notices.
+
+NB: not `kubernetes.leaderelection` from the official client: its renew loop checks the
+deadline only between calls (the defect above), uses the process-wide default API client and
+wall-clock times, sleeps with no way to stop, and never releases the lease on shutdown.
 """
 
 from __future__ import annotations
@@ -70,10 +81,14 @@ class LeaderElector:
         self._observed_at = 0.0
         self._resource_version = ""
         self._leading = False
+        # Our clock at the start of the attempt that last created or renewed the lease.
+        self._renewed_at = 0.0
 
     @property
     def is_leader(self) -> bool:
-        return self._leading
+        """Leading, and the last successful renewal started less than `renew_deadline_s` ago
+        (the lease cannot have been taken by another candidate yet)."""
+        return self._leading and self._clock() - self._renewed_at < self._renew_deadline_s
 
     @property
     def observed_holder(self) -> str:
@@ -143,6 +158,7 @@ class LeaderElector:
             )
             return self._set_leading(False)
         self._observe(updated, now)
+        self._renewed_at = now
         if holder != self.identity:
             log.info(
                 "acquired lease lease=%s/%s identity=%s previous=%s",
@@ -170,6 +186,7 @@ class LeaderElector:
             )
             return self._set_leading(False)
         self._observe(created, now)
+        self._renewed_at = now
         log.info(
             "created lease lease=%s/%s identity=%s", self._namespace, self._name, self.identity
         )
@@ -203,6 +220,27 @@ class LeaderElector:
         finally:
             self._leading = False
 
+    def _attempt_until(self, deadline: float) -> bool | None:
+        """One `try_acquire_or_renew` on a thread of its own, waited on until `deadline` (our
+        clock) at most: its answer, or None when it has not answered by then.
+
+        NB: a call still blocked past the deadline is abandoned, not cancelled; if it succeeds
+        later it only renews a lease this replica no longer acts on (the caller stops leading,
+        and the process exits), which delays a successor by one lease duration at most.
+        """
+        answer: list[bool] = []
+        done = threading.Event()
+
+        def attempt() -> None:
+            try:
+                answer.append(self.try_acquire_or_renew())
+            finally:
+                done.set()
+
+        threading.Thread(target=attempt, name="lease-renewal", daemon=True).start()
+        done.wait(max(0.0, deadline - self._clock()))
+        return answer[0] if answer else None
+
     def run(
         self,
         on_started_leading: Callable[[], None],
@@ -213,7 +251,8 @@ class LeaderElector:
 
         Both callbacks run on this thread and must return promptly (start work elsewhere).
         `on_stopped_leading` runs exactly once if leading started, whether leadership was
-        lost (renewals failed for `renew_deadline_s`, or another holder took over) or
+        lost (no renewal succeeded within `renew_deadline_s` of the start of the last good
+        one, even if a renewal call is still blocked, or another holder took over) or
         `stop_event` was set; in the latter case the lease is released first when
         `release_on_stop` is set, so a successor need not wait for expiry.
         """
@@ -222,13 +261,13 @@ class LeaderElector:
             if stop_event.wait(self._retry_period_s + jitter):
                 return
         on_started_leading()
-        last_renewed = self._clock()
         try:
             while not stop_event.wait(self._retry_period_s):
-                if self.try_acquire_or_renew():
-                    last_renewed = self._clock()
+                deadline = self._renewed_at + self._renew_deadline_s
+                renewed = self._attempt_until(deadline)
+                if renewed:
                     continue
-                if self.observed_holder not in ("", self.identity):
+                if renewed is not None and self.observed_holder not in ("", self.identity):
                     log.warning(
                         "lost lease lease=%s/%s new_holder=%s",
                         self._namespace,
@@ -236,12 +275,13 @@ class LeaderElector:
                         self.observed_holder,
                     )
                     return
-                if self._clock() - last_renewed >= self._renew_deadline_s:
+                if self._clock() >= deadline:
                     log.warning(
-                        "lease renew deadline passed lease=%s/%s deadline_s=%s",
+                        "lease renew deadline passed lease=%s/%s deadline_s=%s answered=%s",
                         self._namespace,
                         self._name,
                         self._renew_deadline_s,
+                        renewed is not None,
                     )
                     return
             if self._release_on_stop:

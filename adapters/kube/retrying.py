@@ -31,11 +31,27 @@ def bounded_backoff(*, initial_s: float = 0.5, max_s: float = 30.0) -> Wait:
     return tenacity.wait_random_exponential(multiplier=initial_s, max=max_s)
 
 
+# A capped wait reaches its cap long before this many attempts (2**63 times the initial delay).
+_MAX_ATTEMPT = 64
+
+
 def backoff_delay(wait: Wait, *, attempt: int) -> float:
-    """Seconds a tenacity wait strategy asks for before retry number `attempt` (1-based)."""
-    state = tenacity.RetryCallState(retry_object=tenacity.Retrying(), fn=None, args=(), kwargs={})
-    state.attempt_number = max(1, attempt)
-    return float(wait(state))
+    """Seconds a tenacity wait strategy asks for before retry number `attempt` (1-based).
+
+    Asks tenacity itself, through its public API: a `Retrying` that always retries, stops
+    after `attempt` retries and records its sleeps instead of sleeping. O(attempt), with
+    `attempt` capped at 64.
+    """
+    slept: list[float] = []
+    retrying = tenacity.Retrying(
+        retry=tenacity.retry_always,
+        stop=tenacity.stop_after_attempt(min(max(1, attempt), _MAX_ATTEMPT) + 1),
+        wait=wait,
+        sleep=slept.append,
+        retry_error_callback=lambda _state: None,
+    )
+    retrying(lambda: None)
+    return float(slept[-1])
 
 
 def retry_on_conflict(
@@ -85,7 +101,7 @@ def list_then_watch(
     kind: str,
     *,
     namespace: str = "",
-    label_selector: Mapping[str, str] | None = None,
+    label_selector: ports.LabelSelector | None = None,
     timeout_s: float = 300.0,
     stop: threading.Event | None = None,
     wait: Wait | None = None,
@@ -99,10 +115,8 @@ def list_then_watch(
     - any other ClusterError reconnects after a jittered, capped backoff, which resets
       after the next successful call.
     `stop` is checked between calls, so it takes effect within `timeout_s` of a quiet watch.
-    NB: label_selector filters the list only (the port's watch has no selector); events of
-    other objects are dropped client-side by label match, except that a MODIFIED object that
-    no longer matches comes as DELETED (it may have left the selection), as the API server's
-    own selector watches do.
+    `label_selector` goes to the list and to the watch: the server sends only matching objects
+    (one that leaves the selection comes as DELETED), so nothing else crosses the wire.
     """
     stop = stop or threading.Event()
     wait = wait or bounded_backoff()
@@ -123,10 +137,6 @@ def list_then_watch(
         )
         sleep(delay)
 
-    def selected(obj: Mapping[str, Any]) -> bool:
-        labels = (obj.get("metadata") or {}).get("labels") or {}
-        return all(labels.get(k) == v for k, v in (label_selector or {}).items())
-
     while not stop.is_set():
         if not resource_version:
             try:
@@ -142,16 +152,12 @@ def list_then_watch(
             continue
         try:
             for event in cluster.watch(
-                kind, namespace=namespace, resource_version=resource_version, timeout_s=timeout_s
+                kind, namespace=namespace, resource_version=resource_version, timeout_s=timeout_s,
+                **({"label_selector": label_selector} if label_selector else {}),
             ):
                 failures = 0
                 resource_version = _resource_version(event.obj) or resource_version
-                if selected(event.obj):
-                    yield event
-                elif event.type is ports.WatchEventType.MODIFIED:
-                    # It may have just left the selection: a watch with a label selector on
-                    # the API server says DELETED then, and so does this one.
-                    yield ports.WatchEvent(type=ports.WatchEventType.DELETED, obj=event.obj)
+                yield event
                 if stop.is_set():
                     return
             failures = 0

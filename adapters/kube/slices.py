@@ -1,9 +1,10 @@
 """Publishing this node's ResourceSlices: the only way the scheduler learns about our devices.
 
 The pure planner (`core.slices`) says what the pool should look like and which writes get it
-there; this module reads what exists, decides the pool generation, and runs the writes
-through the core executor. The generation goes up exactly when the pool's content changes,
-so the scheduler never mixes slices of two different pool versions.
+there; this module reads what exists and the Node's UID (every slice is owned by its Node, so
+the garbage collector deletes a deleted node's slices), decides the pool generation, and runs
+the writes through the core executor. The generation goes up exactly when the pool's content
+changes, so the scheduler never mixes slices of two different pool versions.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from adapters.kube import retrying
-from core import executing, kinds, ports, slices
+from core import errors, executing, kinds, ports, slices
 
 log = logging.getLogger(__name__)
 
@@ -38,18 +39,38 @@ class SlicePublisher:
         return tuple(sorted(mine, key=lambda obj: str((obj.get("metadata") or {}).get("name"))))
 
     def publish(self, devices: Sequence[Mapping[str, Any]]) -> None:
-        """Make the pool publish exactly `devices`; a no-op when it already does.
+        """Make the pool publish exactly `devices`, owned by this node's Node object; a no-op
+        when it already does.
 
         Idempotent. Retries on resourceVersion conflicts (another writer, or a stale read)
         by re-listing; other cluster errors propagate for the caller's backoff.
         """
-        retrying.retry_on_conflict(lambda: self._sync(devices))
+        node_uid = self.node_uid()
+        retrying.retry_on_conflict(lambda: self._sync(devices, node_uid=node_uid))
 
-    def _sync(self, devices: Sequence[Mapping[str, Any]]) -> None:
+    def node_uid(self) -> str:
+        """The UID of this node's Node object, read on every publish (a Node deleted and
+        registered again under the same name has a new one); "" when there is no such Node.
+
+        NB: with no Node the slices go out without an owner (an embedded deployment may have
+        none); the next publish after the Node appears adds it.
+        """
+        try:
+            node = self._cluster.get(kinds.NODE.kind, namespace="", name=self._node_name)
+        except errors.NotFoundError:
+            log.warning(
+                "event=node_not_found node=%s driver=%s action=publishing_without_owner",
+                self._node_name, self._driver,
+            )
+            return ""
+        return str((node.get("metadata") or {}).get("uid") or "")
+
+    def _sync(self, devices: Sequence[Mapping[str, Any]], *, node_uid: str) -> None:
         existing = self.existing()
         generation = max((_generation(obj) for obj in existing), default=0)
         desired = slices.build_resource_slices(
-            node_name=self._node_name, driver=self._driver, devices=devices, generation=generation
+            node_name=self._node_name, driver=self._driver, devices=devices,
+            generation=generation, node_uid=node_uid,
         )
         actions = slices.plan_slice_sync(desired=desired, existing=existing)
         if not actions:
@@ -59,6 +80,7 @@ class SlicePublisher:
             driver=self._driver,
             devices=devices,
             generation=generation + 1,
+            node_uid=node_uid,
         )
         actions = slices.plan_slice_sync(desired=desired, existing=existing)
         log.info(

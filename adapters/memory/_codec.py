@@ -41,12 +41,18 @@ def merge_patch(target: Any, patch: Any) -> Any:
     return result
 
 
-def matches_labels(labels: Mapping[str, str] | None, selector: Mapping[str, str] | None) -> bool:
-    """True when every `key=value` of an equality selector is among `labels` (empty matches all)."""
+def matches_labels(
+    labels: Mapping[str, str] | None, selector: Mapping[str, str | None] | None
+) -> bool:
+    """True when every term of the selector holds for `labels` (empty matches all): `key:
+    value` needs that value, `key: None` only the key (see `core.ports.LabelSelector`)."""
     if not selector:
         return True
     present = labels or {}
-    return all(present.get(key) == value for key, value in selector.items())
+    return all(
+        key in present if value is None else present.get(key) == value
+        for key, value in selector.items()
+    )
 
 
 def format_timestamp(moment: datetime.datetime) -> str:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 from collections.abc import Mapping
 from typing import Any, Final
 from urllib import parse
@@ -49,7 +50,7 @@ class Route:
 class Query:
     """The query parameters the server honours."""
 
-    label_selector: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    label_selector: Mapping[str, str | None] = dataclasses.field(default_factory=dict)
     watch: bool = False
     resource_version: str = ""
     timeout_s: float = DEFAULT_WATCH_TIMEOUT_S
@@ -90,22 +91,30 @@ def parse_route(path: str) -> Route:
     return Route(kind=kind, namespace=namespace, name=name, subresource=subresource)
 
 
-def parse_label_selector(text: str) -> dict[str, str]:
-    """Equality selector `a=1,b==2` as a mapping; other operators are a 400 BadRequest."""
-    selector: dict[str, str] = {}
+def parse_label_selector(text: str) -> dict[str, str | None]:
+    """Equality selector `a=1,b==2,c` as a mapping (`c`: the key exists, value None); other
+    operators are a 400 BadRequest."""
+    selector: dict[str, str | None] = {}
     for term in (t.strip() for t in text.split(",")):
         if not term:
             continue
         key, sep, value = term.partition("==") if "==" in term else term.partition("=")
+        if not sep and _LABEL_KEY.fullmatch(term):
+            selector[term] = None
+            continue
         if not sep or "!" in key or not key.strip():
             raise RequestError(
                 400,
                 "BadRequest",
                 f"unable to parse labelSelector term {term!r}: this server only supports "
-                "equality terms such as app=x",
+                "equality and existence terms such as app=x or app",
             )
         selector[key.strip()] = value.strip()
     return selector
+
+
+# A label key: an optional DNS-subdomain prefix and '/', then a name.
+_LABEL_KEY = re.compile(r"([a-z0-9.-]+/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?")
 
 
 def parse_query(query: str) -> Query:

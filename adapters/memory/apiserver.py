@@ -26,7 +26,7 @@ from types import TracebackType
 from typing import Any, Self
 from urllib import parse
 
-from adapters.memory import _codec, _http_codec
+from adapters.memory import _http_codec
 from adapters.memory import cluster as memory_cluster
 from core import errors, ports
 
@@ -267,19 +267,17 @@ class EmbeddedAPIServer:
             handler.wfile.write(_http_codec.chunk(line))
             handler.wfile.flush()
 
-        def selected(obj: Mapping[str, Any]) -> bool:
-            labels = (obj.get("metadata") or {}).get("labels")
-            return _codec.matches_labels(labels, query.label_selector)
-
         try:
             try:
                 cursor = query.resource_version
+                selector = query.label_selector or None
                 if cursor in ("", "0"):
-                    listed = self._cluster.list(kind, namespace=route.namespace)
+                    listed = self._cluster.list(
+                        kind, namespace=route.namespace, label_selector=selector
+                    )
                     for item in listed.items:
-                        if selected(item):
-                            event = ports.WatchEvent(type=ports.WatchEventType.ADDED, obj=item)
-                            send(_http_codec.watch_line(event))
+                        event = ports.WatchEvent(type=ports.WatchEventType.ADDED, obj=item)
+                        send(_http_codec.watch_line(event))
                     cursor = listed.resource_version
                 while not self._stopping.is_set():
                     remaining = deadline - time.monotonic()
@@ -290,10 +288,10 @@ class EmbeddedAPIServer:
                         namespace=route.namespace,
                         resource_version=cursor,
                         timeout_s=min(remaining, _WATCH_SLICE_S),
+                        label_selector=selector,
                     ):
                         cursor = str(event.obj["metadata"]["resourceVersion"])
-                        if selected(event.obj):
-                            send(_http_codec.watch_line(event))
+                        send(_http_codec.watch_line(event))
             except errors.ClusterError as exc:
                 code, reason = _http_codec.error_status(exc)
                 if code == 422:

@@ -55,6 +55,28 @@ class _Recorded:
     namespace: str
     type: ports.WatchEventType
     obj: Mapping[str, Any]  # shared with storage; never mutated
+    # MODIFIED: the labels before this change (a selector watch tells entering and leaving).
+    previous_labels: Mapping[str, str] | None = None
+
+
+def _labels(obj: Mapping[str, Any]) -> Mapping[str, str]:
+    labels = (obj.get("metadata") or {}).get("labels")
+    return labels if isinstance(labels, Mapping) else {}
+
+
+def _as_selected(
+    rec: _Recorded, selector: ports.LabelSelector | None
+) -> ports.WatchEventType | None:
+    """How a watch with `selector` reports `rec` (None: not at all), as the API server does."""
+    if not selector:
+        return rec.type
+    now = _codec.matches_labels(_labels(rec.obj), selector)
+    if rec.type is not ports.WatchEventType.MODIFIED:
+        return rec.type if now else None
+    before = _codec.matches_labels(rec.previous_labels or {}, selector)
+    if now:
+        return rec.type if before else ports.WatchEventType.ADDED
+    return ports.WatchEventType.DELETED if before else None
 
 
 def _utc_now() -> datetime.datetime:
@@ -126,7 +148,7 @@ class InMemoryCluster:
             return result
 
     def list(
-        self, kind: str, *, namespace: str = "", label_selector: Mapping[str, str] | None = None
+        self, kind: str, *, namespace: str = "", label_selector: ports.LabelSelector | None = None
     ) -> ports.ListResult:
         with self._lock:
             items = tuple(
@@ -138,13 +160,16 @@ class InMemoryCluster:
             return ports.ListResult(items=items, resource_version=str(self._resource_version))
 
     def watch(
-        self, kind: str, *, namespace: str = "", resource_version: str, timeout_s: float
+        self, kind: str, *, namespace: str = "", resource_version: str, timeout_s: float,
+        label_selector: ports.LabelSelector | None = None,
     ) -> Iterator[ports.WatchEvent]:
         """Events of `kind` after `resource_version`, in order, until `timeout_s` passes.
 
         `""` or `"0"` start with a synthetic ADDED per existing object, as the API server does.
         Raises GoneError (here, or from the iterator if it falls behind the history) when the
-        version is older than the kept history: relist and watch again.
+        version is older than the kept history: relist and watch again. With `label_selector`,
+        as the API server: only matching objects, ADDED when one starts matching, DELETED when
+        one stops.
         """
         deadline = time.monotonic() + timeout_s
         with self._lock:
@@ -155,11 +180,12 @@ class InMemoryCluster:
                     ports.WatchEvent(type=ports.WatchEventType.ADDED, obj=_codec.copy_json(obj))
                     for key, obj in sorted(self._objects[kind].items())
                     if self._in_scope(key, kind, namespace)
+                    and _codec.matches_labels(_labels(obj), label_selector)
                 )
             else:
                 cursor = self._parse_resource_version(resource_version)
                 self._check_not_expired(cursor)
-        return self._stream(kind, namespace, cursor, deadline, initial)
+        return self._stream(kind, namespace, cursor, deadline, initial, label_selector or None)
 
     def create(self, kind: str, obj: Mapping[str, Any]) -> Mapping[str, Any]:
         with self._lock:
@@ -341,6 +367,7 @@ class InMemoryCluster:
         cursor: int,
         deadline: float,
         initial: tuple[ports.WatchEvent, ...],
+        selector: ports.LabelSelector | None = None,
     ) -> Iterator[ports.WatchEvent]:
         yield from initial
         while True:
@@ -351,9 +378,10 @@ class InMemoryCluster:
                     if newer:
                         cursor = newer[-1].resource_version
                         batch = [
-                            ports.WatchEvent(type=rec.type, obj=_codec.copy_json(rec.obj))
+                            ports.WatchEvent(type=seen, obj=_codec.copy_json(rec.obj))
                             for rec in newer
                             if self._in_scope((rec.kind, rec.namespace, ""), kind, namespace)
+                            and (seen := _as_selected(rec, selector)) is not None
                         ]
                         if batch:
                             break
@@ -456,10 +484,14 @@ class InMemoryCluster:
         self._by_uid[obj["metadata"]["uid"]] = key
         for owner in _codec.owner_uids(obj):
             self._dependents[owner].add(key)
-        self._record(key, event_type, obj)
+        self._record(key, event_type, obj,
+                     previous_labels=_labels(previous) if previous is not None else None)
         return obj
 
-    def _record(self, key: _Key, event_type: ports.WatchEventType, obj: Mapping[str, Any]) -> None:
+    def _record(
+        self, key: _Key, event_type: ports.WatchEventType, obj: Mapping[str, Any],
+        *, previous_labels: Mapping[str, str] | None = None,
+    ) -> None:
         history = self._history
         if history.maxlen is not None and len(history) == history.maxlen:
             self._oldest_kept = history[0].resource_version
@@ -470,6 +502,7 @@ class InMemoryCluster:
                 namespace=key[1],
                 type=event_type,
                 obj=obj,
+                previous_labels=previous_labels,
             )
         )
         self._changed.notify_all()

@@ -5,41 +5,59 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Mapping, Sequence
 
 from adapters.nvml import simulated
 from apps.cli import channel_scenario, embedded, gpu_demo, scenario
+from apps.shell import flags, logs
 from core import errors
 
+COMMAND = flags.command(
+    "computedomain demo",
+    help="Run a ComputeDomain end to end on an in-memory cluster (no cluster, no GPU). Its "
+    "options are the demo's own: no environment variable changes it.",
+    params=[
+        flags.option("--profile", default="gb200-nvl72",
+                     help="simulated nodes: " + " | ".join(simulated.PROFILES)
+                     + " (ComputeDomains); " + " | ".join(gpu_demo.gpu_profiles())
+                     + " (the GPU half, gpu.nvidia.com)"),
+        flags.option("--imex-mode", "--mode", default="hostManaged",
+                     help="IMEX mode: hostManaged or driverManaged"),
+        flags.option("--imex-isolation", "--isolation", default="",
+                     help="none | channel (hostManaged; empty: none, the demo's story) | "
+                     "domain (driverManaged)"),
+        flags.option("--imex-channels-max", "--channels-max", type=flags.WHOLE, default="2048",
+                     help="isolation channel: channel IDs 1..max-1 (3 shows exhaustion)"),
+        flags.option("--workers", type=flags.WHOLE_ABOVE_0, default="4",
+                     help="workload pods to run (at most one per node is placed)"),
+        flags.option("--workdir", default="",
+                     help="keep node files in this directory (at most "
+                     f"{embedded.MAX_WORKDIR_LEN} characters; default: a temporary one)"),
+    ],
+)
 
-def add_parser(sub: Any) -> None:
-    parser = sub.add_parser(
-        "demo", help="run a ComputeDomain end to end on an in-memory cluster (no cluster, no GPU)"
-    )
-    parser.add_argument("--profile", default="gb200-nvl72",
-                        help="gb200-nvl72 | gb200-2racks | h100 (ComputeDomains); "
-                        "hgx-h100 | a100-mig | gb200 (the GPU half, gpu.nvidia.com)")
-    parser.add_argument("--mode", default="hostManaged", help="hostManaged | driverManaged")
-    parser.add_argument(
-        "--isolation", default="",
-        help="none | channel (hostManaged) | domain (driverManaged)",
-    )
-    parser.add_argument("--channels-max", type=int, default=2048,
-                        help="isolation channel: channel IDs 1..max-1 (3 shows exhaustion)")
-    parser.add_argument("--workers", type=int, default=4, help="workload pods to run")
-    parser.add_argument("--workdir", default="", help="keep node files here (default: temp dir)")
-    parser.set_defaults(run=run)
+
+def main(argv: Sequence[str], *, env: Mapping[str, str], verbosity: int | None = None) -> int:
+    args = flags.parse_namespace(COMMAND, argv, env)
+    logs.configure(verbosity)
+    return run(args, env=env)
 
 
 def run(args: argparse.Namespace, *, env: Mapping[str, str]) -> int:
-    if args.profile in gpu_demo.gpu_profiles():
-        return gpu_demo.run(args.profile, workdir=args.workdir)
-    if args.profile not in simulated.PROFILES:
-        print(f"error: unknown demo profile {args.profile!r}; ComputeDomain profiles: "
-              f"{', '.join(simulated.PROFILES)}; GPU profiles: "
-              f"{', '.join(gpu_demo.gpu_profiles())}", file=sys.stderr)
-        return 2
+    # NB: everything is checked before the banner: a refused demo prints no step.
+    try:
+        embedded.check_workdir(args.workdir)
+        if args.profile in gpu_demo.gpu_profiles():
+            return gpu_demo.run(args.profile, workdir=args.workdir)
+        if args.profile not in simulated.PROFILES:
+            raise errors.ConfigError(
+                f"unknown demo profile {args.profile!r}; ComputeDomain profiles: "
+                f"{', '.join(simulated.PROFILES)}; GPU profiles: "
+                f"{', '.join(gpu_demo.gpu_profiles())}")
+        embedded.resolve_config(mode=args.imex_mode, isolation=args.imex_isolation,
+                                max_channels=args.imex_channels_max)
+    except errors.ConfigError as exc:
+        flags.fail(exc.message)
     started = time.monotonic()
     step = 0
 
@@ -51,16 +69,16 @@ def run(args: argparse.Namespace, *, env: Mapping[str, str]) -> int:
         step += 1
         print(f"[{step:2d}] {time.monotonic() - started:5.2f}s  {line}", flush=True)
 
-    # NB: the demo's own default story is host channel 0 shared (isolation none); the driver's
-    # default under hostManaged is channel isolation (`--isolation channel` shows it).
-    shown = args.isolation or ("none (the demo's default)" if args.mode == "hostManaged"
-                               else "domain")
-    print(f"ComputeDomain DRA driver demo: profile={args.profile} mode={args.mode} "
+    # NB: the demo's own default story is host channel 0 shared (isolation none);
+    # `--isolation channel` shows one IMEX channel per ComputeDomain.
+    shown = args.imex_isolation or (
+        "none (the demo's default)" if args.imex_mode == "hostManaged" else "domain")
+    print(f"ComputeDomain DRA driver demo: profile={args.profile} mode={args.imex_mode} "
           f"isolation={shown}", flush=True)
     try:
         with embedded.running(
-            workdir=args.workdir, profile=args.profile, mode=args.mode, isolation=args.isolation,
-            max_channels=args.channels_max,
+            workdir=args.workdir, profile=args.profile, mode=args.imex_mode,
+            isolation=args.imex_isolation, max_channels=args.imex_channels_max,
         ) as deployment:
             say(f"started in-memory cluster, controller and {len(deployment.nodes)} kubelet "
                 f"plugins (real gRPC over unix sockets; node files under {deployment.workdir})")

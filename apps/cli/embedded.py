@@ -93,6 +93,52 @@ class Embedded:
 MAX_WORKDIR_LEN = 40
 
 
+def check_workdir(workdir: str) -> None:
+    """Raise ConfigError when a workdir the user named cannot hold the nodes' files and sockets.
+
+    NB: `short_workdir` quietly replaces a long path with a temp dir (what tests want); a
+    person who named a directory must hear that it cannot be used instead.
+    """
+    if not workdir:
+        return
+    where = f"--workdir {workdir}"
+    if len(workdir) > MAX_WORKDIR_LEN:
+        raise errors.ConfigError(
+            f"{where}: {len(workdir)} characters, more than the {MAX_WORKDIR_LEN} that keep the "
+            "nodes' unix socket paths under the kernel's 107-byte limit; use a shorter path "
+            "(e.g. under /tmp) or leave --workdir out for a temporary one"
+        )
+    if os.path.exists(workdir) and not os.path.isdir(workdir):
+        raise errors.ConfigError(f"{where}: exists and is not a directory")
+    parent = workdir if os.path.isdir(workdir) else os.path.dirname(os.path.abspath(workdir))
+    while parent and not os.path.isdir(parent):
+        parent = os.path.dirname(parent)
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise errors.ConfigError(f"{where}: {parent} is not writable")
+
+
+def resolve_config(
+    *,
+    mode: str,
+    isolation: str,
+    feature_gates: str = "",
+    max_channels: int = 2048,
+    channel_slots: int = 8,
+) -> modes.ResolvedConfig:
+    """The embedded driver's configuration (raises ConfigError): the demo checks it first."""
+    gates = feature_gates
+    if mode == models.IMEXMode.HOST_MANAGED.value and "HostManagedIMEX" not in gates:
+        gates = ",".join(g for g in (gates, "HostManagedIMEX=true") if g)
+    if mode == models.IMEXMode.HOST_MANAGED.value and not isolation:
+        # The embedded default story is host channel 0 shared; the driver itself defaults to
+        # domain isolation, and channel isolation is asked for explicitly here.
+        isolation = models.Isolation.NONE.value
+    return modes.resolve_driver_config(
+        mode=mode, isolation=isolation, feature_gates=gates, namespace="nvidia-dra-driver",
+        max_channels=max_channels, channel_slots=channel_slots,
+    )
+
+
 def short_workdir(workdir: str) -> tuple[str, bool]:
     """`workdir` if socket paths under it fit, else a fresh short temp dir (owned)."""
     if workdir and len(workdir) <= MAX_WORKDIR_LEN:
@@ -201,15 +247,8 @@ def start_embedded(
     channel_slots: int = 8,
 ) -> Embedded:
     """Bring up cluster, DeviceClasses, nodes with their plugins and kubelets, controller."""
-    gates = feature_gates
-    if mode == models.IMEXMode.HOST_MANAGED.value and "HostManagedIMEX" not in gates:
-        gates = ",".join(g for g in (gates, "HostManagedIMEX=true") if g)
-    if mode == models.IMEXMode.HOST_MANAGED.value and not isolation:
-        # The embedded default story is host channel 0 shared; the driver itself defaults to
-        # channel isolation, which callers ask for explicitly here.
-        isolation = models.Isolation.NONE.value
-    resolved = modes.resolve_driver_config(
-        mode=mode, isolation=isolation, feature_gates=gates, namespace="nvidia-dra-driver",
+    resolved = resolve_config(
+        mode=mode, isolation=isolation, feature_gates=feature_gates,
         max_channels=max_channels, channel_slots=channel_slots,
     )
     workdir, owned = short_workdir(workdir)

@@ -4,32 +4,49 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from adapters.kube import cluster as kube_cluster
+from apps.shell import flags, logs
 from core import decoding, errors, kinds, models, names, ports
 from core.computedomain import controlling, modes, modeswitch
 
+COMMAND = flags.command(
+    "computedomain preflight",
+    help="Refuse an install or a mode/isolation change that would strand ComputeDomains or "
+    "claims in use (the Helm pre-install/pre-upgrade hook). Exit 0: safe; 1: refused or the "
+    "API server cannot be read; 2: bad flags.",
+    params=[
+        flags.imex_mode(),
+        flags.imex_isolation(),
+        flags.feature_gates(),
+        flags.namespace(),
+        flags.kubeconfig(),
+    ],
+)
 
-def add_parser(sub: Any) -> None:
-    parser = sub.add_parser(
-        "preflight",
-        help="refuse an install or a mode/isolation change that would strand ComputeDomains "
-        "or claims in use",
-    )
-    parser.add_argument("--mode", required=True)
-    parser.add_argument("--isolation", default="")
-    parser.add_argument("--feature-gates", default="")
-    parser.add_argument("--kubeconfig", default=None)
-    parser.set_defaults(run=run)
+
+def parse(argv: Sequence[str] | None, env: Mapping[str, str]) -> argparse.Namespace:
+    args = flags.parse_namespace(COMMAND, argv, env)
+    if not args.imex_mode:
+        flags.fail("--imex-mode (env IMEX_MODE) is required: the IMEX mode being installed")
+    return args
 
 
-def check(cluster: ports.Cluster, *, mode: str, isolation: str, feature_gates: str) -> str:
+def main(argv: Sequence[str], *, env: Mapping[str, str], verbosity: int | None = None) -> int:
+    args = parse(argv, env)
+    logs.configure(verbosity)
+    return run(args, env=env)
+
+
+def check(
+    cluster: ports.Cluster, *, mode: str, isolation: str, feature_gates: str, namespace: str = ""
+) -> str:
     """"" when the change is safe, else the refusal message (also for an invalid target mode)."""
     try:
         resolved = modes.resolve_driver_config(
-            mode=mode, isolation=isolation, feature_gates=feature_gates, namespace=""
+            mode=mode, isolation=isolation, feature_gates=feature_gates, namespace=namespace
         )
     except errors.ConfigError as exc:
         return exc.message
@@ -111,12 +128,13 @@ def _metadata_only(obj: Mapping[str, Any]) -> models.ComputeDomain:
 
 def run(args: argparse.Namespace, *, env: Mapping[str, str]) -> int:
     try:
-        cluster = kube_cluster.KubeCluster.from_config(args.kubeconfig or env.get("KUBECONFIG"))
+        cluster = kube_cluster.KubeCluster.from_config(args.kubeconfig)
     except errors.DriverError as exc:
         print(f"error: cannot reach the API server: {exc.message}", file=sys.stderr)
         return 1
     refusal = check(
-        cluster, mode=args.mode, isolation=args.isolation, feature_gates=args.feature_gates
+        cluster, mode=args.imex_mode, isolation=args.imex_isolation,
+        feature_gates=args.feature_gates, namespace=args.namespace,
     )
     if refusal:
         print(f"error: {refusal}", file=sys.stderr)

@@ -101,6 +101,20 @@ def _user_rct_unknown_domain() -> dict[str, Any]:
     return rct
 
 
+def _no_fabric_note(nodes: list[str], *, host_managed: bool) -> str:
+    """Why nothing runs on nodes without an NVLink fabric (an H100 node): expected, not a bug."""
+    shown = ", ".join(nodes[:3]) + (f" and {len(nodes) - 3} more" if len(nodes) > 3 else "")
+    effect = (
+        "a host-managed node without a clique publishes no IMEX channel device, so the "
+        "ComputeDomain's pods cannot be placed there"
+        if host_managed else
+        "its IMEX daemon stays idle, so the ComputeDomain's pods get no IMEX domain there"
+    )
+    return (f"  {shown}: no NVLink fabric (NVML reports the fabric as not supported, as on an "
+            f"H100 without NVSwitch/MNNVL), so no NVLink clique; {effect}. This is the expected "
+            "outcome: ComputeDomains need a Multi-Node NVLink fabric (try --profile gb200-nvl72)")
+
+
 def run(env: embedded_mod.Embedded, *, say: Say, workers: int = 4) -> Report:
     """Run the scenario and narrate it; returns what was observed."""
     started = time.monotonic()
@@ -121,6 +135,9 @@ def run(env: embedded_mod.Embedded, *, say: Say, workers: int = 4) -> Report:
     report.slices = len(slices)
     devices = sorted({d["name"] for s in slices for d in s["spec"].get("devices", ())})
     say(f"{len(slices)} ResourceSlices published, devices per node: {', '.join(devices)}")
+    fabricless = [node for node in node_names if not report.clique_ids[node]]
+    if fabricless:
+        say(_no_fabric_note(fabricless, host_managed=env.config.host_managed))
 
     # -- a ComputeDomain and its template
     cluster.create(kinds.COMPUTE_DOMAIN.kind, _cd(CD_NAME, RCT_NAME))
@@ -282,7 +299,8 @@ def _run_daemons(env: embedded_mod.Embedded, *, say: Say) -> None:
                 continue
             pod = _pod(f"imex-daemon-{cd_uid[:8]}-{node}", template,
                        namespace=env.config.namespace, node=node)
-            pod["metadata"]["labels"] = {names.COMPUTE_DOMAIN_LABEL: cd_uid}
+            # The DaemonSet's template labels (computeDomain + computeDomainTarget=Daemon).
+            pod["metadata"]["labels"] = dict(ds["spec"]["template"]["metadata"]["labels"])
             pod["spec"]["resourceClaims"][0]["name"] = "daemon"
             pod["spec"]["containers"][0]["resources"]["claims"] = [{"name": "daemon"}]
             scheduled = env.allocator.schedule_pod(pod)

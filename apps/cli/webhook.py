@@ -22,10 +22,11 @@ import socket
 import ssl
 import sys
 import threading
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from types import FrameType
 from typing import Any, Final
 
+from apps.shell import flags, logs
 from core import admission, errors, models
 from core.computedomain import modes
 
@@ -54,33 +55,45 @@ class Settings:
         return bool(self.tls_cert_file)
 
 
-def add_parser(sub: Any) -> None:
-    parser = sub.add_parser(
-        "webhook",
-        help="serve the admission webhook that rejects invalid ComputeDomain and GPU claim configs",
-    )
-    add = parser.add_argument
-    add("--address", default=None, help="listen address (env WEBHOOK_ADDRESS, default 0.0.0.0)")
-    add("--port", default=None, help=f"listen port (env WEBHOOK_PORT, default {DEFAULT_PORT})")
-    add("--tls-cert-file", default=None, help="PEM serving certificate (env TLS_CERT_FILE)")
-    add("--tls-key-file", default=None, help="PEM private key (env TLS_KEY_FILE)")
-    add("--namespace", default=None, help="driver namespace (env NAMESPACE)")
-    add(
-        "--feature-gates", default=None,
-        help='e.g. "HostManagedIMEX=true,TimeSlicingSettings=true" (env FEATURE_GATES)',
-    )
-    add("--imex-mode", default=None, help="driverManaged|hostManaged (env IMEX_MODE)")
-    add("--imex-isolation", default=None, help="domain|none|channel (env IMEX_ISOLATION)")
-    parser.set_defaults(run=run)
+COMMAND = flags.command(
+    "computedomain webhook",
+    help="Serve the admission webhook that rejects invalid ComputeDomain and GPU claim "
+    "configs. Every flag falls back to the environment variable named beside it (the Helm "
+    "chart sets those).",
+    params=[
+        flags.option("--address", env="WEBHOOK_ADDRESS", default="0.0.0.0",
+                     help="listen address"),
+        # NB: text, not a port type: settings_from names the Helm value in its message.
+        flags.option("--port", env="WEBHOOK_PORT", default=str(DEFAULT_PORT),
+                     help="listen port (Helm webhook.port)"),
+        flags.option("--tls-cert-file", env="TLS_CERT_FILE", default="",
+                     help="PEM serving certificate (empty: plain HTTP, for tests only)"),
+        flags.option("--tls-key-file", env="TLS_KEY_FILE", default="",
+                     help="PEM private key of the serving certificate"),
+        flags.namespace(),
+        flags.feature_gates(),
+        flags.imex_mode(),
+        flags.imex_isolation(),
+        flags.verbosity(),
+    ],
+)
+
+
+def parse(argv: Sequence[str] | None, env: Mapping[str, str]) -> argparse.Namespace:
+    return flags.parse_namespace(COMMAND, argv, env)
+
+
+def main(argv: Sequence[str], *, env: Mapping[str, str], verbosity: int | None = None) -> int:
+    args = parse(argv, env)
+    # NB: a server's log lines are its output: its own verbosity, not the CLI tools' default.
+    logs.configure(args.log_verbosity if verbosity is None else verbosity)
+    return run(args, env=env)
 
 
 def settings_from(args: argparse.Namespace, *, env: Mapping[str, str]) -> Settings:
-    """Each flag, else its environment variable, else the default. Raises ConfigError."""
-
-    def pick(flag: str | None, var: str, default: str) -> str:
-        return flag if flag is not None else env.get(var, default)
-
-    raw_port = pick(args.port, "WEBHOOK_PORT", str(DEFAULT_PORT)).strip()
+    """The parsed flags (each already fell back to its env var), checked. Raises ConfigError."""
+    del env  # resolved by the flags; kept for callers that pass it
+    raw_port = str(args.port).strip()
     try:
         port = int(raw_port)
     except ValueError:
@@ -90,28 +103,25 @@ def settings_from(args: argparse.Namespace, *, env: Mapping[str, str]) -> Settin
             f"webhook port {raw_port!r} is not a port number: set WEBHOOK_PORT (Helm "
             "webhook.port) or --port to a number from 1 to 65535"
         )
-    cert = pick(args.tls_cert_file, "TLS_CERT_FILE", "")
-    key = pick(args.tls_key_file, "TLS_KEY_FILE", "")
+    cert, key = args.tls_cert_file, args.tls_key_file
     if bool(cert) != bool(key):
         raise errors.ConfigError(
             "TLS needs both a certificate and its key: set both TLS_CERT_FILE and TLS_KEY_FILE "
             "(--tls-cert-file/--tls-key-file), or neither for plain HTTP in tests"
         )
     return Settings(
-        address=pick(args.address, "WEBHOOK_ADDRESS", "0.0.0.0"),
+        address=args.address,
         port=port,
         tls_cert_file=cert,
         tls_key_file=key,
-        namespace=pick(args.namespace, "NAMESPACE", "nvidia-dra-driver"),
-        feature_gates=pick(args.feature_gates, "FEATURE_GATES", ""),
-        imex_mode=pick(args.imex_mode, "IMEX_MODE", ""),
-        imex_isolation=pick(args.imex_isolation, "IMEX_ISOLATION", ""),
+        namespace=args.namespace,
+        feature_gates=args.feature_gates,
+        imex_mode=args.imex_mode,
+        imex_isolation=args.imex_isolation,
     )
 
 
 def run(args: argparse.Namespace, *, env: Mapping[str, str]) -> int:
-    # NB: a server's log lines are its output; the CLI's default level would hide them.
-    log.setLevel(logging.INFO)
     try:
         settings = settings_from(args, env=env)
         resolved = modes.resolve_driver_config(

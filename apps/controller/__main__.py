@@ -17,6 +17,7 @@ from apps.controller import metrics as controller_metrics
 from apps.controller import reconciler as controller_reconciler
 from apps.controller import running
 from apps.controller import settings as controller_settings
+from apps.shell import logs
 from core import errors, ports
 from core.computedomain import modes
 
@@ -26,27 +27,54 @@ log = logging.getLogger("compute-domain-controller")
 _JOIN_TIMEOUT_S = 10.0
 
 
-def serve_health(port: int) -> None:
+def serve_health(
+    port: int, *, ready: Callable[[], bool] = lambda: True
+) -> http.server.ThreadingHTTPServer:
+    """`/healthz`: the process answers. `/readyz`: 200 only while `ready()` (see `readiness`),
+    503 otherwise. Returns the server (port 0 picks a free one)."""
+
     class Handler(http.server.BaseHTTPRequestHandler):
         def do_GET(self) -> None:
-            ok = self.path in ("/healthz", "/readyz")
-            self.send_response(200 if ok else 404)
+            if self.path == "/healthz":
+                code, body = 200, b"ok"
+            elif self.path == "/readyz":
+                ok = ready()
+                code, body = (200, b"ok") if ok else (503, b"not synced or not leading")
+            else:
+                code, body = 404, b"not found"
+            self.send_response(code)
             self.end_headers()
-            self.wfile.write(b"ok" if ok else b"not found")
+            self.wfile.write(body)
 
         def log_message(self, format: str, *args: object) -> None:
             return
 
     server = http.server.ThreadingHTTPServer(("0.0.0.0", port), Handler)
     threading.Thread(target=server.serve_forever, name="health", daemon=True).start()
+    return server
+
+
+def readiness(
+    *, terms: Sequence[running.Controller], elector: leader.LeaderElector | None
+) -> Callable[[], bool]:
+    """Ready means: the current term's caches have synced, its workers run, and (under leader
+    election) this replica leads within its renew deadline. A follower, a replica still
+    listing, and one that lost the lease are all not ready."""
+
+    def ready() -> bool:
+        if not terms:
+            return False
+        term = terms[-1]
+        if not term.synced.is_set() or term.stopped.is_set():
+            return False
+        return elector is None or elector.is_leader
+
+    return ready
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     settings = controller_settings.parse(argv, os.environ)
-    logging.basicConfig(
-        level=logging.DEBUG if settings.log_verbosity >= 4 else logging.INFO,
-        format="%(asctime)s %(levelname)s %(name)s %(message)s",
-    )
+    logs.configure(settings.log_verbosity)
     # NB: handlers first, so a SIGTERM during start-up still shuts down cleanly.
     stop = threading.Event()
 
@@ -73,26 +101,40 @@ def main(argv: Sequence[str] | None = None) -> int:
     for note in resolved.notes:
         log.info("event=config_note note=%r", note)
     log.info("event=controller_starting config=%r", modes.describe(resolved.config))
-    cluster = kube_cluster.KubeCluster.from_config(settings.kubeconfig)
+    try:
+        cluster = kube_cluster.KubeCluster.from_config(settings.kubeconfig)
+    except errors.ConfigError as exc:
+        log.error("event=startup_failed error=%r", exc.message)
+        print(f"error: {exc.message}", file=sys.stderr)
+        return 2
     metrics = controller_metrics.ControllerMetrics()
     if settings.metrics_port:
         metrics.serve(settings.metrics_port)
-    if settings.health_port:
-        serve_health(settings.health_port)
+    terms: list[running.Controller] = []
     reconciler = controller_reconciler.Reconciler(
         cluster=cluster, config=resolved.config, metrics=metrics
     )
     elector = None
     if settings.leader_elect:
-        elector = leader.LeaderElector(
-            cluster=cluster,
-            namespace=settings.namespace,
-            name="compute-domain-controller",
-            identity=settings.identity,
-        )
+        try:
+            elector = leader.LeaderElector(
+                cluster=cluster,
+                namespace=settings.namespace,
+                name="compute-domain-controller",
+                identity=settings.identity,
+                lease_duration_s=settings.lease_duration_s,
+                renew_deadline_s=settings.renew_deadline_s,
+                retry_period_s=settings.retry_period_s,
+            )
+        except errors.ConfigError as exc:
+            log.error("event=startup_failed error=%r", exc.message)
+            print(f"error: {exc.message}", file=sys.stderr)
+            return 2
+    if settings.health_port:
+        serve_health(settings.health_port, ready=readiness(terms=terms, elector=elector))
     return run_controller(
         cluster, reconciler=reconciler, stop=stop, resync_s=settings.resync_s, elector=elector,
-        workers=settings.workers,
+        workers=settings.workers, on_controller=terms.append,
     )
 
 
@@ -123,8 +165,14 @@ def run_controller(
 
     threading.Thread(target=wake_on_stop, name="stop-watcher", daemon=True).start()
 
+    # NB: under election every write of the term checks the lease first: a worker in the middle
+    # of a key when the renew deadline passes writes nothing more.
+    may_write = (lambda: not work.is_set()) if elector is None else (
+        lambda: not work.is_set() and elector.is_leader)
+
     def lead() -> None:
-        controller = running.Controller(reconciler, workers=workers, resync_s=resync_s)
+        controller = running.Controller(reconciler, workers=workers, resync_s=resync_s,
+                                        may_write=may_write)
         if on_controller is not None:
             on_controller(controller)
         thread = threading.Thread(target=controller.run, args=(work,), name="controller",

@@ -1,9 +1,10 @@
 """The controller's informer caches, and what one ComputeDomain's planner sees in them.
 
 One informer per kind the planner reads, each narrowed to what is ours where it can be:
-workload RCTs by the `computeDomainTarget=Workload` label (cluster-wide), daemon RCTs and
-DaemonSets by `computeDomainTarget=Daemon` in the driver namespace, cliques in the driver
-namespace; Nodes cluster-wide (any node may carry the label), slimmed to their metadata.
+workload RCTs by the `computeDomainTarget=Workload` label (cluster-wide), daemon RCTs,
+DaemonSets and (driver-managed) IMEX daemon pods by `computeDomainTarget=Daemon` in the driver
+namespace, cliques in the driver namespace; Nodes cluster-wide (any node may carry the label),
+slimmed to their metadata.
 Indexes map every related object back to its ComputeDomain (label value = CD UID), so an event
 costs a dictionary lookup, and observing one CD costs O(its own objects).
 
@@ -18,6 +19,7 @@ CD being deleted (its children must really be gone), or an object a create found
 from __future__ import annotations
 
 import collections
+import dataclasses
 import threading
 from collections.abc import Mapping
 from typing import Any
@@ -106,6 +108,14 @@ def _channel_configs_only(obj: Obj) -> Obj:
     return {"metadata": _meta(obj), "spec": {"devices": {"config": configs or []}}}
 
 
+def _pod_node_only(obj: Obj) -> Obj:
+    """A Pod slimmed to what the planner reads: its metadata and the node it is bound to."""
+    spec = obj.get("spec")
+    node = spec.get("nodeName") if isinstance(spec, Mapping) else None
+    return {"apiVersion": obj.get("apiVersion"), "kind": obj.get("kind"),
+            "metadata": obj.get("metadata") or {}, "spec": {"nodeName": node or ""}}
+
+
 def _metadata_only(obj: Obj) -> Obj:
     return {"apiVersion": obj.get("apiVersion"), "kind": obj.get("kind"),
             "metadata": obj.get("metadata") or {}}
@@ -137,14 +147,29 @@ class ControllerCaches:
                                 label_selector=daemon, indexers=by_owner)
         self.daemonsets = make(kinds.DAEMON_SET.kind, namespace=ns, label_selector=daemon,
                                indexers=by_owner)
-        self.nodes = make(kinds.NODE.kind, transform=_metadata_only, indexers=by_owner)
+        # Only nodes carrying a computeDomain label (the API server filters, so the nodes of a
+        # large cluster that no CD uses never cross the wire).
+        self.nodes = make(kinds.NODE.kind, label_selector={names.COMPUTE_DOMAIN_LABEL: None},
+                          transform=_metadata_only, indexers=by_owner)
         self.cliques = make(kinds.COMPUTE_DOMAIN_CLIQUE.kind, namespace=ns, indexers={
             BY_CD_INDEX: lambda o: (clique_cd_uid(o),) if clique_cd_uid(o) else (),
         })
-        # Channel isolation only: every ResourceClaim (its channel configs), for the rule that a
+        # Driver-managed only: the IMEX daemon pods (their DaemonSets' template labels), slimmed
+        # to metadata and node: a daemon entry whose pod is gone is dropped (see `controlling`).
+        self.daemon_pods: informer.Informer | None = (
+            make(kinds.POD.kind, namespace=ns, label_selector=daemon, transform=_pod_node_only,
+                 indexers=by_owner)
+            if not config.host_managed else None
+        )
+        # Channel isolation only: the ResourceClaims made from our workload RCTs (they carry its
+        # labels, see `objects.workload_rct`), their channel configs, for the rule that a
         # channel is free only once no claim of its ComputeDomain is left.
+        # NB: a claim written by hand, or made from an RCT of a release before these labels,
+        # is not seen here; the kubelet plugin's node-local check still refuses to prepare a
+        # channel another domain's claim holds on the node.
         self.claims: informer.Informer | None = (
-            make(kinds.RESOURCE_CLAIM.kind, transform=_channel_configs_only, indexers={
+            make(kinds.RESOURCE_CLAIM.kind, label_selector=workload,
+                 transform=_channel_configs_only, indexers={
                 CHANNEL_INDEX: lambda o: tuple(
                     str(c.channel_id) for c in channels.claim_channels_from_k8s(o)),
                 CLAIM_DOMAIN_INDEX: lambda o: tuple(
@@ -170,7 +195,7 @@ class ControllerCaches:
 
     @property
     def all(self) -> tuple[informer.Informer, ...]:
-        extra = (self.claims,) if self.claims is not None else ()
+        extra = tuple(i for i in (self.claims, self.daemon_pods) if i is not None)
         return (self.domains, self.workload_rcts, self.daemon_rcts, self.daemonsets,
                 self.nodes, self.cliques, *extra)
 
@@ -293,13 +318,37 @@ class ControllerCaches:
             child = self._child(cache, kind, ns, daemon_name, read_through=deleting)
             if child is not None:
                 by_key[(kind, ns, daemon_name)] = child
+        pods = (
+            controlling.daemon_pod_nodes(self.daemon_pods.by_index(BY_CD_INDEX, cd.uid))
+            if self.daemon_pods is not None else None
+        )
         index = controlling.ClusterIndex(
             by_key=by_key,
             nodes_by_cd={cd.uid: self.nodes.by_index(BY_CD_INDEX, cd.uid)},
             cliques_by_cd={(ns, cd.uid): self.cliques.by_index(BY_CD_INDEX, cd.uid)},
+            daemon_pod_nodes_by_cd=pods,
         )
-        return controlling.observe(cd, objects=index, config=self._config,
-                                   conditions=controlling.conditions_from_k8s(raw))
+        observed = controlling.observe(cd, objects=index, config=self._config,
+                                       conditions=controlling.conditions_from_k8s(raw))
+        if self.claims is None:
+            return observed
+        return dataclasses.replace(observed, channel_rivals=self.channel_rivals(cd, raw))
+
+    def channel_rivals(self, cd: models.ComputeDomain, raw: Obj) -> channels.Rivals:
+        """Channel isolation: the other live CDs whose status names `cd`'s channel (from the
+        channel index, each as fresh as our own writes), and the channels `cd`'s claims carry.
+        O(holders of one channel + claims of one CD)."""
+        channel = channels.domain_channel_from_k8s(raw).channel_id
+        holders: list[Obj] = []
+        if channel is not None:
+            for cached in self.domains.by_index(CHANNEL_INDEX, str(channel)):
+                fresher = self._fresher(kinds.COMPUTE_DOMAIN.kind, cached)
+                if fresher is not None:
+                    holders.append(fresher)
+        own = [c for o in (self.claims.by_index(CLAIM_DOMAIN_INDEX, cd.uid)
+                           if self.claims is not None else ())
+               for c in channels.claim_channels_from_k8s(o)]
+        return channels.rivals_from_k8s(raw, holders=holders, claims=own)
 
     def channel_table(self, uid: str, max_channels: int) -> channels.ChannelTable:
         """The channel table as the caches show it, for assigning CD `uid` a channel.

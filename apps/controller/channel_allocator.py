@@ -41,21 +41,26 @@ class ChannelAllocator:
             self._pending.clear()
 
     def channel_for(
-        self, cd: models.ComputeDomain, *, source: TableSource | None = None
+        self, cd: models.ComputeDomain, *, source: TableSource | None = None,
+        reassign: bool = False,
     ) -> tuple[int | None, str]:
         """(channel, "") for `cd`, or (None, why) when every channel is taken. `source`
-        overrides where the cluster's table comes from (one list per pass, not per CD)."""
+        overrides where the cluster's table comes from (one list per pass, not per CD).
+        `reassign`: the channel its status names is a duplicate another CD keeps (see
+        `channels.duplicate_standing`): choose another one, as for a new CD."""
         recorded = cd.status.channel_id if cd.status is not None else None
         with self._lock:
-            if recorded is not None:
+            if recorded is not None and not reassign:
                 self._pending.pop(cd.uid, None)
                 return recorded, ""
             pending = self._pending.get(cd.uid)
-            if pending is not None:
+            if pending is not None and pending != recorded:
                 return pending, ""
             table = self._table(cd.uid, source or self._snapshot)
             # Claims of this CD may name a channel its status lost: keep it, never a second one.
             channel = table.channel_of(cd.uid)
+            if channel == recorded:
+                channel = None  # being re-assigned: the earlier holder keeps that one
             if channel is None:
                 channel = table.lowest_free()
             if channel is None:

@@ -31,9 +31,15 @@ RELATED_KINDS = (
     kinds.COMPUTE_DOMAIN_CLIQUE.kind,
 )
 
+# Driver-managed only: the IMEX daemon pods, whose absence lets the planner drop a daemon
+# entry its daemon could not remove itself.
+DAEMON_POD_KINDS = (kinds.POD.kind,)
+
 # Kinds the driver keeps in its own namespace only: listed and watched there (`observe` only
 # looks there), so the controller needs no cluster-wide rights on them.
-DRIVER_NAMESPACE_KINDS = frozenset({kinds.DAEMON_SET.kind, kinds.COMPUTE_DOMAIN_CLIQUE.kind})
+DRIVER_NAMESPACE_KINDS = frozenset(
+    {kinds.DAEMON_SET.kind, kinds.COMPUTE_DOMAIN_CLIQUE.kind, kinds.POD.kind}
+)
 
 Observe = Callable[[models.ComputeDomain, Mapping[str, Any]], controlling.Observed]
 
@@ -82,15 +88,25 @@ class Reconciler:
         A CD whose actions fail is reported and skipped: the others are still reconciled.
         """
         domains = self._cluster.list(kinds.COMPUTE_DOMAIN.kind).items
+        pod_kinds = () if self._config.host_managed else DAEMON_POD_KINDS
         related: dict[str, Sequence[Mapping[str, Any]]] = {
             kind: self._cluster.list(kind, namespace=self.watch_namespace(kind)).items
-            for kind in RELATED_KINDS
+            for kind in (*RELATED_KINDS, *pod_kinds)
         }
         index = controlling.index_cluster(related)
 
+        pass_claims: list[list[channels.ClaimChannel]] = []
+
         def observe(cd: models.ComputeDomain, raw: Mapping[str, Any]) -> controlling.Observed:
-            return controlling.observe(cd, objects=index, config=self._config,
-                                       conditions=controlling.conditions_from_k8s(raw))
+            observed = controlling.observe(cd, objects=index, config=self._config,
+                                           conditions=controlling.conditions_from_k8s(raw))
+            if not self._config.channel_isolation:
+                return observed
+            if not pass_claims:  # listed once per pass, lazily
+                pass_claims.append([c for o in self._cluster.list(kinds.RESOURCE_CLAIM.kind).items
+                                    for c in channels.claim_channels_from_k8s(o)])
+            rivals = channels.rivals_from_k8s(raw, holders=domains, claims=pass_claims[0])
+            return dataclasses.replace(observed, channel_rivals=rivals)
 
         pass_table: list[channels.ChannelTable] = []
 
@@ -136,14 +152,18 @@ class Reconciler:
         anything else after reporting it on the CD.
         """
         try:
-            cd = decoding.compute_domain_from_k8s(raw)
+            cd, ignored = decoding.compute_domain_tolerantly(raw)
         except errors.DecodeError as exc:
             self._report_invalid(raw, exc)
             return 0
-        observed = observe(cd, raw)
+        observed = dataclasses.replace(observe(cd, raw), ignored=ignored)
         if (self._config.channel_isolation and not cd.meta.deleting
                 and not controlling.is_mode_mismatch(cd, config=self._config)):
-            channel, refusal = self.channels.channel_for(cd, source=channel_source)
+            standing, _ = channels.duplicate_standing(
+                domain_uid=cd.uid, channel_id=cd.status.channel_id if cd.status else None,
+                rivals=observed.channel_rivals)
+            channel, refusal = self.channels.channel_for(
+                cd, source=channel_source, reassign=standing is channels.Standing.REASSIGN)
             observed = dataclasses.replace(observed, channel_id=channel, channel_refusal=refusal)
         actions = controlling.plan_compute_domain(cd, observed=observed, config=self._config)
         try:

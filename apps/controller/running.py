@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Final
 
 from adapters.kube import informer, workqueue
@@ -43,6 +43,7 @@ class Controller:
         resync_s: float = 300.0,
         queue: workqueue.WorkQueue[Key] | None = None,
         watch_timeout_s: float = 300.0,
+        may_write: Callable[[], bool] = lambda: True,
     ) -> None:
         self.reconciler = reconciler
         self.caches = controller_caches.ControllerCaches(
@@ -50,7 +51,8 @@ class Controller:
         )
         self.queue: workqueue.WorkQueue[Key] = queue if queue is not None else workqueue.WorkQueue()
         self._writer = writes.WriteReporting(
-            reconciler.cluster, on_written=self.caches.remember, on_exists=self.caches.must_read
+            reconciler.cluster, on_written=self.caches.remember, on_exists=self.caches.must_read,
+            may_write=may_write,
         )
         self._workers = workers
         self._resync_s = resync_s
@@ -148,6 +150,8 @@ class Controller:
         c.daemonsets.add_handler(self._on_owned)
         c.nodes.add_handler(self._on_node)
         c.cliques.add_handler(self._on_clique)
+        if c.daemon_pods is not None:
+            c.daemon_pods.add_handler(self._on_daemon_pod)
         if c.claims is not None:
             c.claims.add_handler(self._on_claim)
 
@@ -199,6 +203,12 @@ class Controller:
         self._on_owned(old, new)
         self.queue.add(STALE_NODE_LABELS_KEY)
 
+    def _on_daemon_pod(self, old: Obj | None, new: Obj | None) -> None:
+        """A daemon pod appeared, went, or moved to a node: its CD may drop a gone daemon."""
+        if old is not None and new is not None and _pod_node(old) == _pod_node(new):
+            return  # a status change: nothing the planner reads
+        self._on_owned(old, new)
+
     def _on_clique(self, old: Obj | None, new: Obj | None) -> None:
         for obj in (old, new):
             uid = controller_caches.clique_cd_uid(obj) if obj is not None else ""
@@ -206,3 +216,8 @@ class Controller:
                 for key in self.caches.domain_keys_by_uid(uid):
                     self.queue.add(key)
 
+
+
+def _pod_node(obj: Obj) -> str:
+    spec = obj.get("spec")
+    return str(spec.get("nodeName") or "") if isinstance(spec, Mapping) else ""

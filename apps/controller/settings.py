@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 from collections.abc import Mapping, Sequence
+
+from apps.shell import flags
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -25,49 +26,96 @@ class Settings:
     log_verbosity: int
     # Channel isolation: channel IDs 1..max-1 are assigned (chart imex.channels.max).
     max_channels: int = 2048
+    # Leader election (client-go's defaults): how long a Lease holds, by when its holder must
+    # have renewed it, how often candidates try.
+    lease_duration_s: float = 15.0
+    renew_deadline_s: float = 10.0
+    retry_period_s: float = 2.0
+
+
+COMMAND = flags.command(
+    "compute-domain-controller",
+    help="Controller of NVIDIA ComputeDomains (DRA driver compute-domain.nvidia.com). Every "
+    "flag falls back to the environment variable named beside it (the Helm chart sets those).",
+    params=[
+        flags.namespace(),
+        flags.feature_gates(),
+        flags.imex_mode(),
+        flags.imex_isolation(),
+        flags.option(
+            "--imex-channels-max", "--channels-max", env="IMEX_CHANNELS_MAX",
+            type=flags.WHOLE, default="2048",
+            help="channel isolation: channel IDs 1..max-1 are given to ComputeDomains",
+        ),
+        flags.option(
+            "--leader-elect", env="LEADER_ELECT", type=flags.BOOLEAN, default="false",
+            help="take the Lease before reconciling (needed with more than one replica)",
+        ),
+        flags.option(
+            "--lease-duration-seconds", env="LEASE_DURATION_SECONDS", type=flags.SECONDS,
+            default="15", help="leader election: how long a taken Lease holds",
+        ),
+        flags.option(
+            "--renew-deadline-seconds", env="RENEW_DEADLINE_SECONDS", type=flags.SECONDS,
+            default="10", help="leader election: the leader steps down unless it renewed by then",
+        ),
+        flags.option(
+            "--retry-period-seconds", env="RETRY_PERIOD_SECONDS", type=flags.SECONDS,
+            default="2", help="leader election: how often the Lease is tried and renewed",
+        ),
+        flags.option(
+            "--identity", env=("POD_NAME", "HOSTNAME"), default="controller",
+            help="this replica's name in the leader-election Lease",
+        ),
+        flags.metrics_port(),
+        flags.health_port(default="0"),
+        flags.option(
+            "--daemon-image", env="DAEMON_IMAGE", type=flags.OPTIONAL_TEXT,
+            help="driverManaged: image of the per-ComputeDomain IMEX daemon pods",
+        ),
+        flags.option(
+            "--daemon-service-account", env="DAEMON_SERVICE_ACCOUNT", default="",
+            help="driverManaged: service account of the IMEX daemon pods",
+        ),
+        flags.kubeconfig(),
+        # A safety net only: every change is picked up from its watch event at once.
+        flags.option(
+            "--resync-seconds", env="RESYNC_SECONDS", type=flags.SECONDS, default="300",
+            help="every ComputeDomain is reconciled again this often (a safety net)",
+        ),
+        # Workers mostly wait on the API server: 16 keep a burst of 200 new CDs under a second.
+        flags.option(
+            "--workers", env="WORKERS", type=flags.WHOLE_ABOVE_0, default="16",
+            help="ComputeDomains reconciled in parallel",
+        ),
+        flags.verbosity(),
+    ],
+)
 
 
 def parse(argv: Sequence[str] | None, env: Mapping[str, str]) -> Settings:
-    """Parse flags; every flag defaults to its environment variable, then a built-in default."""
-    parser = argparse.ArgumentParser(
-        prog="compute-domain-controller",
-        description="Controller of NVIDIA ComputeDomains (DRA driver compute-domain.nvidia.com).",
-    )
-    add = parser.add_argument
-    add("--namespace", default=env.get("NAMESPACE", "nvidia-dra-driver"))
-    add("--feature-gates", default=env.get("FEATURE_GATES", ""))
-    add("--imex-mode", default=env.get("IMEX_MODE", ""))
-    add("--imex-isolation", default=env.get("IMEX_ISOLATION", ""))
-    add("--leader-elect", default=env.get("LEADER_ELECT", "false"))
-    add("--identity", default=env.get("POD_NAME", env.get("HOSTNAME", "controller")))
-    add("--metrics-port", default=env.get("METRICS_PORT", "0"))
-    add("--health-port", default=env.get("HEALTH_PORT", "0"))
-    add("--daemon-image", default=env.get("DAEMON_IMAGE"))
-    add("--daemon-service-account", default=env.get("DAEMON_SERVICE_ACCOUNT", ""))
-    add("--kubeconfig", default=env.get("KUBECONFIG"))
-    # A safety net only: every change is picked up from its watch event at once.
-    add("--resync-seconds", default=env.get("RESYNC_SECONDS", "300"))
-    # Workers mostly wait on the API server: 16 keep a burst of 200 new CDs under a second.
-    add("--workers", default=env.get("WORKERS", "16"),
-        help="ComputeDomains reconciled in parallel")
-    add("-v", "--log-verbosity", default=env.get("LOG_VERBOSITY", "2"))
-    add("--imex-channels-max", default=env.get("IMEX_CHANNELS_MAX", "2048"),
-        help="channel isolation: channel IDs 1..max-1 are assigned to ComputeDomains")
-    ns = parser.parse_args(argv)
+    """Parse flags; every flag defaults to its environment variable, then a built-in default.
+
+    Bad input exits 2 with one `error:` line naming the flag and its env var.
+    """
+    values = flags.parse(COMMAND, argv, env)
     return Settings(
-        namespace=ns.namespace,
-        feature_gates=ns.feature_gates,
-        imex_mode=ns.imex_mode,
-        imex_isolation=ns.imex_isolation,
-        leader_elect=str(ns.leader_elect).strip().lower() == "true",
-        identity=ns.identity,
-        metrics_port=int(ns.metrics_port) or None,
-        health_port=int(ns.health_port) or None,
-        daemon_image=ns.daemon_image or None,
-        daemon_service_account=ns.daemon_service_account,
-        kubeconfig=ns.kubeconfig,
-        resync_s=float(ns.resync_seconds),
-        workers=max(1, int(ns.workers)),
-        log_verbosity=int(ns.log_verbosity),
-        max_channels=int(ns.imex_channels_max),
+        namespace=values["namespace"],
+        feature_gates=values["feature_gates"],
+        imex_mode=values["imex_mode"],
+        imex_isolation=values["imex_isolation"],
+        leader_elect=values["leader_elect"],
+        identity=values["identity"],
+        metrics_port=values["metrics_port"],
+        health_port=values["health_port"],
+        daemon_image=values["daemon_image"],
+        daemon_service_account=values["daemon_service_account"],
+        kubeconfig=values["kubeconfig"],
+        resync_s=values["resync_seconds"],
+        workers=values["workers"],
+        log_verbosity=values["log_verbosity"],
+        max_channels=values["imex_channels_max"],
+        lease_duration_s=values["lease_duration_seconds"],
+        renew_deadline_s=values["renew_deadline_seconds"],
+        retry_period_s=values["retry_period_seconds"],
     )

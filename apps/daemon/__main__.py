@@ -12,6 +12,7 @@ from types import FrameType
 
 from apps.daemon import check as daemon_check
 from apps.daemon import settings as daemon_settings
+from apps.shell import logs
 from core import errors
 
 log = logging.getLogger("compute-domain-daemon")
@@ -22,10 +23,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if settings.command == daemon_settings.CHECK:
         # NB: no logging setup: the kubelet records the probe's stdout on failure.
         return daemon_check.run_check(settings)
-    logging.basicConfig(
-        level=logging.DEBUG if settings.log_verbosity >= 4 else logging.INFO,
-        format="%(asctime)s %(levelname)s %(name)s %(message)s",
-    )
+    logs.configure(settings.log_verbosity)
     stop = threading.Event()
 
     def on_signal(signum: int, _frame: FrameType | None) -> None:

@@ -1,9 +1,11 @@
 """This daemon's entry among its peers, written conflict-safely, and the peers, followed live.
 
 The entry lives in the ComputeDomainClique `<cdUID>.<cliqueID>` (gate ComputeDomainCliques;
-created here when missing) or in the ComputeDomain's `status.nodes`. Every write is
-read-modify-write conditioned on the resourceVersion read, retried on conflict, so concurrent
-daemons never drop each other's entries. The peer list comes from a list+watch of that object.
+created here when missing, with every daemon pod that writes it among its ownerReferences, so
+the garbage collector removes it with the last daemon pod) or in the ComputeDomain's
+`status.nodes`. Every write is read-modify-write conditioned on the resourceVersion read,
+retried on conflict, so concurrent daemons never drop each other's entries (nor owners). The
+peer list comes from a list+watch of that object.
 """
 
 from __future__ import annotations
@@ -58,20 +60,46 @@ class PeerRegistry:
         return f"{self._kind} {self._namespace}/{self._name}"
 
     def upsert(self, status: models.DomainStatus) -> Mapping[str, Any]:
-        """Make this daemon's entry current (claiming an index if new); returns the object."""
+        """Make this daemon's entry current (claiming an index if new) and, in a clique, its pod
+        one of the clique's owners; returns the object."""
 
-        def change(entries: list[Mapping[str, Any]]) -> list[dict[str, Any]] | None:
-            return membership.upsert_entry(
-                entries, me=self.me, status=status, store=self.store, max_nodes=self._max_nodes
+        def change(obj: Mapping[str, Any]) -> dict[str, Any] | None:
+            entries = membership.upsert_entry(
+                membership.entries_of(obj, store=self.store),
+                me=self.me, status=status, store=self.store, max_nodes=self._max_nodes,
             )
+            owners = (
+                membership.owners_with(membership.owners_of(obj), me=self.me)
+                if self.store is membership.Store.CLIQUE
+                else None
+            )
+            if entries is None and owners is None:
+                return None
+            patch = {} if entries is None else membership.entries_patch(entries, store=self.store)
+            if owners is not None:
+                patch["metadata"] = {"ownerReferences": owners}
+            return patch
 
         return self._read_modify_write(change, create=True)
 
-    def remove(self) -> None:
-        """Drop this daemon's entry (on SIGTERM); a missing object or entry is fine."""
+    def lacks_owner(self, obj: Mapping[str, Any] | None) -> bool:
+        """True when `obj` is a clique this daemon's pod does not own yet (`upsert` fixes it)."""
+        return (
+            obj is not None
+            and self.store is membership.Store.CLIQUE
+            and membership.owners_with(membership.owners_of(obj), me=self.me) is not None
+        )
 
-        def change(entries: list[Mapping[str, Any]]) -> list[dict[str, Any]] | None:
-            return membership.remove_entry(entries, me=self.me, store=self.store)
+    def remove(self) -> None:
+        """Drop this daemon's entry (on SIGTERM); a missing object or entry is fine.
+
+        NB: the pod's ownerReference stays (see `membership.owners_with`)."""
+
+        def change(obj: Mapping[str, Any]) -> dict[str, Any] | None:
+            entries = membership.remove_entry(
+                membership.entries_of(obj, store=self.store), me=self.me, store=self.store
+            )
+            return None if entries is None else membership.entries_patch(entries, store=self.store)
 
         with contextlib.suppress(errors.NotFoundError):
             self._read_modify_write(change, create=False)
@@ -100,21 +128,21 @@ class PeerRegistry:
 
     def _read_modify_write(
         self,
-        change: Callable[[list[Mapping[str, Any]]], list[dict[str, Any]] | None],
+        change: Callable[[Mapping[str, Any]], dict[str, Any] | None],
         *,
         create: bool,
     ) -> Mapping[str, Any]:
         def attempt() -> Mapping[str, Any]:
             obj = self._get(create=create)
-            new = change(membership.entries_of(obj, store=self.store))
-            if new is None:
+            patch = change(obj)
+            if patch is None:
                 return obj
             meta = obj.get("metadata") or {}
             return self._cluster.patch(
                 self._kind,
                 namespace=self._namespace,
                 name=self._name,
-                patch=membership.entries_patch(new, store=self.store),
+                patch=patch,
                 subresource="status" if self.store is membership.Store.STATUS else "",
                 resource_version=str(meta.get("resourceVersion") or ""),
             )
@@ -139,17 +167,23 @@ class PeerRegistry:
             return self._cluster.get(self._kind, namespace=self._namespace, name=self._name)
 
     def _new_clique(self) -> dict[str, Any]:
+        """The clique as the first daemon creates it: owned by its pod, so that a clique
+        created (or re-created) by a daemon never outlives the daemon pods that use it."""
+        meta: dict[str, Any] = {
+            "name": self._name,
+            "namespace": self._namespace,
+            "labels": {
+                names.COMPUTE_DOMAIN_LABEL: self._domain_uid,
+                CLIQUE_LABEL: self.me.clique_id,
+            },
+        }
+        owner = membership.pod_owner_reference(self.me)
+        if owner is not None:
+            meta["ownerReferences"] = [owner]
         return {
             "apiVersion": names.GROUP_VERSION,
             "kind": names.KIND_COMPUTE_DOMAIN_CLIQUE,
-            "metadata": {
-                "name": self._name,
-                "namespace": self._namespace,
-                "labels": {
-                    names.COMPUTE_DOMAIN_LABEL: self._domain_uid,
-                    CLIQUE_LABEL: self.me.clique_id,
-                },
-            },
+            "metadata": meta,
             "daemons": [],
         }
 

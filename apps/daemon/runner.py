@@ -166,7 +166,7 @@ class DaemonRunner:
         me = self._registry.me
         if mine is None or (mine.ip_address, mine.clique_id, mine.status) != (
             me.ip_address, me.clique_id, self._status
-        ):
+        ) or self._registry.lacks_owner(obj):
             written = self._registry.upsert(self._status)
             self.on_object(written)
             if mine is None or mine.status is not self._status:

@@ -1,16 +1,17 @@
 """Flags of `compute-domain-daemon`, each with its environment fallback.
 
-The pod gets NODE_NAME/POD_IP/POD_NAMESPACE/MAX_NODES_PER_IMEX_DOMAIN/FEATURE_GATES from its
-DaemonSet and the domain's identity plus CLIQUE_ID from the daemon claim's CDI edits. Every
-path (the /imexd dir, /etc/hosts, the executables) is a flag so tests run without root.
+The pod gets NODE_NAME/POD_IP/POD_NAME/POD_UID/POD_NAMESPACE/MAX_NODES_PER_IMEX_DOMAIN/
+FEATURE_GATES from its DaemonSet and the domain's identity plus CLIQUE_ID from the daemon claim's
+CDI edits. Every path (the /imexd dir, /etc/hosts, the executables) is a flag so tests run
+without root.
 """
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 from collections.abc import Mapping, Sequence
 
+from apps.shell import flags
 from core.computedomain import daemon_claim, membership
 
 RUN = "run"
@@ -27,6 +28,9 @@ class Settings:
     domain_namespace: str
     node_name: str
     pod_ip: str
+    # The daemon pod's name and uid: the pod becomes an owner of its ComputeDomainClique.
+    pod_name: str
+    pod_uid: str
     namespace: str
     max_nodes: int
     feature_gates: str
@@ -55,65 +59,89 @@ class Settings:
         return f"{self.config_dir}/nodes.cfg"
 
 
+COMMAND = flags.command(
+    "compute-domain-daemon",
+    help="`run`: runs and supervises nvidia-imex for one node of a ComputeDomain. `check`: "
+    "the pod's readiness probe (exit 0 ready, 1 not ready, 3 no NVLink fabric). Every flag "
+    "falls back to the environment variable named beside it (the DaemonSet and the daemon "
+    "claim's CDI edits set those).",
+    params=[
+        flags.argument("command", type=flags.OneOf(RUN, CHECK)),
+        flags.option("--clique-id", env="CLIQUE_ID", type=flags.TEXT,
+                     help="NVLink clique of this node; empty: the node has no fabric; unset: "
+                     "`check` asks NVML"),
+        flags.option("--compute-domain-uuid", env="COMPUTE_DOMAIN_UUID", default="",
+                     help="uid of the ComputeDomain this daemon serves"),
+        flags.option("--compute-domain-name", env="COMPUTE_DOMAIN_NAME", default="",
+                     help="name of the ComputeDomain this daemon serves"),
+        flags.option("--compute-domain-namespace", env="COMPUTE_DOMAIN_NAMESPACE",
+                     default="default", help="namespace of the ComputeDomain this daemon serves"),
+        flags.option("--node-name", env="NODE_NAME", default="",
+                     help="the node this daemon runs on"),
+        flags.option("--pod-ip", env="POD_IP", default="",
+                     help="this daemon's pod IP (what its IMEX peers connect to)"),
+        flags.option("--pod-name", env="POD_NAME", default="",
+                     help="this daemon's pod, an owner of its ComputeDomainClique"),
+        flags.option("--pod-uid", env="POD_UID", default="",
+                     help="the uid of this daemon's pod"),
+        flags.namespace(env=("POD_NAMESPACE", "NAMESPACE")),
+        flags.option("--max-nodes-per-imex-domain", env="MAX_NODES_PER_IMEX_DOMAIN",
+                     type=flags.WHOLE_ABOVE_0, empty_is_unset=True,
+                     default=str(membership.DEFAULT_MAX_NODES_PER_IMEX_DOMAIN),
+                     help="nodes one IMEX domain may span"),
+        flags.feature_gates(),
+        flags.option("--config-dir", env="IMEXD_DIR", default=daemon_claim.CONTAINER_CONFIG_DIR,
+                     help="where imexd.cfg and nodes.cfg are written (the claim's mount)"),
+        flags.option("--hosts-file", env="HOSTS_FILE", default="/etc/hosts",
+                     help="the hosts file peers' DNS names are written to"),
+        flags.option("--imex-command", env="IMEX_COMMAND", default="nvidia-imex",
+                     help="the nvidia-imex executable"),
+        flags.option("--imex-ctl-command", env="IMEX_CTL_COMMAND", default="nvidia-imex-ctl",
+                     help="the nvidia-imex-ctl executable (readiness queries)"),
+        flags.kubeconfig(),
+        flags.option("--ready-poll-seconds", env="READY_POLL_SECONDS", type=flags.SECONDS,
+                     default="1", help="how often nvidia-imex-ctl is asked until it says READY"),
+        flags.option("--ready-recheck-seconds", env="READY_RECHECK_SECONDS", type=flags.SECONDS,
+                     default="10",
+                     help="how often it is asked once READY (a readiness probe's period)"),
+        flags.option("--reload-grace-seconds", env="RELOAD_GRACE_SECONDS", type=flags.SECONDS,
+                     default="2",
+                     help="SIGUSR1 waits until nvidia-imex answered READY or ran this long"),
+        flags.option("--nvml", env="NVML", default="real",
+                     help="where `check` learns the clique when CLIQUE_ID is unset: real | "
+                     "simulated:<profile>"),
+        flags.option("--nvidia-driver-root", env="NVIDIA_DRIVER_ROOT", default="/",
+                     help="where the NVIDIA driver's files are (for NVML)"),
+        flags.verbosity(),
+    ],
+)
+
+
 def parse(argv: Sequence[str] | None, env: Mapping[str, str]) -> Settings:
-    """Parse `run|check` and the flags; argparse exits 2 with usage on a bad flag."""
-    parser = argparse.ArgumentParser(
-        prog="compute-domain-daemon",
-        description="Runs and supervises nvidia-imex for one node of a ComputeDomain "
-        "(`run`), or answers the pod's readiness probe (`check`).",
-    )
-    add = parser.add_argument
-    add("command", choices=(RUN, CHECK))
-    add("--clique-id", default=env.get("CLIQUE_ID"), help="NVLink clique (env CLIQUE_ID)")
-    add("--compute-domain-uuid", default=env.get("COMPUTE_DOMAIN_UUID", ""))
-    add("--compute-domain-name", default=env.get("COMPUTE_DOMAIN_NAME", ""))
-    add("--compute-domain-namespace", default=env.get("COMPUTE_DOMAIN_NAMESPACE", "default"))
-    add("--node-name", default=env.get("NODE_NAME", ""))
-    add("--pod-ip", default=env.get("POD_IP", ""))
-    add("--namespace", default=env.get("POD_NAMESPACE", env.get("NAMESPACE", "nvidia-dra-driver")),
-        help="driver namespace, where ComputeDomainCliques live (env POD_NAMESPACE)")
-    add("--max-nodes-per-imex-domain", type=int,
-        default=int(env.get("MAX_NODES_PER_IMEX_DOMAIN")
-                    or membership.DEFAULT_MAX_NODES_PER_IMEX_DOMAIN))
-    add("--feature-gates", default=env.get("FEATURE_GATES", ""))
-    add("--config-dir", default=env.get("IMEXD_DIR", daemon_claim.CONTAINER_CONFIG_DIR))
-    add("--hosts-file", default=env.get("HOSTS_FILE", "/etc/hosts"))
-    add("--imex-command", default=env.get("IMEX_COMMAND", "nvidia-imex"))
-    add("--imex-ctl-command", default=env.get("IMEX_CTL_COMMAND", "nvidia-imex-ctl"))
-    add("--kubeconfig", default=env.get("KUBECONFIG"))
-    add("--ready-poll-seconds", type=float, default=float(env.get("READY_POLL_SECONDS", "1")),
-        help="how often nvidia-imex-ctl is asked until it says READY")
-    add("--ready-recheck-seconds", type=float,
-        default=float(env.get("READY_RECHECK_SECONDS", "10")),
-        help="how often it is asked once READY (a readiness probe's period)")
-    add("--reload-grace-seconds", type=float,
-        default=float(env.get("RELOAD_GRACE_SECONDS", "2")),
-        help="SIGUSR1 waits until nvidia-imex answered READY or ran this long")
-    add("--nvml", default=env.get("NVML", "real"),
-        help="where `check` learns the clique when CLIQUE_ID is unset: real | simulated:<profile>")
-    add("--nvidia-driver-root", default=env.get("NVIDIA_DRIVER_ROOT", "/"))
-    add("-v", "--log-verbosity", type=int, default=int(env.get("LOG_VERBOSITY", "2")))
-    ns = parser.parse_args(argv)
+    """Parse `run|check` and the flags; bad input exits 2 with one `error:` line."""
+    values = flags.parse(COMMAND, argv, env)
     return Settings(
-        command=ns.command,
-        clique_id=ns.clique_id,
-        domain_uid=ns.compute_domain_uuid,
-        domain_name=ns.compute_domain_name,
-        domain_namespace=ns.compute_domain_namespace,
-        node_name=ns.node_name,
-        pod_ip=ns.pod_ip,
-        namespace=ns.namespace,
-        max_nodes=ns.max_nodes_per_imex_domain,
-        feature_gates=ns.feature_gates,
-        config_dir=ns.config_dir.rstrip("/") or "/",
-        hosts_file=ns.hosts_file,
-        imex_command=ns.imex_command,
-        imex_ctl_command=ns.imex_ctl_command,
-        kubeconfig=ns.kubeconfig,
-        ready_poll_s=ns.ready_poll_seconds,
-        ready_recheck_s=ns.ready_recheck_seconds,
-        reload_grace_s=ns.reload_grace_seconds,
-        nvml=ns.nvml,
-        nvidia_driver_root=ns.nvidia_driver_root,
-        log_verbosity=ns.log_verbosity,
+        command=values["command"],
+        clique_id=values["clique_id"],
+        domain_uid=values["compute_domain_uuid"],
+        domain_name=values["compute_domain_name"],
+        domain_namespace=values["compute_domain_namespace"],
+        node_name=values["node_name"],
+        pod_ip=values["pod_ip"],
+        pod_name=values["pod_name"],
+        pod_uid=values["pod_uid"],
+        namespace=values["namespace"],
+        max_nodes=values["max_nodes_per_imex_domain"],
+        feature_gates=values["feature_gates"],
+        config_dir=values["config_dir"].rstrip("/") or "/",
+        hosts_file=values["hosts_file"],
+        imex_command=values["imex_command"],
+        imex_ctl_command=values["imex_ctl_command"],
+        kubeconfig=values["kubeconfig"],
+        ready_poll_s=values["ready_poll_seconds"],
+        ready_recheck_s=values["ready_recheck_seconds"],
+        reload_grace_s=values["reload_grace_seconds"],
+        nvml=values["nvml"],
+        nvidia_driver_root=values["nvidia_driver_root"],
+        log_verbosity=values["log_verbosity"],
     )

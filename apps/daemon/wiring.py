@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 
 from adapters.imex import ctl as imex_ctl
@@ -12,6 +13,8 @@ from apps.daemon import runner as daemon_runner
 from apps.daemon import settings as daemon_settings
 from core import errors, gates, models, ports
 from core.computedomain import membership
+
+log = logging.getLogger(__name__)
 
 
 def connect(settings: daemon_settings.Settings) -> ports.Cluster:
@@ -58,6 +61,13 @@ def run_daemon(
         if feature_gates.enabled(gates.COMPUTE_DOMAIN_CLIQUES)
         else membership.Store.STATUS
     )
+    if store is membership.Store.CLIQUE and not (settings.pod_name and settings.pod_uid):
+        log.warning(
+            "event=no_pod_identity action=clique_without_owner detail=%r",
+            "POD_NAME/POD_UID are not set (the DaemonSet sets them from metadata.name/uid): "
+            "this daemon's pod is not made an owner of its ComputeDomainClique, so the garbage "
+            "collector cannot delete the clique with the daemon pods",
+        )
     registry = daemon_registry.PeerRegistry(
         cluster,
         store=store,
@@ -65,6 +75,8 @@ def run_daemon(
             node_name=settings.node_name,
             ip_address=settings.pod_ip,
             clique_id=settings.clique_id or "",
+            pod_name=settings.pod_name,
+            pod_uid=settings.pod_uid,
         ),
         domain_uid=settings.domain_uid,
         domain_name=settings.domain_name,

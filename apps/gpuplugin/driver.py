@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping, Sequence
 from apps.pluginkit import metrics as plugin_metrics
 from apps.pluginkit.driver import ClaimDriver, Clock, PluginPorts
 from core import models, names, ports
-from core.gpu import actions, configs, devices
+from core.gpu import actions, devices
 from core.gpu import preparing as gpu_preparing
 
 log = logging.getLogger(__name__)
@@ -92,16 +92,11 @@ class GpuPluginDriver(ClaimDriver):
             vfio_nodes=self._vfio_nodes(),
         )
 
-    def _undo_device_steps(self, done: tuple[object, ...]) -> tuple[object, ...]:
-        undo: list[object] = []
-        for step in reversed(done):
-            if isinstance(step, actions.BindVfio):
-                undo.append(actions.UnbindVfio(pci_bus_id=step.pci_bus_id))
-            elif isinstance(step, actions.SetTimeSlice):
-                undo.append(actions.SetTimeSlice(
-                    gpu_uuids=step.gpu_uuids, interval=configs.TimeSliceInterval.DEFAULT
-                ))
-        return tuple(undo)
+    def _undo_device_steps(
+        self, done: tuple[object, ...], *, claim_uid: names.ClaimUID,
+        rollback_to: models.Checkpoint,
+    ) -> tuple[object, ...]:
+        return gpu_preparing.plan_gpu_rollback(claim_uid, done=done, rollback_to=rollback_to)
 
     def _execute_device_step(self, step: object) -> None:
         if isinstance(step, actions.SetTimeSlice):

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 from collections.abc import Mapping, Sequence
 
-from apps.pluginkit import flags
+from apps.pluginkit import flags as plugin_flags
+from apps.shell import flags
 from core import names
 
 DRIVER_NAME = names.GPU_DRIVER_NAME
@@ -43,64 +43,49 @@ class Settings:
         return f"{self.plugin_dir}/checkpoint.json"
 
 
+COMMAND = flags.command(
+    "gpu-kubelet-plugin",
+    help="Kubelet DRA plugin for NVIDIA GPUs (gpu.nvidia.com: full GPUs, MIG devices, VFIO). "
+    "Every flag falls back to the environment variable named beside it (the Helm chart sets "
+    "those).",
+    params=[
+        *plugin_flags.common(plugin_dir=PLUGIN_DIR, registry_dir=REGISTRY_DIR,
+                             health_port="51516"),
+        flags.option("--container-driver-root", env="CONTAINER_DRIVER_ROOT", default="",
+                     help="where this process sees the driver root (empty: "
+                     "--nvidia-driver-root)"),
+        flags.option("--dev-root", env="DEV_ROOT", default="/",
+                     help="where the host's /dev is seen (device nodes of GPUs and MIG devices)"),
+        flags.option("--sysfs-root", env="SYSFS_ROOT", default="/sys",
+                     help="where the host's /sys is seen (VFIO passthrough)"),
+    ],
+)
+
+
 def parse(argv: Sequence[str] | None, env: Mapping[str, str]) -> Settings:
-    """Parse flags; every flag defaults to its environment variable, then a built-in default."""
-    parser = argparse.ArgumentParser(prog="gpu-kubelet-plugin")
-    add = parser.add_argument
-    flag = flags.env_flag
-    add("--node-name", default=flag(env, "NODE_NAME", ""), help="this node (env NODE_NAME)")
-    add("--namespace", default=flag(env, "NAMESPACE", "nvidia-dra-driver"))
-    add("--feature-gates", default=flag(env, "FEATURE_GATES", ""), help='"A=true,B=false"')
-    add("--cdi-root", default=flag(env, "CDI_ROOT", "/var/run/cdi"))
-    add("--plugin-dir", default=flag(env, "PLUGIN_DIR", PLUGIN_DIR))
-    add("--registry-dir", default=flag(env, "REGISTRY_DIR", REGISTRY_DIR))
-    add("--health-port", default=flag(env, "HEALTH_PORT", "51516"))
-    add("--metrics-port", default=flag(env, "METRICS_PORT", "0"))
-    add("--nvidia-driver-root", default=flag(env, "NVIDIA_DRIVER_ROOT", "/"))
-    add("--container-driver-root", default=flag(env, "CONTAINER_DRIVER_ROOT", ""),
-        help="where this process sees the driver root (default: --nvidia-driver-root)")
-    add("--dev-root", default=flag(env, "DEV_ROOT", "/"))
-    add("--sysfs-root", default=flag(env, "SYSFS_ROOT", "/sys"))
-    add("--nvml", default=flag(env, "NVML", "real"), help="real | simulated:<profile>")
-    add("--kubeconfig", default=env.get("KUBECONFIG"))
-    add("--boot-id-path", default=flag(env, "BOOT_ID_PATH", "/proc/sys/kernel/random/boot_id"))
-    add("--proc-devices", default=flag(env, "PROC_DEVICES", "/proc/devices"),
-        help="where the nvidia-caps major (MIG device nodes) is read")
-    add("--retry-budget-seconds", default=flag(env, "RETRY_BUDGET_SECONDS", "30"))
-    add("-v", "--log-verbosity", default=flag(env, "LOG_VERBOSITY", "2"))
-    add(
-        "--stale-claim-cleanup-interval-seconds",
-        default=flag(env, "STALE_CLAIM_CLEANUP_INTERVAL_SECONDS", "30"),
-    )
-    ns = parser.parse_args(argv)
-    if not ns.node_name:
-        parser.error("--node-name (or env NODE_NAME) is required: the node this plugin runs on")
-    cleanup_s = flags.positive_seconds(ns.stale_claim_cleanup_interval_seconds)
-    if cleanup_s is None:
-        parser.error(
-            "--stale-claim-cleanup-interval-seconds (env STALE_CLAIM_CLEANUP_INTERVAL_SECONDS) "
-            f"must be a number of seconds above 0, got {ns.stale_claim_cleanup_interval_seconds!r}"
-        )
-    if not (ns.nvml == "real" or ns.nvml.startswith("simulated:")):
-        parser.error(f"--nvml (env NVML) must be 'real' or 'simulated:<profile>', got {ns.nvml!r}")
+    """Parse flags; every flag defaults to its environment variable, then a built-in default.
+
+    Bad input exits 2 with one `error:` line naming the flag and its env var.
+    """
+    values = flags.parse(COMMAND, argv, env)
     return Settings(
-        node_name=ns.node_name,
-        namespace=ns.namespace,
-        feature_gates=ns.feature_gates,
-        cdi_root=ns.cdi_root,
-        plugin_dir=ns.plugin_dir,
-        registry_dir=ns.registry_dir,
-        health_port=flags.port(ns.health_port),
-        metrics_port=flags.port(ns.metrics_port),
-        nvidia_driver_root=ns.nvidia_driver_root,
-        container_driver_root=ns.container_driver_root or ns.nvidia_driver_root,
-        dev_root=ns.dev_root,
-        sysfs_root=ns.sysfs_root,
-        nvml=ns.nvml,
-        kubeconfig=ns.kubeconfig,
-        boot_id_path=ns.boot_id_path,
-        proc_devices=ns.proc_devices,
-        retry_budget_s=float(ns.retry_budget_seconds),
-        log_verbosity=int(ns.log_verbosity),
-        stale_claim_cleanup_interval_s=cleanup_s,
+        node_name=plugin_flags.require_node_name(values),
+        namespace=values["namespace"],
+        feature_gates=values["feature_gates"],
+        cdi_root=values["cdi_root"],
+        plugin_dir=values["plugin_dir"],
+        registry_dir=values["registry_dir"],
+        health_port=values["health_port"],
+        metrics_port=values["metrics_port"],
+        nvidia_driver_root=values["nvidia_driver_root"],
+        container_driver_root=values["container_driver_root"] or values["nvidia_driver_root"],
+        dev_root=values["dev_root"],
+        sysfs_root=values["sysfs_root"],
+        nvml=values["nvml"],
+        kubeconfig=values["kubeconfig"],
+        boot_id_path=values["boot_id_path"],
+        proc_devices=values["proc_devices"],
+        retry_budget_s=values["retry_budget_seconds"],
+        log_verbosity=values["log_verbosity"],
+        stale_claim_cleanup_interval_s=values["stale_claim_cleanup_interval_seconds"],
     )

@@ -2,12 +2,17 @@
 
 The daemon claim's CDI edits need the IMEX management capability device and a per-domain host
 directory (`<plugin dir>/domains/<cdUID>`, mounted at `/imexd`). Both are wired here so the
-plugin's own wiring changes by two calls. Inputs (environment; the chart sets them):
-- IMEX_DAEMON_CONFIG_TEMPLATE: path of the `imexd.cfg` template (default: the built-in one);
-- IMEX_MGMT_CAPABILITY_PATH: the capability file (default: beside the `--proc-devices` file,
-  i.e. /proc/driver/nvidia/capabilities/fabric-imex-mgmt for the real /proc/devices);
-- HOST_DRIVER_ROOT: the driver root as the host sees it (the chart's nvidiaDriverRoot; the
-  plugin sees it at --nvidia-driver-root), for the daemon pods' `nvidia-imex` mounts.
+plugin's own wiring changes by two calls. Inputs (plugin flags, each with its env var; the
+chart sets the env):
+- --imex-daemon-config-template (IMEX_DAEMON_CONFIG_TEMPLATE): path of the `imexd.cfg`
+  template (default: the built-in one);
+- --imex-mgmt-capability-path (IMEX_MGMT_CAPABILITY_PATH): the capability file (default: beside
+  the `--proc-devices` file, i.e. /proc/driver/nvidia/capabilities/fabric-imex-mgmt for the
+  real /proc/devices);
+- --host-driver-root (HOST_DRIVER_ROOT): the driver root as the host sees it (the chart's
+  nvidiaDriverRoot; the plugin sees it at --nvidia-driver-root), for the daemon pods'
+  `nvidia-imex` mounts.
+An `env` mapping handed in (tests) replaces the settings' values.
 """
 
 from __future__ import annotations
@@ -34,18 +39,19 @@ def with_daemon_facts(
     *,
     settings: plugin_settings.Settings,
     config: models.DriverConfig,
-    env: Mapping[str, str] = os.environ,
+    env: Mapping[str, str] | None = None,
 ) -> models.NodeFacts:
     """`node` plus the management device and the domains directory (driver-managed only)."""
     if config.host_managed:
         return node
+    given = (env.get(CAPABILITY_ENV) if env is not None
+             else settings.imex_mgmt_capability_path)
+    host_root = env.get(HOST_DRIVER_ROOT_ENV) if env is not None else settings.host_driver_root
     device = capability.read_mgmt_device(
-        capability_path=env.get(CAPABILITY_ENV) or capability_path(settings.proc_devices),
+        capability_path=given or capability_path(settings.proc_devices),
         proc_devices_text=files.read_text(settings.proc_devices) or "",
     )
-    binaries = find_imex_binaries(
-        settings.nvidia_driver_root, host_driver_root=env.get(HOST_DRIVER_ROOT_ENV) or "/"
-    )
+    binaries = find_imex_binaries(settings.nvidia_driver_root, host_driver_root=host_root or "/")
     if len(binaries) < len(daemon_claim.IMEX_BINARY_NAMES):
         log.warning(
             "event=imex_binaries_missing driver_root=%s found=%s hint=%r",
@@ -68,15 +74,17 @@ def cdi_store(
     *,
     node: models.NodeFacts,
     config: models.DriverConfig,
+    template_path: str | None = None,
     env: Mapping[str, str] = os.environ,
 ) -> ports.CDIStore:
     """The CDI store, creating/removing per-domain config dirs with daemon claims' specs.
 
-    Raises ConfigError when IMEX_DAEMON_CONFIG_TEMPLATE names a file that cannot be read.
+    `template_path` (the plugin's --imex-daemon-config-template) wins over `env`. Raises
+    ConfigError when the template names a file that cannot be read.
     """
     if config.host_managed or not node.daemon_config_root:
         return inner
-    path = env.get(TEMPLATE_ENV, "")
+    path = template_path if template_path is not None else env.get(TEMPLATE_ENV, "")
     template = imexconfig.DEFAULT_IMEXD_TEMPLATE
     if path:
         text = files.read_text(path)

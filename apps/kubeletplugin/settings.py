@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 from collections.abc import Mapping, Sequence
 
-from apps.pluginkit import flags
+from apps.pluginkit import flags as plugin_flags
+from apps.shell import flags
 from core import names
 
 
@@ -35,94 +35,82 @@ class Settings:
     stale_claim_cleanup_interval_s: float = 30.0
     # Channel isolation: slot devices this node publishes (chart imex.channels.slotsPerNode).
     channel_slots: int = 8
+    # Driver-managed daemon claims (apps/kubeletplugin/daemon_claims.py): the driver root as
+    # the host sees it, the imexd.cfg template ("" = built-in), the IMEX management capability
+    # file ("" = beside --proc-devices).
+    host_driver_root: str = "/"
+    imex_daemon_config_template: str = ""
+    imex_mgmt_capability_path: str = ""
 
     @property
     def checkpoint_path(self) -> str:
         return f"{self.plugin_dir}/checkpoint.json"
 
 
-_flag = flags.env_flag
-_port = flags.port
-_bool = flags.boolean
-_positive_int = flags.positive_int
-_positive_seconds = flags.positive_seconds
+COMMAND = flags.command(
+    "compute-domain-kubelet-plugin",
+    help="Kubelet DRA plugin for NVIDIA ComputeDomains (IMEX channels). Every flag falls back "
+    "to the environment variable named beside it (the Helm chart sets those).",
+    params=[
+        *plugin_flags.common(plugin_dir=names.PLUGIN_DIR, registry_dir=names.REGISTRY_DIR,
+                             health_port="51515"),
+        flags.imex_mode(),
+        flags.imex_isolation(),
+        flags.option("--host-imex-check", env="HOST_IMEX_CHECK", type=flags.BOOLEAN,
+                     default="false",
+                     help="hostManaged: ask the host's nvidia-imex whether it is ready"),
+        flags.option("--imex-channel-slots", env="IMEX_CHANNEL_SLOTS",
+                     type=flags.WHOLE_ABOVE_0, default="8",
+                     help="channel isolation: ComputeDomain pods this node can run (slot devices)"),
+        flags.option("--imex-host-socket", env="IMEX_HOST_SOCKET",
+                     default="/var/run/nvidia-imex/imex.sock",
+                     help="host nvidia-imex control socket (mounted at the same path in the "
+                     "container)"),
+        flags.option("--cluster", env="CLUSTER", default="kube", type=flags.OneOf("kube"),
+                     help="the cluster adapter: kube (the API server)"),
+        flags.option("--host-driver-root", env="HOST_DRIVER_ROOT", default="/",
+                     help="driverManaged: the driver root as the host sees it (the daemon pods "
+                     "mount nvidia-imex from there)"),
+        flags.option("--imex-daemon-config-template", env="IMEX_DAEMON_CONFIG_TEMPLATE",
+                     default="", help="driverManaged: the imexd.cfg template file (empty: "
+                     "the built-in one)"),
+        flags.option("--imex-mgmt-capability-path", env="IMEX_MGMT_CAPABILITY_PATH", default="",
+                     help="driverManaged: the IMEX management capability file (empty: "
+                     "driver/nvidia/capabilities/fabric-imex-mgmt beside --proc-devices)"),
+    ],
+)
 
 
 def parse(argv: Sequence[str] | None, env: Mapping[str, str]) -> Settings:
-    """Parse flags; every flag defaults to its environment variable, then a built-in default."""
-    parser = argparse.ArgumentParser(
-        prog="compute-domain-kubelet-plugin",
-        description="Kubelet DRA plugin for NVIDIA ComputeDomains (IMEX channels).",
-    )
-    add = parser.add_argument
-    add("--node-name", default=_flag(env, "NODE_NAME", ""), help="this node (env NODE_NAME)")
-    add("--namespace", default=_flag(env, "NAMESPACE", "nvidia-dra-driver"))
-    add("--feature-gates", default=_flag(env, "FEATURE_GATES", ""), help='"A=true,B=false"')
-    add("--imex-mode", default=_flag(env, "IMEX_MODE", ""), help="driverManaged|hostManaged")
-    add("--imex-isolation", default=_flag(env, "IMEX_ISOLATION", ""), help="domain|none|channel")
-    add("--cdi-root", default=_flag(env, "CDI_ROOT", "/var/run/cdi"))
-    add("--plugin-dir", default=_flag(env, "PLUGIN_DIR", names.PLUGIN_DIR))
-    add("--registry-dir", default=_flag(env, "REGISTRY_DIR", names.REGISTRY_DIR))
-    add("--health-port", default=_flag(env, "HEALTH_PORT", "51515"))
-    add("--metrics-port", default=_flag(env, "METRICS_PORT", "0"))
-    add("--nvidia-driver-root", default=_flag(env, "NVIDIA_DRIVER_ROOT", "/"))
-    add("--host-imex-check", default=_flag(env, "HOST_IMEX_CHECK", "false"))
-    add("--imex-channel-slots", default=_flag(env, "IMEX_CHANNEL_SLOTS", "8"),
-        help="channel isolation: ComputeDomain pods this node can run (slot devices)")
-    add(
-        "--imex-host-socket",
-        default=_flag(env, "IMEX_HOST_SOCKET", "/var/run/nvidia-imex/imex.sock"),
-        help="host nvidia-imex control socket (mounted at the same path in the container)",
-    )
-    add("--nvml", default=_flag(env, "NVML", "real"), help="real | simulated:<profile>")
-    add("--cluster", default=_flag(env, "CLUSTER", "kube"), help="kube")
-    add("--kubeconfig", default=env.get("KUBECONFIG"))
-    add("--proc-devices", default=_flag(env, "PROC_DEVICES", "/proc/devices"))
-    add("--boot-id-path", default=_flag(env, "BOOT_ID_PATH", "/proc/sys/kernel/random/boot_id"))
-    add("--retry-budget-seconds", default=_flag(env, "RETRY_BUDGET_SECONDS", "30"))
-    add("-v", "--log-verbosity", default=_flag(env, "LOG_VERBOSITY", "2"))
-    add(
-        "--stale-claim-cleanup-interval-seconds",
-        default=_flag(env, "STALE_CLAIM_CLEANUP_INTERVAL_SECONDS", "30"),
-        help="how often checkpoint entries of deleted/deallocated claims are looked for",
-    )
-    ns = parser.parse_args(argv)
-    if not ns.node_name:
-        parser.error("--node-name (or env NODE_NAME) is required: the node this plugin runs on")
-    cleanup_s = _positive_seconds(ns.stale_claim_cleanup_interval_seconds)
-    if cleanup_s is None:
-        parser.error(
-            "--stale-claim-cleanup-interval-seconds (env STALE_CLAIM_CLEANUP_INTERVAL_SECONDS) "
-            f"must be a number of seconds above 0, got {ns.stale_claim_cleanup_interval_seconds!r}"
-        )
-    channel_slots = _positive_int(ns.imex_channel_slots)
-    if channel_slots is None:
-        parser.error(
-            "--imex-channel-slots (env IMEX_CHANNEL_SLOTS) must be a whole number above 0, "
-            f"got {ns.imex_channel_slots!r}"
-        )
-    return Settings(
-        node_name=ns.node_name,
-        namespace=ns.namespace,
-        feature_gates=ns.feature_gates,
-        imex_mode=ns.imex_mode,
-        imex_isolation=ns.imex_isolation,
-        cdi_root=ns.cdi_root,
-        plugin_dir=ns.plugin_dir,
-        registry_dir=ns.registry_dir,
-        health_port=_port(ns.health_port),
-        metrics_port=_port(ns.metrics_port),
-        nvidia_driver_root=ns.nvidia_driver_root,
-        host_imex_check=_bool(ns.host_imex_check),
-        channel_slots=channel_slots,
-        imex_host_socket=ns.imex_host_socket,
-        nvml=ns.nvml,
-        cluster=ns.cluster,
-        kubeconfig=ns.kubeconfig,
-        proc_devices=ns.proc_devices,
-        boot_id_path=ns.boot_id_path,
-        retry_budget_s=float(ns.retry_budget_seconds),
-        log_verbosity=int(ns.log_verbosity),
-        stale_claim_cleanup_interval_s=cleanup_s,
-    )
+    """Parse flags; every flag defaults to its environment variable, then a built-in default.
 
+    Bad input exits 2 with one `error:` line naming the flag and its env var.
+    """
+    values = flags.parse(COMMAND, argv, env)
+    return Settings(
+        node_name=plugin_flags.require_node_name(values),
+        namespace=values["namespace"],
+        feature_gates=values["feature_gates"],
+        imex_mode=values["imex_mode"],
+        imex_isolation=values["imex_isolation"],
+        cdi_root=values["cdi_root"],
+        plugin_dir=values["plugin_dir"],
+        registry_dir=values["registry_dir"],
+        health_port=values["health_port"],
+        metrics_port=values["metrics_port"],
+        nvidia_driver_root=values["nvidia_driver_root"],
+        host_imex_check=values["host_imex_check"],
+        channel_slots=values["imex_channel_slots"],
+        imex_host_socket=values["imex_host_socket"],
+        nvml=values["nvml"],
+        cluster=values["cluster"],
+        kubeconfig=values["kubeconfig"],
+        proc_devices=values["proc_devices"],
+        boot_id_path=values["boot_id_path"],
+        retry_budget_s=values["retry_budget_seconds"],
+        log_verbosity=values["log_verbosity"],
+        stale_claim_cleanup_interval_s=values["stale_claim_cleanup_interval_seconds"],
+        host_driver_root=values["host_driver_root"],
+        imex_daemon_config_template=values["imex_daemon_config_template"],
+        imex_mgmt_capability_path=values["imex_mgmt_capability_path"],
+    )

@@ -131,7 +131,10 @@ def start_plugin(
         ports=claim_driver.PluginPorts(
             cluster=cluster,
             checkpoints=checkpoint_store,
-            cdi=plugin_daemon_claims.cdi_store(cdi_dir, node=node, config=config),
+            cdi=plugin_daemon_claims.cdi_store(
+                cdi_dir, node=node, config=config,
+                template_path=settings.imex_daemon_config_template,
+            ),
         ),
         node=node,
         config=config,

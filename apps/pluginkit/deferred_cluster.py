@@ -64,15 +64,17 @@ class DeferredCluster:
         return self._client().get(kind, namespace=namespace, name=name)
 
     def list(
-        self, kind: str, *, namespace: str = "", label_selector: Mapping[str, str] | None = None
+        self, kind: str, *, namespace: str = "", label_selector: ports.LabelSelector | None = None
     ) -> ports.ListResult:
         return self._client().list(kind, namespace=namespace, label_selector=label_selector)
 
     def watch(
-        self, kind: str, *, namespace: str = "", resource_version: str, timeout_s: float
+        self, kind: str, *, namespace: str = "", resource_version: str, timeout_s: float,
+        label_selector: ports.LabelSelector | None = None,
     ) -> Iterator[ports.WatchEvent]:
         return self._client().watch(
-            kind, namespace=namespace, resource_version=resource_version, timeout_s=timeout_s
+            kind, namespace=namespace, resource_version=resource_version, timeout_s=timeout_s,
+            label_selector=label_selector,
         )
 
     def create(self, kind: str, obj: Mapping[str, Any]) -> Mapping[str, Any]:

@@ -140,9 +140,10 @@ class ClaimDriver(abc.ABC):
         snapshot = checkpoint_codec.snapshot_id(raw)
         try:
             with _collector_paused():
-                replayed = checkpoint_codec.replay(
-                    checkpoint_codec.decode(raw), journal, snapshot=snapshot
-                )
+                decoded = checkpoint_codec.decode(raw)
+                if not journal and checkpoint_codec.expects_journal(decoded):
+                    return self._recover_lost_journal(decoded)
+                replayed = checkpoint_codec.replay(decoded, journal, snapshot=snapshot)
         except errors.CheckpointCorruptError as exc:
             return self._recover_corrupt_checkpoint(exc)
         self._snapshot_id = snapshot
@@ -183,18 +184,25 @@ class ClaimDriver(abc.ABC):
         self._journal_records = records
         self._stamps = self._ports.checkpoints.stamps()
 
-    def _compact(self, cp: models.Checkpoint) -> None:
-        """Write `cp` as the new snapshot, then empty the journal.
+    def _compact(self, cp: models.Checkpoint, *, journaled: bool = True) -> None:
+        """Write `cp` as the new snapshot, then start the journal anew with its base record
+        (`journaled`: the snapshot says so, see `checkpoint.expects_journal`) or empty it.
 
         A kill in between leaves the new snapshot and the old journal, whose records hold
         absolute values the snapshot already has: replaying them changes nothing.
+        NB: a kill between emptying the journal and its base record looks like a lost journal
+        at the next start: state is rebuilt from the CDI specs, as complete as the snapshot.
         """
         store = self._ports.checkpoints
-        data = checkpoint_codec.encode(cp)
+        data = checkpoint_codec.encode(cp, journaled=journaled)
         store.write(data)
         self._snapshot_id = checkpoint_codec.snapshot_id(data)
         store.truncate_journal(0)
-        self._remember(cp, records=0)
+        records = 0
+        if journaled:
+            store.append(checkpoint_codec.base_record(self._snapshot_id))
+            records = 1
+        self._remember(cp, records=records)
 
     def _persist(self, step: models.WriteCheckpoint) -> None:
         """Make `step.checkpoint` durable: its changes appended to the journal, or a snapshot."""
@@ -241,6 +249,40 @@ class ClaimDriver(abc.ABC):
             f"checkpoint {exc.filename} could not be read ({problem}); it was moved to "
             f"{moved_to} and prepared state rebuilt from {len(rebuilt.entries)} CDI spec "
             f"file(s){_unreadable_note(unreadable)}",
+        )
+        return rebuilt
+
+    def _recover_lost_journal(self, snapshot: models.Checkpoint) -> models.Checkpoint:
+        """The snapshot says a journal follows it, but there is none or it is empty: someone
+        else deleted or emptied it, and with it every claim acknowledged since the snapshot.
+        As for a lost snapshot: rebuild from the CDI specs (never delete them as orphans), and
+        say so with an event. A claim the snapshot holds as completed keeps its entry there
+        (it says more than its spec: request and device names)."""
+        rebuilt, unreadable = self._rebuild_from_cdi()
+        kept = {
+            uid: snapshot.entries[uid] for uid in rebuilt.entries
+            if uid in snapshot.entries
+            and snapshot.entries[uid].state is models.ClaimState.PREPARE_COMPLETED
+        }
+        if kept:
+            rebuilt = dataclasses.replace(
+                rebuilt, entries={**rebuilt.entries, **kept}, index=None
+            )
+        problem = "its journal was deleted or emptied"
+        try:
+            self._compact(rebuilt)
+        except OSError as exc:
+            self._enter_degraded(rebuilt, path=exc.filename, problem=problem, cause=exc)
+            return rebuilt
+        log.error(
+            "event=checkpoint_journal_lost node=%s rebuilt_claims=%d unreadable_specs=%d",
+            self._node.node_name, len(rebuilt.entries), len(unreadable),
+        )
+        self._emit_node_event(
+            "CheckpointJournalLost",
+            "the checkpoint journal was deleted or emptied by something other than this plugin "
+            "(the snapshot expects one); prepared state rebuilt from "
+            f"{len(rebuilt.entries)} CDI spec file(s){_unreadable_note(unreadable)}",
         )
         return rebuilt
 
@@ -363,7 +405,7 @@ class ClaimDriver(abc.ABC):
                 return
             current = self._read_checkpoint()
             if self._journal_records or self._ports.checkpoints.read_journal():
-                self._compact(current)
+                self._compact(current, journaled=False)
                 log.info(
                     "event=checkpoint_compacted node=%s claims=%d",
                     self._node.node_name, len(current.entries),
@@ -518,8 +560,12 @@ class ClaimDriver(abc.ABC):
         names_ = ",".join(d.device_name for d in entry.devices[:8]) or "none"
         return f"device(s) {names_} on this node are free again"
 
-    def _undo_device_steps(self, done: tuple[object, ...]) -> tuple[object, ...]:
-        """Steps that undo the half's own steps in `done` (an abandoned prepare's rollback)."""
+    def _undo_device_steps(
+        self, done: tuple[object, ...], *, claim_uid: names.ClaimUID,
+        rollback_to: models.Checkpoint,
+    ) -> tuple[object, ...]:
+        """Steps that undo the half's own steps in `done` (an abandoned prepare's rollback to
+        `rollback_to`), as the half's core planner decides them."""
         return ()
 
     def _execute_device_step(self, step: object) -> None:
@@ -802,7 +848,9 @@ class ClaimDriver(abc.ABC):
                     # NB: device changes are undone first, while the entry that records
                     # them is still on disk: a kill in between leaves it for the unprepare.
                     self._execute((
-                        *self._undo_device_steps(tuple(done)),
+                        *self._undo_device_steps(
+                            tuple(done), claim_uid=flight.ref.uid, rollback_to=rollback_to
+                        ),
                         models.WriteCheckpoint(
                             checkpoint=rollback_to, changed=(flight.ref.uid,)
                         ),

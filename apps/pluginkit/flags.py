@@ -1,37 +1,64 @@
-"""Flag values both plugins parse the same way (each flag falls back to an env variable)."""
+"""The flags both kubelet plugins spell the same way (each falls back to an env variable)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from typing import Any
+
+import click
+
+from apps.shell import flags
 
 
-def env_flag(env: Mapping[str, str], key: str, default: str) -> str:
-    """The flag's default: the environment variable the chart sets, else `default`."""
-    return env.get(key, default)
+class NvmlSpec(flags.ValueType):
+    name = "nvml"
+    what = "'real' or 'simulated:<profile>'"
+
+    def parse(self, text: str) -> Any:
+        return text if text == "real" or text.startswith("simulated:") else flags.INVALID
 
 
-def port(text: str) -> int | None:
-    """A TCP port; "" or "0" means the listener is off."""
-    return int(text) if text and text != "0" else None
+def node_name() -> click.Option:
+    return flags.option("--node-name", env="NODE_NAME", default="",
+                        help="the node this plugin runs on (required)")
 
 
-def boolean(text: str) -> bool:
-    return text.strip().lower() == "true"
+def common(*, plugin_dir: str, registry_dir: str, health_port: str) -> list[click.Parameter]:
+    """Options of both plugins, in the order `--help` lists them."""
+    return [
+        node_name(),
+        flags.namespace(),
+        flags.feature_gates(),
+        flags.option("--cdi-root", env="CDI_ROOT", default="/var/run/cdi",
+                     help="where CDI spec files are written (the container runtime reads them)"),
+        flags.option("--plugin-dir", env="PLUGIN_DIR", default=plugin_dir,
+                     help="this plugin's directory: DRA socket and checkpoint"),
+        flags.option("--registry-dir", env="REGISTRY_DIR", default=registry_dir,
+                     help="the kubelet's plugin registration directory"),
+        flags.health_port(default=health_port),
+        flags.metrics_port(),
+        flags.option("--nvidia-driver-root", env="NVIDIA_DRIVER_ROOT", default="/",
+                     help="where the NVIDIA driver's files are (a mount of the host's)"),
+        flags.option("--nvml", env="NVML", default="real", type=NvmlSpec(),
+                     help="real NVML, or simulated:<profile> for tests and demos"),
+        flags.kubeconfig(),
+        flags.option("--proc-devices", env="PROC_DEVICES", default="/proc/devices",
+                     help="where character-device majors are read"),
+        flags.option("--boot-id-path", env="BOOT_ID_PATH",
+                     default="/proc/sys/kernel/random/boot_id",
+                     help="the node's boot id (a reboot drops prepared claims)"),
+        flags.option("--retry-budget-seconds", env="RETRY_BUDGET_SECONDS", type=flags.SECONDS,
+                     default="30", help="how long a prepare retries a transient error before "
+                     "it answers the kubelet (which gives up at 45 s)"),
+        flags.option("--stale-claim-cleanup-interval-seconds",
+                     env="STALE_CLAIM_CLEANUP_INTERVAL_SECONDS", type=flags.SECONDS, default="30",
+                     help="how often checkpoint entries of deleted/deallocated claims are "
+                     "looked for"),
+        flags.verbosity(),
+    ]
 
 
-def positive_int(text: str) -> int | None:
-    """A whole number above 0, else None (the caller names the flag in its error)."""
-    try:
-        value = int(text)
-    except ValueError:
-        return None
-    return value if value > 0 else None
-
-
-def positive_seconds(text: str) -> float | None:
-    """A finite number of seconds above 0, else None."""
-    try:
-        value = float(text)
-    except ValueError:
-        return None
-    return value if 0 < value < float("inf") else None
+def require_node_name(values: dict[str, Any]) -> str:
+    name: str = values["node_name"]
+    if not name:
+        flags.fail("--node-name (env NODE_NAME) is required: the node this plugin runs on")
+    return name

@@ -1,4 +1,4 @@
-"""A plugin process's life: logging, stop signals, the deferred API client, serve until stopped.
+"""A plugin process's life: stop signals, the deferred API client, serve until stopped.
 
 Both plugins' `__main__` run the same sequence around their own start-up: the kubelet needs
 the sockets first, so the API client loads beside recovery and serving.
@@ -15,14 +15,6 @@ from types import FrameType
 
 from apps.pluginkit import deferred_cluster, serving
 from core import errors, ports
-
-
-def configure_logging(verbosity: int) -> None:
-    """One line per event on stderr; verbosity 4 and up (`-v`) also shows debug lines."""
-    logging.basicConfig(
-        level=logging.DEBUG if verbosity >= 4 else logging.INFO,
-        format="%(asctime)s %(levelname)s %(name)s %(message)s",
-    )
 
 
 def stop_on_signals(log: logging.Logger) -> threading.Event:

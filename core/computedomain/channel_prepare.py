@@ -18,7 +18,10 @@ def assigned_channel(
     """The channel to inject for a claim of `domain` with these channel configs.
 
     Raises RetryableError while the controller has not assigned one yet, PermanentError when
-    the claim's config names no channel or another one than the ComputeDomain's status.
+    the claim's config names no channel or another one than the ComputeDomain's status, or when
+    the controller marked the ComputeDomain as a later duplicate of its channel whose claims
+    already carry it (a new prepare would share the channel with another ComputeDomain;
+    claims prepared earlier are answered from the checkpoint before this is asked).
     """
     where = f"ComputeDomain {domain.meta.namespace}/{domain.meta.name}"
     assigned = domain.status.channel_id if domain.status is not None else None
@@ -27,6 +30,13 @@ def assigned_channel(
             f"waiting for the controller to assign an IMEX channel to {where} "
             "(status.channelID); if it stays unset, kubectl describe the ComputeDomain for a "
             "ChannelAssigned condition"
+        )
+    if domain.status is not None and domain.status.channel_conflict:
+        raise errors.PermanentError(
+            f"{where} may not use IMEX channel {assigned} for new workloads: "
+            f"{domain.status.channel_conflict} (its ChannelUnique=False condition). Claims "
+            "prepared before keep running; to run new pods, delete this ComputeDomain's pods "
+            "and claims and recreate the ComputeDomain, which then gets a channel of its own"
         )
     if assigned < 1:
         raise errors.PermanentError(

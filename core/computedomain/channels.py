@@ -5,11 +5,18 @@ controller sees exactly what its predecessor left. An ID is taken while a live C
 names it in `status.channelID`, or while a ResourceClaim carries it in its opaque config (the
 pods of a deleted ComputeDomain may still run on it). Channel 0 is the host's shared channel
 (isolation `none`) and is never assigned here. Pure: observed values in, values out.
+
+Two controllers at once (an upgrade overlap, a stale leader) can still give one channel to two
+ComputeDomains: each has its own pending choices and a cache a moment behind. The table then
+notices (`duplicate_standing`): of the live ComputeDomains naming one channel the earliest
+created (then the lowest UID) keeps it; a later one that no claim uses yet is re-assigned, and
+a later one whose claims already carry it is marked so the plugin refuses its new prepares.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import enum
 from collections.abc import Iterable, Mapping
 from typing import Any, Final
 
@@ -19,6 +26,9 @@ FIRST_ASSIGNABLE: Final = 1
 # The kernel's channel minors are 0..2047.
 DEFAULT_MAX_CHANNELS: Final = names.MAX_CHANNEL_ID + 1
 EXHAUSTED_REASON: Final = "IMEXChannelsExhausted"
+DUPLICATE_REASON: Final = "IMEXChannelDuplicate"
+# The status condition (type) a later duplicate whose claims already use the channel carries.
+UNIQUE_CONDITION: Final = "ChannelUnique"
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -60,6 +70,70 @@ class ChannelTable:
     @property
     def in_use(self) -> int:
         return sum(1 for c in self.taken if FIRST_ASSIGNABLE <= c < self.max_channels)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ChannelHolder:
+    """A live ComputeDomain whose `status.channelID` names a channel, with what orders it."""
+
+    domain_uid: str
+    namespace: str
+    name: str
+    # metadata.creationTimestamp (RFC 3339 in UTC: sorts as time does).
+    created: str
+
+    @property
+    def order(self) -> tuple[str, str]:
+        """Earlier first: creation time, then UID (the same order in every process)."""
+        return (self.created, self.domain_uid)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Rivals:
+    """Channel isolation, observed for one ComputeDomain: the other live ComputeDomains naming
+    its status channel, its own creation time, and the channels its ResourceClaims carry."""
+
+    created: str
+    others: tuple[ChannelHolder, ...] = ()
+    claimed: frozenset[int] = frozenset()
+
+
+class Standing(enum.Enum):
+    UNIQUE = "unique"  # nobody else names the channel, or this CD is the earliest that does
+    REASSIGN = "reassign"  # a later duplicate no claim uses yet: give it another channel
+    CONFLICT = "conflict"  # a later duplicate its claims already use: refuse new prepares
+
+
+def duplicate_standing(
+    *, domain_uid: str, channel_id: int | None, rivals: Rivals | None
+) -> tuple[Standing, ChannelHolder | None]:
+    """Whether this ComputeDomain may keep `channel_id` (its status value), and the earliest
+    other holder when it may not. Deterministic: every controller judges a pair the same way."""
+    if channel_id is None or rivals is None:
+        return Standing.UNIQUE, None
+    mine = (rivals.created, domain_uid)
+    earlier = sorted(
+        (r for r in rivals.others if r.domain_uid != domain_uid and r.order < mine),
+        key=lambda r: r.order,
+    )
+    if not earlier:
+        return Standing.UNIQUE, None
+    standing = Standing.CONFLICT if channel_id in rivals.claimed else Standing.REASSIGN
+    return standing, earlier[0]
+
+
+def duplicate_message(
+    *, namespace: str, name: str, channel_id: int, first: ChannelHolder, moved_to: int | None
+) -> str:
+    """What happened to a later duplicate, for its Events and condition."""
+    where = (f"IMEX channel {channel_id} of ComputeDomain {namespace}/{name} is also held by "
+             f"ComputeDomain {first.namespace}/{first.name} (created earlier; it keeps it)")
+    if moved_to is not None:
+        return (f"{where}: no claim used it yet, so {namespace}/{name} now has channel "
+                f"{moved_to} (status.channelID) and a new ResourceClaimTemplate carrying it")
+    return (f"{where}, and claims of {namespace}/{name} already carry it: new prepares of its "
+            "claims are refused, claims already prepared keep running. Delete its pods and "
+            "claims and recreate the ComputeDomain to get a channel of its own")
 
 
 def check_max_channels(max_channels: int) -> None:
@@ -162,6 +236,41 @@ def claim_channels_from_k8s(obj: Mapping[str, Any]) -> tuple[ClaimChannel, ...]:
         if isinstance(domain_id, str) and domain_id and channel is not None:
             found.append(ClaimChannel(domain_uid=domain_id, channel_id=channel))
     return tuple(found)
+
+
+def holder_from_k8s(obj: Mapping[str, Any]) -> ChannelHolder:
+    """A ComputeDomain's identity and creation time, tolerantly (missing fields: "")."""
+    meta = obj.get("metadata")
+    meta = meta if isinstance(meta, Mapping) else {}
+    return ChannelHolder(
+        domain_uid=str(meta.get("uid") or ""), namespace=str(meta.get("namespace") or ""),
+        name=str(meta.get("name") or ""), created=str(meta.get("creationTimestamp") or ""),
+    )
+
+
+def rct_channel_from_k8s(obj: Mapping[str, Any]) -> int | None:
+    """The channel a ResourceClaimTemplate's channel config carries (None if none)."""
+    spec = obj.get("spec")
+    inner = spec.get("spec") if isinstance(spec, Mapping) else None
+    found = claim_channels_from_k8s({"spec": inner}) if isinstance(inner, Mapping) else ()
+    return found[0].channel_id if found else None
+
+
+def rivals_from_k8s(
+    obj: Mapping[str, Any], *, holders: Iterable[Mapping[str, Any]],
+    claims: Iterable[ClaimChannel],
+) -> Rivals:
+    """`Rivals` of the ComputeDomain `obj`: `holders` are live ComputeDomains (any channel;
+    those naming another one than `obj`'s are skipped), `claims` any claims' channels."""
+    me = domain_channel_from_k8s(obj)
+    others = tuple(
+        holder_from_k8s(o) for o in holders
+        if me.channel_id is not None
+        and domain_channel_from_k8s(o).channel_id == me.channel_id
+        and domain_channel_from_k8s(o).domain_uid != me.domain_uid
+    )
+    claimed = frozenset(c.channel_id for c in claims if c.domain_uid == me.domain_uid)
+    return Rivals(created=holder_from_k8s(obj).created, others=others, claimed=claimed)
 
 
 def _channel_or_none(raw: object) -> int | None:

@@ -18,14 +18,15 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, Final
 
 from core import decoding, errors, gates, kinds, models, names
-from core.computedomain import channels, modeswitch, objects
+from core.computedomain import channels, modes, modeswitch, objects
 
 MODE_MISMATCH_REPORTED_ANNOTATION: Final = "resource.nvidia.com/modeMismatchReported"
 MODE_MISMATCH_REASON: Final = "IMEXModeMismatch"
 # Our additive status condition (the chart's CRD allows status.conditions).
 MODE_MISMATCH_CONDITION: Final = "AdmittedUnderOtherMode"
-# Host-managed IMEX gives channel 0 only: a CD asking for All is admitted with Single, once
-# reported by a warning event; the annotation makes that report happen exactly once.
+# Host-managed IMEX gives one channel per workload (channel 0, or under isolation `channel` the
+# CD's own): a CD asking for All is admitted with Single, once reported by a warning event; the
+# annotation makes that report happen exactly once.
 ALLOCATION_MODE_OVERRIDDEN_ANNOTATION: Final = "resource.nvidia.com/allocationModeOverridden"
 ALLOCATION_MODE_OVERRIDDEN_REASON: Final = "AllocationModeOverridden"
 
@@ -38,6 +39,11 @@ RECONCILED_CONDITION: Final = "Reconciled"
 RECONCILE_FAILED_REASON: Final = "ReconcileFailed"
 # Channel isolation: False while no IMEX channel could be assigned (all taken); absent otherwise.
 CHANNEL_ASSIGNED_CONDITION: Final = "ChannelAssigned"
+# Planner-owned condition: False while the CD carries something the driver ignores (unknown
+# fields, an unreadable status, numNodes in host-managed mode beyond any NVLink domain) but
+# still serves it; absent otherwise.
+VALIDATED_CONDITION: Final = "Validated"
+IGNORED_FIELDS_REASON: Final = "SpecPartlyIgnored"
 # No NVLink domain comes near this many nodes; a larger numNodes can never become Ready.
 MAX_NUM_NODES: Final = 4096
 # Object names of resource.k8s.io kinds are DNS-1123 subdomains.
@@ -119,6 +125,29 @@ class Observed:
     # or a fresh assignment); None with `channel_refusal` saying why when none is free.
     channel_id: int | None = None
     channel_refusal: str = ""
+    # Channel isolation: who else names this CD's status channel (None: not observed), and
+    # the channel its workload RCT's config carries (None: no RCT, or it names none).
+    channel_rivals: channels.Rivals | None = None
+    workload_rct_channel: int | None = None
+    # Nodes with a daemon pod of this CD (in the driver namespace, terminating ones included);
+    # None when daemon pods were not observed, and then no daemon entry is ever pruned.
+    daemon_pod_nodes: frozenset[str] | None = None
+    # What the CD's JSON carries that decoding ignored (`decoding.compute_domain_tolerantly`).
+    ignored: tuple[str, ...] = ()
+
+    def is_gone_daemon(self, node_name: str) -> bool:
+        """True when a daemon entry of `node_name` outlived its daemon: the node no longer
+        carries this CD's label and no daemon pod of this CD is left on it.
+
+        NB: both, not either. A released node's daemon pod may still be terminating (it
+        removes its own entry on the way out), and a labelled node without a daemon pod gets a
+        new one from the DaemonSet that takes the entry over (same node, same index).
+        """
+        return (
+            self.daemon_pod_nodes is not None
+            and node_name not in self.daemon_pod_nodes
+            and all(meta.name != node_name for meta in self.labelled_nodes)
+        )
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -128,11 +157,14 @@ class ClusterIndex:
     by_key: Mapping[tuple[str, str, str], Mapping[str, Any]]
     nodes_by_cd: Mapping[str, tuple[Mapping[str, Any], ...]]
     cliques_by_cd: Mapping[tuple[str, str], tuple[Mapping[str, Any], ...]]
+    # (namespace, CD UID) -> nodes of its daemon pods; None when pods were not listed.
+    daemon_pod_nodes_by_cd: Mapping[tuple[str, str], frozenset[str]] | None = None
 
 
 def index_cluster(objects_by_kind: Mapping[str, JSONList]) -> ClusterIndex:
     """Index raw lists keyed by kind string ("ResourceClaimTemplate", "DaemonSet", "Node",
-    "ComputeDomainClique"); other kinds are ignored."""
+    "ComputeDomainClique", "Pod"); other kinds are ignored. Daemon pods count only when a
+    "Pod" list is given (even an empty one): without it they are unobserved, not absent."""
     by_key: dict[tuple[str, str, str], Mapping[str, Any]] = {}
     for kind in (kinds.RESOURCE_CLAIM_TEMPLATE.kind, kinds.DAEMON_SET.kind):
         for obj in objects_by_kind.get(kind, ()):
@@ -154,7 +186,30 @@ def index_cluster(objects_by_kind: Mapping[str, JSONList]) -> ClusterIndex:
         by_key=by_key,
         nodes_by_cd={k: tuple(v) for k, v in nodes.items()},
         cliques_by_cd={k: tuple(v) for k, v in cliques.items()},
+        daemon_pod_nodes_by_cd=(
+            daemon_pod_nodes(objects_by_kind[kinds.POD.kind])
+            if kinds.POD.kind in objects_by_kind
+            else None
+        ),
     )
+
+
+def daemon_pod_nodes(pods: JSONList) -> dict[tuple[str, str], frozenset[str]]:
+    """(namespace, CD UID) -> the nodes its daemon pods are bound to.
+
+    A daemon pod is a pod with the computeDomain label (its DaemonSet's template carries it;
+    workload pods never do) and a node; the caller lists the driver namespace only.
+    """
+    found: dict[tuple[str, str], set[str]] = {}
+    for pod in pods:
+        meta = _raw_meta(pod)
+        labels = meta.get("labels")
+        cd_uid = labels.get(names.COMPUTE_DOMAIN_LABEL) if isinstance(labels, Mapping) else None
+        spec = pod.get("spec")
+        node = spec.get("nodeName") if isinstance(spec, Mapping) else None
+        if isinstance(cd_uid, str) and cd_uid and isinstance(node, str) and node:
+            found.setdefault((_str(meta.get("namespace")), cd_uid), set()).add(node)
+    return {key: frozenset(value) for key, value in found.items()}
 
 
 def observe(
@@ -184,6 +239,7 @@ def observe(
         _decodable_cliques(index.cliques_by_cd.get((config.namespace, cd.uid), ())),
         key=lambda c: c.meta.name,
     )
+    pods = index.daemon_pod_nodes_by_cd
     return Observed(
         workload_rct=meta_from_k8s(workload) if workload is not None else None,
         daemon_rct=meta_from_k8s(daemon_rct) if daemon_rct is not None else None,
@@ -191,6 +247,12 @@ def observe(
         labelled_nodes=tuple(nodes),
         cliques=tuple(cliques),
         conditions=conditions,
+        workload_rct_channel=(
+            channels.rct_channel_from_k8s(workload) if workload is not None else None
+        ),
+        daemon_pod_nodes=(
+            pods.get((config.namespace, cd.uid), frozenset()) if pods is not None else None
+        ),
     )
 
 
@@ -270,6 +332,9 @@ def desired_status(
     else:
         # Without cliques the daemons write status.nodes themselves; we only judge readiness.
         nodes = cd.status.nodes if cd.status is not None else ()
+    # A daemon that could not remove its own entry (killed, API down as it stopped) must not
+    # keep its node listed once its pod is gone (upstream drops such nodes within seconds).
+    nodes = tuple(n for n in nodes if not observed.is_gone_daemon(n.name))
     ready = sum(1 for n in nodes if n.status is models.DomainStatus.READY)
     if cd.spec.num_nodes > 0:
         is_ready = ready >= cd.spec.num_nodes
@@ -298,17 +363,21 @@ def _plan_admit(
                 reason=ALLOCATION_MODE_OVERRIDDEN_REASON,
                 message=(
                     f"spec.channel.allocationMode is {cd.spec.channel.allocation_mode.value}, but "
-                    "host-managed IMEX gives every workload channel 0 only: the generated "
-                    "ResourceClaimTemplate uses Single. Set allocationMode: Single (or leave it "
-                    "out) to silence this warning."
+                    f"host-managed IMEX gives {modes.host_managed_channel_grant(config)}: the "
+                    "generated ResourceClaimTemplate uses Single. Set allocationMode: Single (or "
+                    "leave it out) to silence this warning."
                 ),
             )
         )
     if MODE_MISMATCH_REPORTED_ANNOTATION in cd.meta.annotations:
         actions.append(_mismatch_condition_patch(cd, observed=observed, condition=None))
     refusal = admission_refusal(cd, observed=observed, config=config)
-    actions.extend(_report_condition(cd, observed=observed, kind=ADMITTED_CONDITION,
-                                     condition=refusal))
+    ignored = ignored_report(cd, observed=observed, config=config)
+    for kind, condition in ((ADMITTED_CONDITION, refusal), (VALIDATED_CONDITION, ignored)):
+        actions.extend(_report_condition(cd, observed=observed, kind=kind, condition=condition))
+        # NB: each report patches the whole list: later ones must start from this one's.
+        observed = dataclasses.replace(observed, conditions=_conditions_with(
+            observed.conditions, kind=kind, condition=condition))
     if refusal is not None:
         not_ready = models.ComputeDomainStatus(status=models.DomainStatus.NOT_READY)
         if cd.status is None or cd.status.status is not models.DomainStatus.NOT_READY:
@@ -326,6 +395,12 @@ def _plan_admit(
         kind=kinds.RESOURCE_CLAIM_TEMPLATE.kind,
         check_owner=True,
     )
+    if (config.channel_isolation and workload_ok and observed.workload_rct is not None
+            and observed.workload_rct_channel not in (None, observed.channel_id)):
+        # The CD's channel was re-assigned (a duplicate): the template, whose spec is
+        # immutable, still hands out the old one. It goes and comes back with the new one.
+        workload_ok = False
+        steps = (*steps, *_retire(kinds.RESOURCE_CLAIM_TEMPLATE.kind, observed.workload_rct))
     actions.extend(steps)
     if not config.host_managed:
         _, steps = _ensure_child(
@@ -344,11 +419,28 @@ def _plan_admit(
             check_owner=False,
         )
         actions.extend(steps)
+        actions.extend(_prune_gone_daemons(observed))
     status = desired_status(cd, observed=observed, config=config)
     if not workload_ok:
         status = dataclasses.replace(status, status=models.DomainStatus.NOT_READY)
     if cd.status != status:
         actions.append(_status_patch(cd, status))
+    return tuple(actions)
+
+
+def _prune_gone_daemons(observed: Observed) -> tuple[models.ClusterAction, ...]:
+    """Clique patches that drop the entries of daemons whose pods are gone (see
+    `Observed.is_gone_daemon`), so their peers stop listing them too. Each patch is guarded
+    by the resourceVersion observed: a daemon writing meanwhile makes it fail and re-plan."""
+    actions: list[models.ClusterAction] = []
+    for clique in observed.cliques:
+        kept = [d for d in clique.daemons if not observed.is_gone_daemon(d.node_name)]
+        if len(kept) == len(clique.daemons):
+            continue
+        actions.append(_patch(
+            kinds.COMPUTE_DOMAIN_CLIQUE.kind, clique.meta,
+            {"daemons": [decoding.clique_daemon_to_k8s(d) for d in kept]},
+        ))
     return tuple(actions)
 
 
@@ -358,7 +450,13 @@ def _channel_steps(
     """Channel isolation: (channel assigned, steps). No channel: a `ChannelAssigned=False`
     condition with a Warning event, NotReady, and nothing else (no RCT without a channel).
     A fresh channel is recorded in `status.channelID` *before* the RCT that carries it is
-    created, so a restart can never build a table that disagrees with an existing RCT."""
+    created, so a restart can never build a table that disagrees with an existing RCT; the
+    write is conditioned on the CD's resourceVersion the choice was made from.
+
+    A duplicate (another live CD created earlier names the same channel): re-assigned when no
+    claim carries it yet (`observed.channel_id` is then the new channel), with an Event on
+    both; else it keeps the channel and gets `ChannelUnique=False`, which the plugin refuses
+    new prepares on (see `channels.duplicate_standing`)."""
     if observed.channel_id is None:
         condition = Condition(
             type=CHANNEL_ASSIGNED_CONDITION,
@@ -372,13 +470,46 @@ def _channel_steps(
             steps.append(_status_patch(cd, models.ComputeDomainStatus(
                 status=models.DomainStatus.NOT_READY)))
         return False, tuple(steps)
-    steps = list(_report_condition(cd, observed=observed, kind=CHANNEL_ASSIGNED_CONDITION,
-                                   condition=None))
-    if cd.status is None or cd.status.channel_id != observed.channel_id:
-        steps.append(_status_patch(cd, models.ComputeDomainStatus(
-            status=models.DomainStatus.NOT_READY, channel_id=observed.channel_id
-        )))
+    steps = []
+    recorded = cd.status.channel_id if cd.status is not None else None
+    standing, first = channels.duplicate_standing(
+        domain_uid=cd.uid, channel_id=recorded, rivals=observed.channel_rivals)
+    if recorded != observed.channel_id:
+        if recorded is not None and first is not None:
+            message = channels.duplicate_message(
+                namespace=cd.meta.namespace, name=cd.meta.name, channel_id=recorded,
+                first=first, moved_to=observed.channel_id)
+            steps += _duplicate_events(cd, first=first, message=message)
+        status = models.ComputeDomainStatus(
+            status=models.DomainStatus.NOT_READY, channel_id=observed.channel_id)
+        steps.append(dataclasses.replace(_status_patch(cd, status),
+                                         resource_version=cd.meta.resource_version))
+    unique: Condition | None = None
+    if standing is channels.Standing.CONFLICT and first is not None and recorded is not None:
+        message = channels.duplicate_message(
+            namespace=cd.meta.namespace, name=cd.meta.name, channel_id=recorded, first=first,
+            moved_to=None)
+        unique = Condition(type=channels.UNIQUE_CONDITION, status="False",
+                           reason=channels.DUPLICATE_REASON, message=message)
+    marked = _report_condition(cd, observed=observed, kind=channels.UNIQUE_CONDITION,
+                               condition=unique)
+    if unique is not None and marked and first is not None:
+        steps += _duplicate_events(cd, first=first, message=unique.message)[1:]
+    steps += marked
+    steps += _report_condition(cd, observed=observed, kind=CHANNEL_ASSIGNED_CONDITION,
+                               condition=None)
     return True, tuple(steps)
+
+
+def _duplicate_events(
+    cd: models.ComputeDomain, *, first: channels.ChannelHolder, message: str
+) -> list[models.ClusterAction]:
+    """The duplicate reported on both ComputeDomains (this one first)."""
+    other = models.ObjectRef(
+        kind=kinds.COMPUTE_DOMAIN.kind, name=first.name, namespace=first.namespace,
+        uid=first.domain_uid, api_version=kinds.COMPUTE_DOMAIN.api_version)
+    return [models.EmitEvent(involved=ref, reason=channels.DUPLICATE_REASON, message=message)
+            for ref in (_cd_ref(cd), other)]
 
 
 def _status_patch(
@@ -403,8 +534,16 @@ def admission_refusal(
     these values itself without rejecting objects the upstream CRD accepts.
     """
     name = cd.spec.channel.resource_claim_template_name
-    where = f"ComputeDomain {cd.meta.namespace}/{cd.meta.name}"
+    where = f"ComputeDomain {_shown(cd.meta.namespace)}/{_shown(cd.meta.name)}"
     recreate = "Delete this ComputeDomain and create it again with"
+    if not is_dns1123_subdomain(cd.meta.name):
+        return _refused(
+            "InvalidName",
+            f"{where}: its name ({len(cd.meta.name)} characters) is not a valid object name "
+            "(at most 253 lowercase letters, digits, '-' and '.', starting and ending with a "
+            "letter or digit), so no Kubernetes object can be named after it. "
+            f"{recreate} a valid name.",
+        )
     if not is_dns1123_subdomain(name):
         return _refused(
             "InvalidResourceClaimTemplateName",
@@ -435,6 +574,34 @@ def admission_refusal(
             f"{recreate} another spec.channel.resourceClaimTemplate.name.",
         )
     return None
+
+
+def ignored_report(
+    cd: models.ComputeDomain, *, observed: Observed, config: models.DriverConfig
+) -> Condition | None:
+    """A `Validated=False` condition naming what the driver ignores in a CD it serves (see
+    `Observed.ignored`; numNodes beyond any NVLink domain in host-managed mode, where numNodes
+    is ignored), or None when it ignores nothing."""
+    ignored = list(observed.ignored)
+    if config.host_managed and cd.spec.num_nodes > MAX_NUM_NODES:
+        ignored.append(
+            f"spec.numNodes {cd.spec.num_nodes} is more than any NVLink domain spans (at most "
+            f"{MAX_NUM_NODES}) and is ignored in hostManaged mode"
+        )
+    if not ignored:
+        return None
+    where = f"ComputeDomain {_shown(cd.meta.namespace)}/{_shown(cd.meta.name)}"
+    return Condition(
+        type=VALIDATED_CONDITION, status="False", reason=IGNORED_FIELDS_REASON,
+        message=(f"{where} is served, but: " + "; ".join(ignored[:10])
+                 + (f"; and {len(ignored) - 10} more" if len(ignored) > 10 else "")
+                 + ". Delete it and create it again without them to silence this warning."),
+    )
+
+
+def _shown(name: str) -> str:
+    """A name short enough for a message (a hostile CD may carry a huge one)."""
+    return name if len(name) <= 63 else f"{name[:40]}...({len(name)} characters)"
 
 
 def _refused(reason: str, message: str) -> Condition:
@@ -498,6 +665,22 @@ def _report_condition(
         )
     actions.append(_conditions_patch(cd, observed=observed, kind=kind, condition=condition))
     return tuple(actions)
+
+
+def _conditions_with(
+    conditions: tuple[Condition, ...], *, kind: str, condition: Condition | None
+) -> tuple[Condition, ...]:
+    """`conditions` with the `kind` entry replaced (as `_conditions_patch` writes them)."""
+    current = next((c for c in conditions if c.type == kind), None)
+    if current is None and condition is None:
+        return conditions
+    if current is not None and condition is not None and (
+        (current.status, current.reason, current.message)
+        == (condition.status, condition.reason, condition.message)
+    ):
+        return conditions  # unchanged (and not re-sent by `_report_condition`)
+    return (*(c for c in conditions if c.type != kind),
+            *((condition,) if condition is not None else ()))
 
 
 def _conditions_patch(

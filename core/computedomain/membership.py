@@ -41,6 +41,11 @@ class Identity:
     node_name: str
     ip_address: str
     clique_id: str
+    # The daemon's own pod (POD_NAME/POD_UID from its DaemonSet; "" when not given): an owner
+    # of the ComputeDomainClique, so that the garbage collector deletes the clique together
+    # with the last daemon pod that wrote to it.
+    pod_name: str = ""
+    pod_uid: str = ""
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -172,6 +177,43 @@ def remove_entry(
     if not any(mine(item) for item in entries):
         return None
     return [dict(item) for item in entries if not mine(item)]
+
+
+def pod_owner_reference(me: Identity) -> dict[str, Any] | None:
+    """This daemon's pod as an ownerReference of its clique, or None when the pod is unknown.
+
+    As upstream: apiVersion v1, kind Pod, name and uid; not the controller of the clique and
+    no blockOwnerDeletion (deleting a pod must never wait for its clique).
+    """
+    if not (me.pod_name and me.pod_uid):
+        return None
+    return {"apiVersion": "v1", "kind": "Pod", "name": me.pod_name, "uid": me.pod_uid}
+
+
+def owners_with(owners: Sequence[Any], *, me: Identity) -> list[Any] | None:
+    """The clique's `metadata.ownerReferences` with this daemon's pod added, or None when no
+    write is needed (already listed by uid, or the pod is unknown).
+
+    Every other owner (the other daemons' pods) is kept as it was: a merge patch replaces the
+    whole list, so the caller writes it conditioned on the resourceVersion it read.
+
+    NB: a daemon never removes its own reference. Left with no owners at all, the clique would
+    never be collected; the garbage collector drops a reference to a pod that is gone (or, with
+    the last one gone, deletes the clique).
+    """
+    mine = pod_owner_reference(me)
+    if mine is None:
+        return None
+    if any(isinstance(ref, Mapping) and ref.get("uid") == me.pod_uid for ref in owners):
+        return None
+    return [*(dict(ref) if isinstance(ref, Mapping) else ref for ref in owners), mine]
+
+
+def owners_of(obj: Mapping[str, Any]) -> list[Any]:
+    """The raw `metadata.ownerReferences` of an object (empty when absent or malformed)."""
+    meta = obj.get("metadata")
+    refs = meta.get("ownerReferences") if isinstance(meta, Mapping) else None
+    return list(refs) if isinstance(refs, list) else []
 
 
 def entries_patch(entries: Sequence[Mapping[str, Any]], *, store: Store) -> dict[str, Any]:

@@ -43,6 +43,17 @@ MAX_CHANNEL_SLOTS: Final = 128
 HOST_MANAGED_FORCED_OFF: Final = (gates.COMPUTE_DOMAIN_CLIQUES, gates.IMEX_DAEMONS_WITH_DNS_NAMES)
 
 
+def host_managed_channel_grant(config: models.DriverConfig) -> str:
+    """What host-managed IMEX gives one workload, for the messages that explain why a
+    ComputeDomain's `allocationMode: All` becomes `Single`."""
+    if config.channel_isolation:
+        return (
+            "every workload its ComputeDomain's own IMEX channel only (isolation: channel; "
+            "the channel in the ComputeDomain's status.channelID)"
+        )
+    return "every workload channel 0 only"
+
+
 def unknown_mode_message(mode: str) -> str:
     return f"unknown IMEX mode '{mode}': use driverManaged or hostManaged"
 

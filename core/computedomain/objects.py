@@ -59,6 +59,8 @@ def workload_rct(
 
     Channel isolation: it requests one slot device and carries the CD's channel (`channel_id`,
     required then) in its opaque config, so each claim made from it names its channel.
+    Claims made from it carry its labels too (`spec.metadata.labels`, which Kubernetes'
+    resourceclaim controller copies onto each claim): the controller watches claims by them.
     """
     isolated = config.channel_isolation
     if isolated and channel_id is None:
@@ -77,6 +79,7 @@ def workload_rct(
         request=names.CHANNEL_REQUEST_NAME,
         device_class=names.SLOT_DEVICE_CLASS if isolated else names.CHANNEL_DEVICE_CLASS,
         parameters=parameters,
+        claim_labels=owned_labels(cd.uid, target=names.TARGET_WORKLOAD),
     )
 
 
@@ -185,12 +188,14 @@ def _rct(
     request: str,
     device_class: str,
     parameters: dict[str, Any],
+    claim_labels: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     return {
         "apiVersion": kinds.RESOURCE_CLAIM_TEMPLATE.api_version,
         "kind": kinds.RESOURCE_CLAIM_TEMPLATE.kind,
         "metadata": _metadata(name=name, namespace=namespace, labels=labels),
         "spec": {
+            **({"metadata": {"labels": claim_labels}} if claim_labels else {}),
             "spec": {
                 "devices": {
                     "requests": [{"name": request, "exactly": {"deviceClassName": device_class}}],

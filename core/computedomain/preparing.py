@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from core import cdi, decoding, errors, models, names
 from core import checkpoint as checkpoints
 from core.checkpoint import HOLDING_STATES
-from core.computedomain import channel_prepare, daemon_claim, modeswitch
+from core.computedomain import channel_prepare, daemon_claim, modes, modeswitch
 
 _SINGLE_MODES = ("", models.AllocationMode.SINGLE.value)
 _DRIVER_MANAGED_MODES = (*_SINGLE_MODES, models.AllocationMode.ALL.value)
@@ -159,9 +159,9 @@ def _check_allocation_mode(mode: str, *, config: models.DriverConfig) -> None:
     if config.host_managed and mode not in _SINGLE_MODES:
         raise errors.PermanentError(
             f"allocationMode {mode!r} is not supported in host-managed IMEX mode: host-managed "
-            "IMEX gives every workload channel 0 only; set allocationMode: Single (or leave it "
-            "out) in the claim's ComputeDomainChannelConfig, or use the ResourceClaimTemplate "
-            "the ComputeDomain generates (it always says Single)"
+            f"IMEX gives {modes.host_managed_channel_grant(config)}; set allocationMode: Single "
+            "(or leave it out) in the claim's ComputeDomainChannelConfig, or use the "
+            "ResourceClaimTemplate the ComputeDomain generates (it always says Single)"
         )
     if mode not in _DRIVER_MANAGED_MODES:
         raise errors.PermanentError(
@@ -352,8 +352,9 @@ def _node_label_steps(
         raise errors.RetryableError(
             f"node {node.node_name} is labelled for ComputeDomain {label} "
             f"({names.COMPUTE_DOMAIN_LABEL}); a node serves one ComputeDomain at a time in "
-            "driver-managed mode: waiting until that ComputeDomain's last claim on this node is "
-            "unprepared (the plugin then removes the label)"
+            "driver-managed mode: waiting until that ComputeDomain's last workload claim on "
+            "this node is unprepared (the plugin then removes the label, and its IMEX daemon "
+            "leaves the node)"
         )
     return ()
 
@@ -487,10 +488,14 @@ def plan_label_release(
     node_labels: Mapping[str, str],
     resource_version: str,
 ) -> models.PatchObject | None:
-    """The patch that unpins the node from a ComputeDomain once its last claim here is gone.
+    """The patch that unpins the node from a ComputeDomain once its last workload claim here
+    is gone.
 
     Only for a driver-managed channel claim (what set the label), only while the label still
-    names that domain, and only when no other claim of it is still prepared on this node.
+    names that domain, and only when no other workload (channel) claim of it is still prepared
+    on this node. NB: the domain's IMEX daemon claim is not counted: the daemon runs because
+    of the label (its DaemonSet selects it), so its claim holding the label would pin the
+    node forever. Removing the label is what ends the daemon pod and then its claim.
     `resource_version` makes the patch fail rather than remove a label changed meanwhile.
     """
     if (
@@ -500,9 +505,14 @@ def plan_label_release(
         or node_labels.get(names.COMPUTE_DOMAIN_LABEL) != entry.domain_id
     ):
         return None
-    others = checkpoints.index_of(after).holders_by_domain.get(entry.domain_id, 0)
+    others = checkpoints.index_of(after).channel_holders_by_domain.get(entry.domain_id, 0)
     held = after.entries.get(entry.claim_uid)
-    if held is not None and held.state in HOLDING_STATES and held.domain_id == entry.domain_id:
+    if (
+        held is not None
+        and held.state in HOLDING_STATES
+        and held.channel_ids
+        and held.domain_id == entry.domain_id
+    ):
         others -= 1
     if others > 0:
         return None

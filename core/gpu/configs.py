@@ -390,13 +390,8 @@ def _check_fields(
     if not unknown:
         return
     paths = [f"{path}.{key}" if path else key for key in unknown]
-    plural = "s" if len(unknown) > 1 else ""
     where = f"{what}.{path}" if path else what
-    fail(
-        paths[0],
-        f"unknown field{plural} {', '.join(show_value(p) for p in paths)} in {where}: "
-        f"accepted fields are {', '.join(accepted)}",
-    )
+    fail(paths[0], decoding.unknown_fields_message(paths, where=where, accepted=accepted))
 
 
 def _unknown_type(device_type: str) -> str:

@@ -584,20 +584,47 @@ def _undo_steps(
         )
         if bus_id:
             unbinds.add(bus_id)
+    steps: list[actions.GpuAction] = [actions.UnbindVfio(pci_bus_id=b) for b in sorted(unbinds)]
+    steps.extend(_time_slice_resets(record.time_sliced, claim_uid=entry.claim_uid, after=after))
+    return tuple(steps)
+
+
+def _time_slice_resets(
+    uuids: Sequence[str], *, claim_uid: names.ClaimUID, after: models.Checkpoint
+) -> tuple[actions.SetTimeSlice, ...]:
+    """Default again on the GPUs of `uuids` that no other claim in `after` still holds (a
+    shared GPU's time-slice is the remaining holders' as much as this claim's)."""
     still_held = {
         h.uuid
         for uid, other in after.entries.items()
-        if uid != entry.claim_uid and other.state in checkpoints.HOLDING_STATES
+        if uid != claim_uid and other.state in checkpoints.HOLDING_STATES
         for h in _record_of(other).held
         if h.uuid
     }
-    reset = tuple(sorted(u for u in record.time_sliced if u not in still_held))
-    steps: list[actions.GpuAction] = [actions.UnbindVfio(pci_bus_id=b) for b in sorted(unbinds)]
-    if reset:
-        steps.append(actions.SetTimeSlice(
-            gpu_uuids=reset, interval=configs.TimeSliceInterval.DEFAULT
-        ))
-    return tuple(steps)
+    reset = tuple(sorted({u for u in uuids if u not in still_held}))
+    if not reset:
+        return ()
+    return (actions.SetTimeSlice(gpu_uuids=reset, interval=configs.TimeSliceInterval.DEFAULT),)
+
+
+def plan_gpu_rollback(
+    claim_uid: names.ClaimUID, *, done: Sequence[object], rollback_to: models.Checkpoint
+) -> tuple[actions.GpuAction, ...]:
+    """The steps that undo the GPU steps an abandoned prepare of `claim_uid` already ran
+    (`done`, in the order run), before the checkpoint goes back to `rollback_to`.
+
+    The same rule as unprepare's undo: vfio functions it bound are given back (never shared),
+    and time-slices it set are reset to Default only on GPUs no claim in `rollback_to` holds.
+    Reverse order of `done`; deterministic.
+    """
+    unbinds: list[actions.GpuAction] = []
+    sliced: list[str] = []
+    for step in reversed(done):
+        if isinstance(step, actions.BindVfio):
+            unbinds.append(actions.UnbindVfio(pci_bus_id=step.pci_bus_id))
+        elif isinstance(step, actions.SetTimeSlice):
+            sliced.extend(step.gpu_uuids)
+    return (*unbinds, *_time_slice_resets(sliced, claim_uid=claim_uid, after=rollback_to))
 
 
 # ---------------------------------------------------------------- recovery

@@ -91,17 +91,20 @@ def build_gpu_resource_slices(
     node_name: str,
     gates: models.FeatureGates,
     generation: int,
+    node_uid: str = "",
 ) -> tuple[models.JSONObject, ...]:
-    """The node's `gpu.nvidia.com` pool (pool name = node name) as ResourceSlice objects.
+    """The node's `gpu.nvidia.com` pool (pool name = node name) as ResourceSlice objects,
+    owned by the Node when its `node_uid` is known.
 
     One slice unless the node has more devices than one slice may hold; shares the slice
-    shape and naming of the ComputeDomain half (`core.slices.build_resource_slices`).
+    shape, naming and owner of the ComputeDomain half (`core.slices.build_resource_slices`).
     """
     return slices.build_resource_slices(
         node_name=node_name,
         driver=DRIVER_NAME,
         devices=plan_gpu_devices(inventory, gates=gates),
         generation=generation,
+        node_uid=node_uid,
     )
 
 

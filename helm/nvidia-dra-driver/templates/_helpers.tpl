@@ -1,6 +1,6 @@
 {{/*
 Shared names, labels, images, and the IMEX mode / isolation / feature gate logic.
-The validation here mirrors core/modes.py and core/gates.py word for word: an invalid
+The validation here mirrors core/computedomain/modes.py and core/gates.py word for word: an invalid
 combination fails `helm install` with the same message the apps would log at startup.
 */}}
 
@@ -170,7 +170,7 @@ HostManagedIMEXDaemon becomes HostManagedIMEX; when both are set, HostManagedIME
 
 {{/*
 Fail rendering on any invalid mode / isolation / gate combination, in the order
-core.modes.resolve_driver_config checks: gates, mode, HostManagedIMEX gate, gate
+core.computedomain.modes.resolve_driver_config checks: gates, mode, HostManagedIMEX gate, gate
 dependencies (after the hostManaged overrides), isolation. The IMEX checks apply only while the
 ComputeDomain half is on. Every message is the apps' ConfigError text.
 */}}
@@ -306,4 +306,14 @@ gpu.nvidia.com below upstream's kubeletPluginsDirectoryPath, else below the kube
   value: {{ include "cdd.channelSlots" . | quote }}
 - name: LOG_VERBOSITY
   value: {{ .Values.logVerbosity | toString | quote }}
+{{- end -}}
+
+{{- /* Seconds from a Go-style duration ("15s", "500ms", "1m") or a number of seconds. */ -}}
+{{- define "cdd.durationSeconds" -}}
+{{- $v := toString . -}}
+{{- if hasSuffix "ms" $v -}}{{ divf (trimSuffix "ms" $v | float64) 1000 }}
+{{- else if hasSuffix "s" $v -}}{{ trimSuffix "s" $v }}
+{{- else if hasSuffix "m" $v -}}{{ mulf (trimSuffix "m" $v | float64) 60 }}
+{{- else -}}{{ $v }}
+{{- end -}}
 {{- end -}}

@@ -357,6 +357,60 @@ def test_watch_only_reports_the_requested_kind_and_namespace(
     assert first.obj["metadata"]["name"] == "here"
 
 
+def test_list_with_an_exists_selector_needs_only_the_key(
+    cluster: ports.Cluster, namespace: str, make_compute_domain: MakeCD
+) -> None:
+    cluster.create(CD, make_compute_domain("a", namespace, labels={"owner": "1"}))
+    cluster.create(CD, make_compute_domain("b", namespace, labels={"owner": "2", "tier": "x"}))
+    cluster.create(CD, make_compute_domain("c", namespace, labels={"tier": "x"}))
+
+    owned = cluster.list(CD, namespace=namespace, label_selector={"owner": None})
+    owned_x = cluster.list(CD, namespace=namespace, label_selector={"owner": None, "tier": "x"})
+
+    assert sorted(o["metadata"]["name"] for o in owned.items) == ["a", "b"]
+    assert [o["metadata"]["name"] for o in owned_x.items] == ["b"]
+
+
+def test_watch_with_a_label_selector_streams_only_what_matches(
+    cluster: ports.Cluster, namespace: str, make_compute_domain: MakeCD
+) -> None:
+    # As the API server: an object entering the selection comes as ADDED, one leaving it as
+    # DELETED (with its new labels), and nothing of objects that never match.
+    start = cluster.list(CD, namespace=namespace).resource_version
+    cluster.create(CD, make_compute_domain("foreign", namespace, labels={"app": "y"}))
+    cluster.create(CD, make_compute_domain("ours", namespace, labels={"app": "x"}))
+    cluster.patch(CD, namespace=namespace, name="foreign", patch={"spec": {"numNodes": 1}})
+    cluster.patch(CD, namespace=namespace, name="ours", patch={"metadata": {"labels": {"n": "1"}}})
+    cluster.patch(CD, namespace=namespace, name="ours",
+                  patch={"metadata": {"labels": {"app": "z"}}})
+    cluster.patch(CD, namespace=namespace, name="foreign",
+                  patch={"metadata": {"labels": {"app": "x"}}})
+    cluster.delete(CD, namespace=namespace, name="foreign")
+
+    events = list(itertools.islice(cluster.watch(
+        CD, namespace=namespace, resource_version=start, timeout_s=10,
+        label_selector={"app": "x"},
+    ), 5))
+
+    assert [(e.type.value, e.obj["metadata"]["name"]) for e in events] == [
+        ("ADDED", "ours"), ("MODIFIED", "ours"), ("DELETED", "ours"),
+        ("ADDED", "foreign"), ("DELETED", "foreign"),
+    ]
+    assert events[2].obj["metadata"]["labels"]["app"] == "z"
+
+
+def test_watch_from_the_start_with_a_selector_lists_only_what_matches(
+    cluster: ports.Cluster, namespace: str, make_compute_domain: MakeCD
+) -> None:
+    cluster.create(CD, make_compute_domain("foreign", namespace))
+    cluster.create(CD, make_compute_domain("ours", namespace, labels={"owner": "me"}))
+
+    first = next(iter(cluster.watch(CD, namespace=namespace, resource_version="", timeout_s=10,
+                                    label_selector={"owner": None})))
+
+    assert (first.type, first.obj["metadata"]["name"]) == (ports.WatchEventType.ADDED, "ours")
+
+
 def test_watch_from_an_expired_resource_version_raises_gone(
     harness: Any, cluster: ports.Cluster, namespace: str
 ) -> None:

@@ -71,9 +71,12 @@ def _gone(cluster: memory_cluster.InMemoryCluster, name: str) -> bool:
 def _claim_from_template(cluster: memory_cluster.InMemoryCluster, cd_name: str) -> str:
     rct = cluster.get(kinds.RESOURCE_CLAIM_TEMPLATE.kind, namespace=NS, name=f"{cd_name}-ch")
     name = f"{cd_name}-pod-claim"
+    # As Kubernetes' resourceclaim controller: the template's spec.metadata labels come along.
+    labels = dict((rct["spec"].get("metadata") or {}).get("labels") or {})
     cluster.create(kinds.RESOURCE_CLAIM.kind, {
         "apiVersion": names.DRA_GROUP_VERSION, "kind": "ResourceClaim",
-        "metadata": {"name": name, "namespace": NS}, "spec": rct["spec"]["spec"],
+        "metadata": {"name": name, "namespace": NS, "labels": labels},
+        "spec": rct["spec"]["spec"],
     })
     return name
 
@@ -126,3 +129,108 @@ def test_a_deleted_domains_channel_waits_for_its_last_claim_then_goes_to_a_waiti
         wait_until(lambda: _ready(cluster, "new"), timeout_s=30, what="new Ready")
         assert _channel(cluster, "new") == 1
         assert not refused()
+
+
+def _order(cluster: memory_cluster.InMemoryCluster, name: str) -> tuple[str, str]:
+    meta = _get(cluster, name)["metadata"]
+    return (str(meta.get("creationTimestamp") or ""), str(meta["uid"]))
+
+
+def _rct_channel(cluster: memory_cluster.InMemoryCluster, name: str) -> int | None:
+    try:
+        rct = cluster.get(kinds.RESOURCE_CLAIM_TEMPLATE.kind, namespace=NS, name=f"{name}-ch")
+    except Exception:
+        return None
+    return channels.rct_channel_from_k8s(rct)
+
+
+def _duplicate_events(cluster: memory_cluster.InMemoryCluster) -> dict[str, list[str]]:
+    found: dict[str, list[str]] = {}
+    for event in cluster.list(kinds.EVENT.kind).items:
+        if event.get("reason") == channels.DUPLICATE_REASON:
+            found.setdefault(event["involvedObject"]["name"], []).append(event["message"])
+    return found
+
+
+def _as_two_controllers_left_them(cluster: memory_cluster.InMemoryCluster, *names_: str,
+                                  channel: int) -> None:
+    """Both CDs name `channel` in their status, and each has an RCT carrying it."""
+    with _controller(cluster):
+        wait_until(lambda: _ready(cluster, *names_), what="both Ready", timeout_s=30)
+    for name in names_:
+        cluster.delete(kinds.RESOURCE_CLAIM_TEMPLATE.kind, namespace=NS, name=f"{name}-ch")
+        cluster.patch(kinds.RESOURCE_CLAIM_TEMPLATE.kind, namespace=NS, name=f"{name}-ch",
+                      patch={"metadata": {"finalizers": None}})
+        cluster.patch(CD, namespace=NS, name=name, subresource="status",
+                      patch={"status": {"channelID": channel}})
+
+
+def test_two_domains_left_on_one_channel_are_told_apart_before_any_claim_uses_it() -> None:
+    cluster = memory_cluster.InMemoryCluster()
+    _create(cluster, "a")
+    _create(cluster, "b")
+    _as_two_controllers_left_them(cluster, "a", "b", channel=1)
+    first, later = sorted(("a", "b"), key=lambda n: _order(cluster, n))
+    with _controller(cluster):
+        wait_until(lambda: _channel(cluster, later) not in (None, 1)
+                   and _rct_channel(cluster, later) == _channel(cluster, later)
+                   and _ready(cluster, later),
+                   what="the later one on a channel of its own, with a template carrying it",
+                   timeout_s=30)
+        assert _channel(cluster, first) == 1 == _rct_channel(cluster, first)
+        events = _duplicate_events(cluster)
+        assert set(events) == {"a", "b"}, "the duplicate is reported on both"
+    cluster.close()
+
+
+def test_a_later_duplicate_whose_claims_use_the_channel_keeps_it_but_is_marked() -> None:
+    cluster = memory_cluster.InMemoryCluster()
+    _create(cluster, "a")
+    _create(cluster, "b")
+    _as_two_controllers_left_them(cluster, "a", "b", channel=1)
+    first, later = sorted(("a", "b"), key=lambda n: _order(cluster, n))
+    later_uid = str(_get(cluster, later)["metadata"]["uid"])
+    cluster.create(kinds.RESOURCE_CLAIM.kind, {
+        "apiVersion": names.DRA_GROUP_VERSION, "kind": "ResourceClaim",
+        # The labels Kubernetes copies from the template (spec.metadata.labels).
+        "metadata": {"name": "used", "namespace": NS, "labels": {
+            names.COMPUTE_DOMAIN_LABEL: later_uid,
+            names.COMPUTE_DOMAIN_TARGET_LABEL: names.TARGET_WORKLOAD}},
+        "spec": {"devices": {"requests": [], "config": [{"opaque": {
+            "driver": names.DRIVER_NAME, "parameters": {
+                "apiVersion": names.GROUP_VERSION, "kind": names.KIND_CHANNEL_CONFIG,
+                "domainID": later_uid, "channelID": 1}}}]}},
+    })
+
+    def marked() -> bool:
+        conditions = controlling.conditions_from_k8s(_get(cluster, later))
+        return any(c.type == channels.UNIQUE_CONDITION and c.status == "False"
+                   for c in conditions)
+
+    with _controller(cluster):
+        wait_until(marked, what="ChannelUnique=False on the later one", timeout_s=30)
+        assert _channel(cluster, later) == 1 == _channel(cluster, first)
+        assert set(_duplicate_events(cluster)) == {"a", "b"}
+    cluster.close()
+
+
+def test_two_controllers_at_once_never_leave_two_domains_on_one_channel() -> None:
+    cluster = memory_cluster.InMemoryCluster()
+    with _controller(cluster), _controller(cluster):
+        for burst in range(5):
+            batch = [f"burst{burst}-cd{i}" for i in range(40)]
+            for name in batch:
+                _create(cluster, name)
+
+            def settled() -> bool:
+                domains = cluster.list(CD, namespace=NS).items
+                held = [channels.domain_channel_from_k8s(o).channel_id for o in domains]
+                names_ = [o["metadata"]["name"] for o in domains]
+                return (None not in held and len(set(held)) == len(held)
+                        and _ready(cluster, *names_)
+                        and all(_rct_channel(cluster, n) == _channel(cluster, n)
+                                for n in names_))
+
+            wait_until(settled, what=f"burst {burst}: every CD Ready on a channel of its own, "
+                       "its template carrying it", timeout_s=60)
+    cluster.close()

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import threading
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Callable
 
 import pytest
@@ -13,7 +15,8 @@ from adapters.memory import cluster as memory_cluster
 from apps.controller import __main__ as controller_main
 from apps.controller import reconciler as controller_reconciler
 from apps.controller import running as controller_running
-from core import kinds, models, names
+from apps.controller import writes as controller_writes
+from core import errors, kinds, models, names
 from core.computedomain import modes
 
 NAMESPACE = "nvidia-dra-driver"
@@ -137,3 +140,94 @@ def test_stop_ends_the_controller_promptly_despite_a_long_resync(elect: bool) ->
     finally:
         stop.set()
         cluster.close()
+
+
+def _readyz(server: object) -> int:
+    port = server.server_address[1]  # type: ignore[attr-defined]
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=5) as answer:
+            return int(answer.status)
+    except urllib.error.HTTPError as exc:
+        return int(exc.code)
+
+
+def test_readyz_answers_200_only_while_synced_and_leading() -> None:
+    cluster = memory_cluster.InMemoryCluster()
+    cluster.create(kinds.LEASE.kind, {
+        "apiVersion": kinds.LEASE.api_version, "kind": kinds.LEASE.kind,
+        "metadata": {"name": LEASE, "namespace": NAMESPACE},
+        "spec": {"holderIdentity": "replica-b", "leaseDurationSeconds": 60},
+    })
+    elector = leader.LeaderElector(
+        cluster=cluster, namespace=NAMESPACE, name=LEASE, identity="replica-a",
+        lease_duration_s=1.5, renew_deadline_s=1.0, retry_period_s=0.1,
+    )
+    terms: list[controller_running.Controller] = []
+    server = controller_main.serve_health(
+        0, ready=controller_main.readiness(terms=terms, elector=elector))
+    stop = threading.Event()
+    reconciler = controller_reconciler.Reconciler(cluster=cluster, config=_host_config())
+    result: list[int] = []
+    thread = threading.Thread(target=lambda: result.append(controller_main.run_controller(
+        cluster, reconciler=reconciler, stop=stop, resync_s=60, elector=elector,
+        on_controller=terms.append)), daemon=True)
+    thread.start()
+    try:
+        _eventually(lambda: elector.observed_holder == "replica-b", what="the candidate to "
+                    "see another holder")
+        assert _readyz(server) == 503, "a replica that does not lead must not be ready"
+        cluster.patch(kinds.LEASE.kind, namespace=NAMESPACE, name=LEASE,
+                      patch={"spec": {"holderIdentity": "", "leaseDurationSeconds": 1}})
+        _eventually(lambda: _readyz(server) == 200, what="ready once leading and synced")
+        assert terms and terms[-1].synced.is_set()
+        cluster.patch(kinds.LEASE.kind, namespace=NAMESPACE, name=LEASE,
+                      patch={"spec": {"holderIdentity": "replica-b",
+                                      "leaseDurationSeconds": 60}})
+        thread.join(timeout=10)
+        assert result == [1]
+        assert _readyz(server) == 503
+    finally:
+        stop.set()
+        thread.join(timeout=10)
+        server.shutdown()
+        cluster.close()
+
+
+def test_readyz_waits_for_the_caches_without_leader_election() -> None:
+    terms: list[controller_running.Controller] = []
+    ready = controller_main.readiness(terms=terms, elector=None)
+    assert not ready(), "no term started yet"
+    cluster = memory_cluster.InMemoryCluster()
+    reconciler = controller_reconciler.Reconciler(cluster=cluster, config=_host_config())
+    terms.append(controller_running.Controller(reconciler, workers=1))
+    assert not ready(), "caches not synced yet"
+    stop = threading.Event()
+    thread = threading.Thread(target=terms[0].run, args=(stop,), daemon=True)
+    thread.start()
+    try:
+        _eventually(ready, what="ready once the caches synced")
+    finally:
+        stop.set()
+        thread.join(timeout=10)
+        cluster.close()
+    assert not ready(), "a stopped term is not ready"
+
+
+def test_a_worker_whose_term_is_over_writes_nothing() -> None:
+    cluster = memory_cluster.InMemoryCluster()
+    leading = [True]
+    writer = controller_writes.WriteReporting(
+        cluster, on_written=lambda *_: None, on_exists=lambda *_: None,
+        may_write=lambda: leading[0],
+    )
+    writer.create(kinds.COMPUTE_DOMAIN.kind, _cd("before"))
+    leading[0] = False  # the renew deadline passed while this worker was mid-key
+    with pytest.raises(errors.ConflictError, match="leadership term is over"):
+        writer.create(kinds.COMPUTE_DOMAIN.kind, _cd("after"))
+    with pytest.raises(errors.ConflictError):
+        writer.patch(kinds.COMPUTE_DOMAIN.kind, namespace="ml", name="before",
+                     subresource="status", patch={"status": {"channelID": 7}})
+    with pytest.raises(errors.NotFoundError):
+        cluster.get(kinds.COMPUTE_DOMAIN.kind, namespace="ml", name="after")
+    assert "status" not in cluster.get(kinds.COMPUTE_DOMAIN.kind, namespace="ml", name="before")
+    cluster.close()

@@ -4,7 +4,8 @@ Covers: a CD reaches Ready from watch events alone; no list call after the initi
 a CD the API server keeps refusing backs off alone (its key's delays grow, others go on), is
 reported once (one Warning event, a Reconciled=False condition) and recovers when the cause
 goes; deletion finishes; a CD refused because another holds its RCT name is served once that
-one is gone (RCT events map to every CD naming it); stale node labels are removed.
+one is gone (RCT events map to every CD naming it); stale node labels are removed; a released
+node whose daemon pod is gone leaves the CD's status.
 Error paths: a bug on one key is logged and retried, a failure whose report fails too is still
 retried, a controller that cannot list stops promptly without syncing.
 Every wait is a poll with a deadline that returns as soon as the condition holds.
@@ -21,9 +22,9 @@ import pytest
 
 from adapters.kube import workqueue
 from adapters.memory import cluster as memory_cluster
+from apps.controller import caches, running, writes
 from apps.controller import metrics as controller_metrics
 from apps.controller import reconciler as controller_reconciler
-from apps.controller import running, writes
 from core import errors, kinds, models, names, ports
 from core.computedomain import controlling, modes
 
@@ -331,6 +332,46 @@ def test_stale_node_labels_are_removed(cluster: _Cluster) -> None:
             return names.COMPUTE_DOMAIN_LABEL not in (node["metadata"].get("labels") or {})
 
         _eventually(unlabelled, what="the stale label removed")
+
+
+def test_a_released_nodes_gone_daemon_leaves_the_status_from_events_alone(
+    cluster: _Cluster,
+) -> None:
+    """Upstream expects the CD to drop the node within seconds of its daemon pod going, even
+    when the daemon did not remove its own entry: the controller follows the daemon pods."""
+    for controller in _run(cluster, config=_driver_config()):
+        cd = cluster.create(CD, {**_cd("one"), "spec": {
+            "numNodes": 1, "channel": {"resourceClaimTemplate": {"name": "one-channel"}}}})
+        uid = cd["metadata"]["uid"]
+        cluster.create(kinds.NODE.kind, {"apiVersion": "v1", "kind": "Node", "metadata": {
+            "name": "n1", "labels": {names.COMPUTE_DOMAIN_LABEL: uid}}})
+        ds_labels = {names.COMPUTE_DOMAIN_LABEL: uid,
+                     names.COMPUTE_DOMAIN_TARGET_LABEL: names.TARGET_DAEMON}
+        cluster.create(kinds.POD.kind, {"apiVersion": "v1", "kind": "Pod", "metadata": {
+            "name": "daemon-n1", "namespace": DRIVER_NS, "labels": ds_labels},
+            "spec": {"nodeName": "n1", "containers": [{"name": "imex", "image": "imex"}]}})
+        cluster.create(kinds.COMPUTE_DOMAIN_CLIQUE.kind, {
+            "apiVersion": names.GROUP_VERSION, "kind": names.KIND_COMPUTE_DOMAIN_CLIQUE,
+            "metadata": {"name": f"{uid}.c.1", "namespace": DRIVER_NS},
+            "daemons": [{"nodeName": "n1", "ipAddress": "10.0.0.1", "cliqueID": "c.1",
+                         "index": 0, "status": "Ready"}]})
+        _eventually(lambda: _ready(cluster, "one"), what="Ready with its one daemon")
+
+        cluster.patch(kinds.NODE.kind, namespace="", name="n1",
+                      patch={"metadata": {"labels": {names.COMPUTE_DOMAIN_LABEL: None}}})
+        # As in a cluster: the DaemonSet controller deletes the pod after the label went.
+        nodes = controller.caches.nodes
+        _eventually(lambda: not nodes.by_index(caches.BY_CD_INDEX, uid),  # noqa: B023
+                    what="the controller to see the node released")
+        assert _ready(cluster, "one"), "the daemon pod is still there: its entry stays"
+        cluster.delete(kinds.POD.kind, namespace=DRIVER_NS, name="daemon-n1")
+
+        _eventually(lambda: _status(cluster, "one").get("nodes") == [],
+                    what="the released node dropped", timeout_s=5)
+        assert not _ready(cluster, "one")
+        clique = cluster.get(kinds.COMPUTE_DOMAIN_CLIQUE.kind, namespace=DRIVER_NS,
+                             name=f"{uid}.c.1")
+        assert clique["daemons"] == []
 
 
 def test_a_bug_on_one_key_is_logged_and_retried_not_fatal() -> None:

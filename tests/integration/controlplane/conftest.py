@@ -26,9 +26,9 @@ DRIVER_MANAGED_VALUES: dict[str, Any] = {
 }
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def driver_managed() -> Iterator[cluster_driver.Cluster]:
-    """One node, the chart in its default (driverManaged) mode with the GPU half on; shared by
-    the ComputeDomain and GPU modules (each leaves the node as it found it)."""
+    """One node, the chart in its default (driverManaged) mode with the GPU half on, for one
+    module (a session-wide one would keep a whole cluster busy through the rest of the suite)."""
     yield from cluster_driver.started(
         "driverManaged", values=DRIVER_MANAGED_VALUES, gpu_profile="a100-mig")

@@ -29,19 +29,25 @@ def _daemon_needs(store: membership.Store) -> set[rbac.Need]:
     cluster = rbac.RecordingCluster()
     with cluster.as_user():
         cd = cluster.create(kinds.COMPUTE_DOMAIN.kind, rbac._cd("train"))
-    registry = daemon_registry.PeerRegistry(
-        cluster, store=store,
-        me=membership.Identity(node_name="n1", ip_address="10.0.0.1", clique_id="c.1"),
-        domain_uid=cd["metadata"]["uid"], domain_name="train", domain_namespace=rbac.USER_NS,
-        namespace=cr.NAMESPACE, max_nodes=18,
+    first, joiner = (
+        daemon_registry.PeerRegistry(
+            cluster, store=store,
+            me=membership.Identity(node_name=node, ip_address=ip, clique_id="c.1",
+                                   pod_name=f"imex-{node}", pod_uid=f"pod-uid-{node}"),
+            domain_uid=cd["metadata"]["uid"], domain_name="train",
+            domain_namespace=rbac.USER_NS, namespace=cr.NAMESPACE, max_nodes=18,
+        )
+        for node, ip in (("n1", "10.0.0.1"), ("n2", "10.0.0.2"))
     )
     seen = threading.Event()
     stop = threading.Event()
-    follower = registry.follow(lambda _obj: seen.set(), stop)
-    registry.upsert(models.DomainStatus.NOT_READY)
-    registry.upsert(models.DomainStatus.READY)
+    follower = first.follow(lambda _obj: seen.set(), stop)
+    first.upsert(models.DomainStatus.NOT_READY)  # creates the clique, owned by its pod
+    first.upsert(models.DomainStatus.READY)
+    joiner.upsert(models.DomainStatus.NOT_READY)  # adds its pod to the clique's owners
     assert seen.wait(10)
-    registry.remove()
+    joiner.remove()
+    first.remove()
     stop.set()
     with cluster.as_user():
         cluster.create(kinds.COMPUTE_DOMAIN.kind, rbac._cd("wake-the-watch"))
@@ -58,6 +64,8 @@ def test_daemon_service_account_may_make_every_call_the_daemon_makes(
     if store is membership.Store.CLIQUE:
         assert ("create", names.API_GROUP, "computedomaincliques", cr.NAMESPACE) in needs
         assert ("patch", names.API_GROUP, "computedomaincliques", cr.NAMESPACE) in needs
+        # A joining daemon adds its pod to the clique's ownerReferences.
+        assert ("delete", names.API_GROUP, "computedomaincliques", cr.NAMESPACE) in needs
     else:
         assert ("patch", names.API_GROUP, "computedomains/status", rbac.USER_NS) in needs
     assert rbac._missing(cr.render({}), DAEMON_ACCOUNT, needs) == []

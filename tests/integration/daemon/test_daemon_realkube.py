@@ -4,8 +4,9 @@ The real tier (etcd + kube-apiserver built by `make kube-apiserver`; skipped on 
 checkout without them, as the other real-tier tests): the chart is installed in driverManaged
 mode, and three `compute-domain-daemon` processes run with bound tokens of the chart's daemon
 ServiceAccount. They create their ComputeDomainClique, claim unique indexes through real 409
-conflicts, report Ready from the fake `nvidia-imex-ctl`, converge /etc/hosts, and remove their
-entries on SIGTERM: the real API server's semantics and the chart's RBAC, together.
+conflicts, make their pods owners of the clique, report Ready from the fake `nvidia-imex-ctl`,
+converge /etc/hosts, and remove their entries on SIGTERM: the real API server's semantics and
+the chart's RBAC, together.
 """
 
 from __future__ import annotations
@@ -66,6 +67,7 @@ def test_daemons_form_a_domain_on_a_real_apiserver_with_the_charts_rbac(
     fake.install(bin_dir)
     account = driver.service_account("daemon")
     processes = []
+    pods: list[dict[str, Any]] = []
     for node in dp.nodes(tmp_path, 3):
         pod = driver.kube.create_pod_on_node(
             namespace=realkube_driver.NAMESPACE, name=f"daemon-{node.name}", node=node.name,
@@ -79,6 +81,9 @@ def test_daemons_form_a_domain_on_a_real_apiserver_with_the_charts_rbac(
         args[args.index("--compute-domain-namespace") + 1] = realkube_driver.WORKLOAD_NAMESPACE
         args[args.index("--compute-domain-name") + 1] = "cd-real"
         args[args.index("--namespace") + 1] = realkube_driver.NAMESPACE
+        # What the DaemonSet gives the daemon from its pod's metadata.name/uid.
+        args += ["--pod-name", pod["metadata"]["name"], "--pod-uid", pod["metadata"]["uid"]]
+        pods.append(pod)
         processes.append((node, driver.launch("apps.daemon", args, env={})))
 
     def three_ready() -> list[membership.Peer] | None:
@@ -95,6 +100,16 @@ def test_daemons_form_a_domain_on_a_real_apiserver_with_the_charts_rbac(
                                n.hosts_file.read_text(encoding="utf-8").splitlines()) == 3,
             what=f"/etc/hosts of {node.name}",
         )
+    # Every daemon pod owns the clique (the garbage collector removes it with the last pod):
+    # the real API server accepts the references under the chart's daemon RBAC.
+    clique = admin.get(kinds.COMPUTE_DOMAIN_CLIQUE.kind, namespace=realkube_driver.NAMESPACE,
+                       name=membership.clique_object_name(cd_uid, dp.CLIQUE_A))
+    owners = sorted(clique["metadata"]["ownerReferences"], key=lambda ref: ref["name"])
+    assert owners == sorted(
+        ({"apiVersion": "v1", "kind": "Pod", "name": p["metadata"]["name"],
+          "uid": p["metadata"]["uid"]} for p in pods),
+        key=lambda ref: ref["name"],
+    )
     node, leaver = processes[0]
     leaver.signal(signal.SIGTERM)
     assert leaver.wait() == 0, leaver.output()

@@ -99,5 +99,6 @@ def test_demo_rejects_an_invalid_mode_with_the_config_message() -> None:
          "domain"],
         capture_output=True, text=True, timeout=60, check=False,
     )
-    assert done.returncode == 1
+    assert done.returncode == 2  # bad configuration (issue 17), refused before the banner
+    assert done.stdout == ""
     assert "isolation 'domain' needs driver-managed IMEX daemons" in done.stderr

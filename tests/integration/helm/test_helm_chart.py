@@ -6,7 +6,6 @@ Whether a combination is valid, and the message an invalid one fails with, come 
 
 from __future__ import annotations
 
-import argparse
 import itertools
 import json
 import pathlib
@@ -276,7 +275,7 @@ def test_schema_rejects_unknown_keys_and_invalid_values_readably(
 
 
 @pytest.mark.parametrize(("replicas", "forced", "expected"), [
-    (1, False, "false"), (2, False, "true"), (1, True, "true"),
+    (1, False, "false"), (2, False, "true"), (1, True, "true"), (2, True, "true"),
 ])
 def test_controller_leader_election_follows_replicas(
     replicas: int, forced: bool, expected: str
@@ -285,6 +284,46 @@ def test_controller_leader_election_follows_replicas(
     controller = cr.one(cr.render(values), "Deployment")
     assert controller["spec"]["replicas"] == replicas
     assert cr.container_env(controller)["LEADER_ELECT"] == expected
+
+
+def test_controller_elects_a_leader_by_default_with_client_go_timings() -> None:
+    controller = cr.one(cr.render({}), "Deployment")
+    env = cr.container_env(controller)
+    assert env["LEADER_ELECT"] == "true"
+    assert (env["LEASE_DURATION_SECONDS"], env["RENEW_DEADLINE_SECONDS"],
+            env["RETRY_PERIOD_SECONDS"]) == ("15", "10", "2")
+
+
+@pytest.mark.parametrize("values", [{}, {"controller": {"replicas": 3}},
+                                    {"controller": {"leaderElection": {"enabled": False}}}])
+def test_a_controller_rollout_stops_the_old_replicas_before_starting_new_ones(
+    values: dict[str, Any],
+) -> None:
+    # NB: the default RollingUpdate starts the new pod beside the old one: two controllers
+    # handing out IMEX channels at once (and, with readiness meaning "leading", a rollout
+    # that could never finish).
+    controller = cr.one(cr.render(values), "Deployment")
+    # rollingUpdate: null removes, on `helm upgrade`, what the older RollingUpdate left.
+    assert controller["spec"]["strategy"] == {"type": "Recreate", "rollingUpdate": None}
+
+
+@pytest.mark.parametrize(("given", "seconds"), [
+    ({"leaseDuration": "30s", "renewDeadline": "20s", "retryPeriod": "500ms"},
+     ("30", "20", "0.5")),
+    ({"leaseDuration": "1m", "renewDeadline": 40, "retryPeriod": "4s"}, ("60", "40", "4")),
+])
+def test_upstream_leader_election_timings_are_accepted(
+    given: dict[str, Any], seconds: tuple[str, str, str],
+) -> None:
+    values = {"controller": {"leaderElection": given}}
+    env = cr.container_env(cr.one(cr.render(values), "Deployment"))
+    assert (env["LEASE_DURATION_SECONDS"], env["RENEW_DEADLINE_SECONDS"],
+            env["RETRY_PERIOD_SECONDS"]) == seconds
+
+
+def test_a_leader_election_timing_that_is_no_duration_is_refused() -> None:
+    assert "leaseDuration" in cr.render_error(
+        {"controller": {"leaderElection": {"leaseDuration": "soon"}}})
 
 
 def test_controller_env_and_least_privilege_security_context() -> None:
@@ -471,9 +510,7 @@ def _preflight_verdict(values: dict[str, Any], *, admitted: tuple[str, str] | No
     job = cr.one(cr.render(values, is_upgrade=True), "Job")
     argv = job["spec"]["template"]["spec"]["containers"][0]["command"]
     assert argv[:2] == ["computedomain", "preflight"]
-    parser = argparse.ArgumentParser()
-    preflight.add_parser(parser.add_subparsers())
-    args = parser.parse_args(argv[1:])
+    args = preflight.parse(argv[2:], {})
     cluster = memory_cluster.InMemoryCluster()
     if admitted is not None:
         cluster.create("ComputeDomain", {
@@ -485,7 +522,8 @@ def _preflight_verdict(values: dict[str, Any], *, admitted: tuple[str, str] | No
             "spec": {"channel": {"resourceClaimTemplate": {"name": "cd-channel"}}},
         })
     return preflight.check(
-        cluster, mode=args.mode, isolation=args.isolation, feature_gates=args.feature_gates
+        cluster, mode=args.imex_mode, isolation=args.imex_isolation,
+        feature_gates=args.feature_gates,
     )
 
 
@@ -507,10 +545,7 @@ def test_webhook_deployment_runs_the_webhook_command_with_settings_it_reads() ->
     argv = [*container.get("command", []), *container.get("args", [])]
     assert argv[:2] == ["computedomain", "webhook"]
     env = {k: v for k, v in cr.container_env(deployment).items() if isinstance(v, str)}
-    parser = argparse.ArgumentParser()
-    sub = parser.add_subparsers()
-    cli_webhook.add_parser(sub)
-    settings = cli_webhook.settings_from(parser.parse_args(argv[1:]), env=env)
+    settings = cli_webhook.settings_from(cli_webhook.parse(argv[2:], env), env=env)
     assert settings.imex_mode == "hostManaged" and settings.imex_isolation == "none"
     assert settings.tls_cert_file and settings.tls_key_file  # served over TLS in a cluster
     resolved = modes.resolve_driver_config(

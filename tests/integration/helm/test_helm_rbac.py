@@ -66,11 +66,13 @@ class RecordingCluster(memory_cluster.InMemoryCluster):
         return super().list(kind, namespace=namespace, label_selector=label_selector)
 
     def watch(
-        self, kind: str, *, namespace: str = "", resource_version: str, timeout_s: float
+        self, kind: str, *, namespace: str = "", resource_version: str, timeout_s: float,
+        label_selector: ports.LabelSelector | None = None,
     ) -> Iterator[ports.WatchEvent]:
         self._note("watch", kind, namespace)
         return super().watch(
-            kind, namespace=namespace, resource_version=resource_version, timeout_s=timeout_s
+            kind, namespace=namespace, resource_version=resource_version, timeout_s=timeout_s,
+            label_selector=label_selector,
         )
 
     def create(self, kind: str, obj: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -82,6 +84,10 @@ class RecordingCluster(memory_cluster.InMemoryCluster):
         subresource: str = "", resource_version: str = "",
     ) -> Mapping[str, Any]:
         self._note("patch", kind, namespace, subresource)
+        if "ownerReferences" in (patch.get("metadata") or {}):
+            # OwnerReferencesPermissionEnforcement (enabled on some clusters, e.g. OpenShift):
+            # changing an existing object's ownerReferences needs `delete` on that object.
+            self._note("delete", kind, namespace, subresource)
         return super().patch(kind, namespace=namespace, name=name, patch=patch,
                              subresource=subresource, resource_version=resource_version)
 
@@ -200,6 +206,7 @@ def _plugin_needs(mode: str) -> set[Need]:
         ("create", dra, "resourceslices", ""),
         ("patch", dra, "resourceslices", ""),
         ("delete", dra, "resourceslices", ""),
+        ("get", "", "nodes", ""),  # SlicePublisher.node_uid: the slices' owner
         ("create", "", "events", USER_NS),  # driver.py: events on claims
     }
     if mode == "driverManaged":
@@ -264,6 +271,8 @@ def test_controller_service_account_may_make_every_call_the_controller_makes(mod
     assert ("delete", "apps", "daemonsets", cr.NAMESPACE) in needs
     if mode.endswith("-channel"):  # the channel table's claim informer
         assert ("watch", "resource.k8s.io", "resourceclaims", "") in needs
+    if mode == "driverManaged":  # the IMEX daemon pods: a gone daemon's entry is dropped
+        assert ("watch", "", "pods", cr.NAMESPACE) in needs
     assert _missing(objects, f"{cr.RELEASE}-compute-domain-dra-driver-controller", needs) == []
 
 

@@ -135,3 +135,28 @@ def test_a_failing_handler_does_not_stop_the_cache(
         assert leases.object_keys() == (("ns", "a"), ("ns", "b"))
     finally:
         stop.set()
+
+
+def test_an_object_that_leaves_the_selection_is_reported_with_its_last_selected_state(
+    cluster: memory_cluster.InMemoryCluster,
+) -> None:
+    # A Node whose computeDomain label is removed: the handler must still learn which domain
+    # it served, which only its last selected state says.
+    cluster.create("Lease", _lease("a", team="x"))
+    seen: list[tuple[object, object]] = []
+    leases = informer.Informer(cluster, "Lease", namespace="ns", label_selector={"team": None},
+                               watch_timeout_s=1)
+    leases.add_handler(lambda old, new: seen.append((old, new)))
+    stop = threading.Event()
+    leases.start(stop)
+    try:
+        assert leases.synced.wait(10)
+        cluster.patch("Lease", namespace="ns", name="a",
+                      patch={"metadata": {"labels": {"team": None}}})
+        _eventually(lambda: len(seen) == 2, what="the leave to reach the handler")
+        old, new = seen[-1]
+        assert new is None
+        assert isinstance(old, dict) and old["metadata"]["labels"] == {"team": "x"}
+        assert leases.get("ns", "a") is None
+    finally:
+        stop.set()

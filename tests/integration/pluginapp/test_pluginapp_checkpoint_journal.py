@@ -214,3 +214,64 @@ def test_a_journal_left_beside_a_snapshot_rewritten_by_an_older_plugin_is_not_re
     recovered = _fresh_driver(env).recover()
     assert ref.uid not in recovered.entries, "the stale journal brought the claim back"
     assert os.path.getsize(journal) == 0
+
+
+@pytest.mark.parametrize("how", ["deleted", "emptied"])
+def test_a_journal_lost_to_someone_else_is_rebuilt_from_the_cdi_specs_with_an_event(
+    env: embedded.Embedded, how: str
+) -> None:
+    # The claims are acknowledged in the journal only (the snapshot predates them); losing
+    # it must not lose them, nor let start-up delete their CDI specs as orphans.
+    domain = create_domain(env)
+    refs = [create_claim(env, name, domain_id=domain) for name in ("a", "b")]
+    first = {ref.uid: prepare(env, ref) for ref in refs}
+    snapshot, journal = _paths(env)
+    with open(snapshot, "rb") as f:
+        assert not set(checkpoint_codec.decode(f.read()).entries) & {r.uid for r in refs}
+    if how == "deleted":
+        os.unlink(journal)
+    else:
+        os.truncate(journal, 0)
+
+    recovered = _fresh_driver(env).recover()
+
+    cdi = fs_cdi.CDIDirectory(node(env).settings.cdi_root)
+    for ref in refs:
+        assert recovered.entries[ref.uid].state is models.ClaimState.PREPARE_COMPLETED
+        ids = [d.cdi_device_ids for d in recovered.entries[ref.uid].devices]
+        assert ids == [d.cdi_device_ids for d in first[ref.uid].devices]
+        assert os.path.exists(cdi.spec_path(ref.uid)), "deleted as an orphan"
+    events = env.cluster.list(kinds.EVENT.kind, namespace="default").items
+    [event] = [e for e in events if e["reason"] == "CheckpointJournalLost"]
+    assert "rebuilt from 2 CDI spec file(s)" in event["message"]
+
+
+def test_a_journal_lost_while_the_plugin_runs_is_noticed_on_the_next_call(
+    env: embedded.Embedded,
+) -> None:
+    domain = create_domain(env)
+    ref = create_claim(env, "a", domain_id=domain)
+    assert not prepare(env, ref).error
+    _, journal = _paths(env)
+    os.unlink(journal)
+
+    again = prepare(env, ref)
+
+    assert not again.error
+    events = env.cluster.list(kinds.EVENT.kind, namespace="default").items
+    assert [e["reason"] for e in events].count("CheckpointJournalLost") == 1
+    current = fs_checkpoints.read_checkpoint(_paths(env)[0])
+    assert current is not None and ref.uid in current.entries
+
+
+def test_an_empty_journal_beside_a_gracefully_compacted_snapshot_is_no_loss(
+    env: embedded.Embedded,
+) -> None:
+    ref = create_claim(env, "a", domain_id=create_domain(env))
+    assert not prepare(env, ref).error
+    node(env).plugin.stop(grace_s=0)
+
+    assert ref.uid in _fresh_driver(env).recover().entries
+
+    events = env.cluster.list(kinds.EVENT.kind, namespace="default").items
+    assert not any(e["reason"] == "CheckpointJournalLost" for e in events)

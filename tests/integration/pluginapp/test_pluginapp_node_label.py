@@ -10,10 +10,18 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-from pluginapp_env import NAMESPACE, create_claim, create_domain, node, prepare, unprepare
+from pluginapp_env import (
+    NAMESPACE,
+    consumer,
+    create_claim,
+    create_domain,
+    node,
+    prepare,
+    unprepare,
+)
 
 from apps.cli import embedded
-from core import kinds, names
+from core import kinds, models, names
 
 
 @pytest.fixture
@@ -58,5 +66,57 @@ def test_the_label_goes_with_the_last_claim_of_its_domain_and_frees_the_node(
     assert not unprepare(env, b).error
     assert _label(env) is None
 
+    assert not prepare(env, other).error
+    assert _label(env) == second_cd
+
+
+def _daemon_claim(env: embedded.Embedded, name: str, *, domain_id: str) -> models.ClaimRef:
+    """The IMEX daemon pod's claim, allocated on the node as the scheduler leaves it."""
+    namespace = env.config.namespace
+    here = node(env)
+    created = env.cluster.create(kinds.RESOURCE_CLAIM.kind, {
+        "apiVersion": names.DRA_GROUP_VERSION, "kind": "ResourceClaim",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {"devices": {"requests": [{"name": names.DAEMON_REQUEST_NAME, "exactly": {
+            "deviceClassName": names.DAEMON_DEVICE_CLASS}}]}},
+    })
+    pod = env.cluster.create(kinds.POD.kind, {
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": f"{name}-pod", "namespace": namespace},
+        "spec": {"nodeName": here.name, "containers": [{"name": "imex", "image": "imex"}]},
+    })
+    params = {"apiVersion": names.GROUP_VERSION, "kind": names.KIND_DAEMON_CONFIG,
+              "domainID": domain_id}
+    env.cluster.patch(
+        kinds.RESOURCE_CLAIM.kind, namespace=namespace, name=name, subresource="status",
+        patch={"status": {"allocation": {"devices": {
+            "results": [{"request": names.DAEMON_REQUEST_NAME, "driver": names.DRIVER_NAME,
+                         "pool": here.name, "device": names.daemon_device_name(0)}],
+            "config": [{"source": "FromClaim", "requests": [names.DAEMON_REQUEST_NAME],
+                        "opaque": {"driver": names.DRIVER_NAME, "parameters": params}}],
+        }}, "reservedFor": [consumer(dict(pod))]}},
+    )
+    return models.ClaimRef(uid=names.ClaimUID(created["metadata"]["uid"]), namespace=namespace,
+                           name=name)
+
+
+def test_the_domains_own_imex_daemon_claim_does_not_keep_the_label(
+    env: embedded.Embedded,
+) -> None:
+    """The daemon runs on the node because of the label and its claim is prepared there: the
+    label must go with the last *workload* claim, or label, daemon and claim hold each other
+    and the node is never released (seen on a real control plane)."""
+    cd = _ready_domain(env, "first")
+    workload = create_claim(env, "a", domain_id=cd)
+    assert not prepare(env, workload).error
+    assert _label(env) == cd
+    daemon = _daemon_claim(env, "first-daemon", domain_id=cd)
+    assert not prepare(env, daemon).error
+
+    assert not unprepare(env, workload).error
+
+    assert _label(env) is None, "the daemon's own claim kept the node pinned"
+    second_cd = _ready_domain(env, "second")
+    other = create_claim(env, "other", domain_id=second_cd)
     assert not prepare(env, other).error
     assert _label(env) == second_cd

@@ -55,6 +55,24 @@ def test_slices_are_published_again_when_the_kubelet_registers_the_plugin_again(
     _eventually(lambda: _node_slices(env), "the slices to be republished after registration")
 
 
+def test_the_slices_are_owned_by_the_node_and_the_garbage_collector_deletes_them_with_it(
+    env: embedded.Embedded,
+) -> None:
+    """A deleted Node's slices stayed forever when they had no owner (seen on a real cluster)."""
+    here = node(env).name
+    node_uid = env.cluster.get(kinds.NODE.kind, namespace="", name=here)["metadata"]["uid"]
+    published = [
+        s for s in env.cluster.list(kinds.RESOURCE_SLICE.kind).items
+        if s["spec"]["nodeName"] == here
+    ]
+    assert published
+    assert all(s["metadata"]["ownerReferences"] == [
+        {"apiVersion": "v1", "kind": "Node", "name": here, "uid": node_uid, "controller": True}
+    ] for s in published)
+    env.cluster.delete(kinds.NODE.kind, namespace="", name=here)
+    assert _node_slices(env) == []
+
+
 def test_resync_waits_for_registration_then_republishes_periodically() -> None:
     published: list[float] = []
     stopping = threading.Event()

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import socket
+import ssl
 import threading
 import time
 
@@ -71,3 +72,113 @@ class DelayProxy:
         for sock in (source, sink):
             with contextlib.suppress(OSError):
                 sock.shutdown(socket.SHUT_RDWR)
+
+
+class LeaseHoldingProxy:
+    """Forward https://127.0.0.1:<port> to the API server, able to hold Lease requests.
+
+    Unlike `DelayProxy` it terminates TLS (with the API server's own self-signed certificate,
+    so a client's kubeconfig still trusts it) to read each request line. While `hold()` is on,
+    every request whose path names `leases` waits unanswered (as behind a stalled connection:
+    the client's call blocks), and so does what follows it on that connection; everything
+    else passes at once. `release()` sends what was held on.
+    """
+
+    def __init__(self, *, upstream_port: int, cert_file: str, key_file: str,
+                 ca_file: str) -> None:
+        self._upstream_port = upstream_port
+        self._server_tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        self._server_tls.load_cert_chain(cert_file, key_file)
+        self._client_tls = ssl.create_default_context(cafile=ca_file)
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self.port = int(self._listener.getsockname()[1])
+        self._released = threading.Event()
+        self._released.set()
+        self._closed = threading.Event()
+        self._lock = threading.Lock()
+        self._sockets: list[socket.socket] = []
+        self.held = 0  # lease requests held so far
+        threading.Thread(target=self._accept, name="lease-proxy", daemon=True).start()
+
+    @property
+    def url(self) -> str:
+        return f"https://127.0.0.1:{self.port}"
+
+    def hold(self) -> None:
+        self._released.clear()
+
+    def release(self) -> None:
+        self._released.set()
+
+    def close(self) -> None:
+        self._closed.set()
+        self._released.set()
+        self._listener.close()
+        with self._lock:
+            sockets, self._sockets = self._sockets, []
+        for sock in sockets:
+            with contextlib.suppress(OSError):
+                sock.close()
+
+    def _accept(self) -> None:
+        while not self._closed.is_set():
+            try:
+                raw, _ = self._listener.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._serve, args=(raw,), daemon=True).start()
+
+    def _serve(self, raw: socket.socket) -> None:
+        try:
+            client = self._server_tls.wrap_socket(raw, server_side=True)
+            upstream = self._client_tls.wrap_socket(
+                socket.create_connection(("127.0.0.1", self._upstream_port)),
+                server_hostname="127.0.0.1")
+        except (OSError, ssl.SSLError):
+            with contextlib.suppress(OSError):
+                raw.close()
+            return
+        with self._lock:
+            self._sockets += [client, upstream]
+        threading.Thread(target=self._pump, args=(upstream, client), daemon=True).start()
+        self._requests(client, upstream)
+
+    def _requests(self, client: ssl.SSLSocket, upstream: ssl.SSLSocket) -> None:
+        """Client -> server, one request at a time (head, then Content-Length body)."""
+        buffered = b""
+        with contextlib.suppress(OSError, ValueError):
+            while True:
+                while b"\r\n\r\n" not in buffered:
+                    chunk = client.recv(65536)
+                    if not chunk:
+                        raise ValueError("client closed")
+                    buffered += chunk
+                head, _, buffered = buffered.partition(b"\r\n\r\n")
+                length = 0
+                for line in head.split(b"\r\n")[1:]:
+                    name, _, value = line.partition(b":")
+                    if name.strip().lower() == b"content-length":
+                        length = int(value.strip())
+                while len(buffered) < length:
+                    chunk = client.recv(65536)
+                    if not chunk:
+                        raise ValueError("client closed")
+                    buffered += chunk
+                body, buffered = buffered[:length], buffered[length:]
+                path = head.split(b"\r\n", 1)[0].split(b" ")[1] if b" " in head else b""
+                if b"/leases" in path and not self._released.is_set():
+                    with self._lock:
+                        self.held += 1
+                    self._released.wait()  # the stall itself
+                upstream.sendall(head + b"\r\n\r\n" + body)
+        for sock in (client, upstream):
+            with contextlib.suppress(OSError):
+                sock.close()
+
+    def _pump(self, source: ssl.SSLSocket, sink: ssl.SSLSocket) -> None:
+        with contextlib.suppress(OSError):
+            while chunk := source.recv(65536):
+                sink.sendall(chunk)
+        for sock in (source, sink):
+            with contextlib.suppress(OSError):
+                sock.close()

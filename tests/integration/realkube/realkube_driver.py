@@ -57,6 +57,12 @@ EXTRA_MODES: dict[str, Obj] = {
         "resources": {"computeDomains": {"imex": {
             "mode": "hostManaged", "isolation": "channel", "channels": {"max": 3}}}},
     },
+    # Channel isolation with every channel (bursts of ComputeDomains).
+    "hostManaged-channel": {
+        "featureGates": {"HostManagedIMEX": True},
+        "resources": {"computeDomains": {"imex": {
+            "mode": "hostManaged", "isolation": "channel"}}},
+    },
 }
 
 

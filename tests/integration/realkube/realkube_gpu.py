@@ -127,6 +127,9 @@ class GpuDriver(Driver):
             "RETRY_BUDGET_SECONDS": "5",
             # A timing, not a path: a stale-claim round within the module (chart: 30 s).
             "STALE_CLAIM_CLEANUP_INTERVAL_SECONDS": "1",
+            # Library debug lines: urllib3 logs each API request, which the RBAC test reads
+            # (the chart's default, 4, keeps them quiet).
+            "LOG_VERBOSITY": "7",
         })
         return self.launch("apps.gpuplugin", [], env)
 

@@ -20,6 +20,7 @@ import signal
 import socket
 import subprocess
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, TypeVar
@@ -136,7 +137,7 @@ class RealKube:
         *,
         bin_dir: pathlib.Path,
         static_users: Iterable[str] = (),
-        static_groups: Mapping[str, str] = {},  # noqa: B006 - never mutated
+        static_groups: Mapping[str, str] = {},  # NB: never mutated
         authorization_modes: Sequence[str] = ("RBAC",),
         admission_plugins: Sequence[str] = (),
     ) -> None:
@@ -207,7 +208,8 @@ class RealKube:
         lines = [f'{self.admin_token},admin,admin-uid,"system:masters"']
         for user, token in self.static_tokens.items():
             group = self.static_groups.get(user)
-            lines.append(f'{token},{user},{user}-uid,"{group}"' if group else f"{token},{user},{user}-uid")
+            lines.append(f'{token},{user},{user}-uid,"{group}"' if group
+                         else f"{token},{user},{user}-uid")
         (self.workdir / "tokens.csv").write_text("\n".join(lines) + "\n", encoding="utf-8")
 
     def _start_etcd(self) -> None:
@@ -304,7 +306,9 @@ class RealKube:
 
         `server` replaces the API server's URL (a proxy in front of it)."""
         path = self.workdir / f"kubeconfig-{name}.yaml"
-        path.write_text(
+        # NB: written aside and renamed: threads that build clients at once read it meanwhile.
+        staged = path.with_name(f".{path.name}.{threading.get_ident()}")
+        staged.write_text(
             yaml.safe_dump(
                 {
                     "apiVersion": "v1",
@@ -318,6 +322,7 @@ class RealKube:
             ),
             encoding="utf-8",
         )
+        os.replace(staged, path)
         return path
 
     def admin_kubeconfig(self) -> pathlib.Path:

@@ -71,9 +71,12 @@ def _claim_from_template(
                     name=f"{cd_name}-channel")
     spec = rct["spec"]["spec"]
     pod = installed.workload_pod(f"{cd_name}-worker", node=node)
+    # As the ResourceClaim controller: the template's spec.metadata labels come along.
+    labels = dict((rct["spec"].get("metadata") or {}).get("labels") or {})
     created = admin.create(kinds.RESOURCE_CLAIM.kind, {
         "apiVersion": names.DRA_GROUP_VERSION, "kind": "ResourceClaim",
-        "metadata": {"name": f"{cd_name}-worker-channel", "namespace": WORKLOAD_NAMESPACE},
+        "metadata": {"name": f"{cd_name}-worker-channel", "namespace": WORKLOAD_NAMESPACE,
+                     "labels": labels},
         "spec": spec,
     })
     (config,) = spec["devices"]["config"]

@@ -178,6 +178,11 @@ def test_the_gpu_plugin_publishes_its_node_slice_with_a_pod_bound_token(
     assert attributes["type"] == {"string": "gpu"}
     assert "H100" in attributes["productName"]["string"]
     assert set(devices["gpu-0"]["capacity"]) == {"memory"}
+    # Owned by the node's Node (the garbage collector deletes them with it), as upstream.
+    node_uid = gpu_admin.get(kinds.NODE.kind, namespace="", name=gpu_node.name)["metadata"]["uid"]
+    assert all(s["metadata"].get("ownerReferences") == [
+        {"apiVersion": "v1", "kind": "Node", "name": gpu_node.name, "uid": node_uid,
+         "controller": True}] for s in slices)
 
 
 def test_the_policy_refuses_a_slice_for_another_node_written_with_the_gpu_plugins_token(
@@ -279,7 +284,7 @@ def test_a_prepared_claim_deleted_behind_the_plugins_back_is_cleaned_with_a_node
 
 # Our error text ("HTTP 403 Forbidden"), the API server's message, urllib3's request line.
 _FORBIDDEN = re.compile(r'HTTP 403|forbidden|HTTP/1\.1" 403 ', re.IGNORECASE)
-# urllib3's DEBUG line for every request (the chart runs the plugin at LOG_VERBOSITY 4).
+# urllib3's DEBUG line for every request (logged at LOG_VERBOSITY 7, see start_gpu_plugin).
 _REQUEST = re.compile(r'"(GET|POST|PUT|PATCH|DELETE) (\S+) HTTP/1\.1" (\d{3}) ')
 
 

@@ -43,6 +43,11 @@ def test_the_plugin_publishes_its_node_slice_with_a_pod_bound_token(
     assert names.channel_device_name(0) in devices
     assert (names.daemon_device_name() in devices) == (installed.mode == "driverManaged")
     assert all(s["spec"]["driver"] == names.DRIVER_NAME for s in slices)
+    # Owned by the node's Node (the garbage collector deletes them with it), as upstream.
+    node_uid = admin.get(kinds.NODE.kind, namespace="", name=node.name)["metadata"]["uid"]
+    assert all(s["metadata"].get("ownerReferences") == [
+        {"apiVersion": "v1", "kind": "Node", "name": node.name, "uid": node_uid,
+         "controller": True}] for s in slices)
 
 
 def _empty_slice(*, name: str, node: str) -> dict[str, Any]:
@@ -106,8 +111,19 @@ def test_the_admission_policy_names_the_problem_for_a_token_without_a_node(
     assert "no such key" not in message
 
 
-def _stand_in_for_the_imex_daemon(admin: KubeCluster, *, cd_uid: str, node: PluginNode) -> None:
-    """Driver-managed: the node's IMEX daemon reports itself Ready in its clique."""
+def _stand_in_for_the_imex_daemon(
+    installed: Driver, admin: KubeCluster, *, cd_uid: str, node: PluginNode
+) -> None:
+    """Driver-managed: the node's IMEX daemon pod exists and reports itself Ready in its
+    clique (without its pod, the controller would drop the entry of an unlabelled node)."""
+    pod = installed.kube.create_pod_on_node(
+        namespace=realkube_driver.NAMESPACE, name=f"imex-{cd_uid[:8]}-{node.name}",
+        node=node.name, service_account=installed.service_account("daemon"),
+    )
+    admin.patch(kinds.POD.kind, namespace=realkube_driver.NAMESPACE,
+                name=pod["metadata"]["name"], patch={"metadata": {"labels": {
+                    names.COMPUTE_DOMAIN_LABEL: cd_uid,
+                    names.COMPUTE_DOMAIN_TARGET_LABEL: names.TARGET_DAEMON}}})
     rack = "rack1"
     clique_id = f"{uuid.UUID(bytes=simulated.cluster_uuid(realkube_driver.PROFILE, rack=rack))}.1"
     admin.create(kinds.COMPUTE_DOMAIN_CLIQUE.kind, {
@@ -135,7 +151,7 @@ def test_a_claim_allocated_on_the_node_is_prepared_through_the_kubelet_socket(
         what="the controller to admit the ComputeDomain", timeout_s=60,
     )
     if installed.mode == "driverManaged":
-        _stand_in_for_the_imex_daemon(admin, cd_uid=cd_uid, node=node)
+        _stand_in_for_the_imex_daemon(installed, admin, cd_uid=cd_uid, node=node)
     pod = installed.workload_pod("worker-0", node=node.name)
     ref = realkube_driver.allocated_channel_claim(
         admin, name="worker-0-channel", node=node.name, cd_uid=cd_uid, pod=pod

@@ -185,7 +185,7 @@ def test_review_names_a_nested_unknown_field_by_its_full_path_in_a_template() ->
     assert text.startswith(f"ResourceClaimTemplate ml/infer-gpu has an invalid {GPU} device")
     assert (
         "spec.spec.devices.config[0].opaque.parameters.sharing.timeSlicingConfig.intervall: "
-        "unknown field 'sharing.timeSlicingConfig.intervall'"
+        'strict decoding error: unknown field "sharing.timeSlicingConfig.intervall"'
     ) in text
 
 

@@ -178,7 +178,7 @@ def test_review_denies_an_unknown_field_naming_it_and_the_config_index(
     assert response["status"]["reason"] == "Invalid"
     text = message(response)
     assert "spec.devices.config[1].opaque.parameters.domainId" in text
-    assert "unknown field 'domainId'" in text
+    assert 'strict decoding error: unknown field "domainId"' in text
     assert "config[0]" not in text
     assert "ResourceClaim ml/train" in text
 
@@ -219,6 +219,19 @@ def test_review_denies_allocation_mode_all_in_host_managed_mode_saying_to_use_si
     assert "host-managed IMEX" in text
     assert "channel 0 only" in text
     assert "Single" in text
+
+
+def test_under_channel_isolation_the_allocation_mode_denial_names_the_domains_channel() -> None:
+    isolated = modes.resolve_driver_config(
+        mode="hostManaged", isolation="channel", feature_gates="HostManagedIMEX=true",
+        namespace="nvidia-dra-driver",
+    ).config
+    obj = claim(opaque(channel_params(allocationMode="All", channelID=3)))
+    response = admission.review(request(obj), config=isolated)
+    assert response["allowed"] is False
+    text = message(response)
+    assert "channel 0" not in text
+    assert "its ComputeDomain's own IMEX channel only" in text
 
 
 def test_review_denies_unknown_allocation_mode_in_driver_managed_mode() -> None:

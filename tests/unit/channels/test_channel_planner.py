@@ -130,3 +130,18 @@ def test_a_domain_admitted_under_isolation_none_is_a_mode_mismatch_under_channel
         names.ADMITTED_ISOLATION_ANNOTATION: "none",
     }))
     assert controlling.is_mode_mismatch(cd, config=CONFIG)
+
+
+def test_the_allocation_mode_warning_names_the_domains_own_channel_not_channel_0() -> None:
+    """Under isolation channel a workload gets its ComputeDomain's channel, never channel 0."""
+    greedy = dataclasses.replace(_cd(), spec=models.ComputeDomainSpec(channel=models.ChannelSpec(
+        resource_claim_template_name="train-channel", allocation_mode=models.AllocationMode.ALL,
+    )))
+    actions = controlling.plan_compute_domain(
+        greedy, observed=controlling.Observed(channel_id=3), config=CONFIG
+    )
+    (warning,) = [a for a in actions if isinstance(a, models.EmitEvent)]
+    assert warning.reason == controlling.ALLOCATION_MODE_OVERRIDDEN_REASON
+    assert "channel 0" not in warning.message
+    assert "its ComputeDomain's own IMEX channel only" in warning.message
+    assert "status.channelID" in warning.message

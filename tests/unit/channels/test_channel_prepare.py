@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from core import cdi, errors, models, names
+from core import cdi, decoding, errors, models, names
 from tests.unit.plugin import plugin_factories as f
 
 CONFIG = f.HOST_CHANNEL
@@ -96,3 +96,34 @@ def test_a_node_without_a_clique_refuses_a_channel_claim() -> None:
     outcome = f.prepare(_claim(3), config=CONFIG, domains={f.CD_UID: _domain(3)}, node=node)
     assert isinstance(outcome.error, errors.PermanentError)
     assert "no NVLink clique" in outcome.error.message
+
+
+def test_the_allocation_mode_all_refusal_names_the_domains_own_channel_not_channel_0() -> None:
+    params = f.channel_params(f.CD_UID, allocation_mode="All")
+    params["channelID"] = 3
+    outcome = f.prepare(f.claim(params=params, device="slot-0"), config=CONFIG,
+                        domains={f.CD_UID: _domain(3)})
+    assert isinstance(outcome.error, errors.PermanentError)
+    assert "channel 0" not in outcome.error.message
+    assert "its ComputeDomain's own IMEX channel only" in outcome.error.message
+    assert f.writes(outcome) == []
+
+
+def test_a_new_prepare_of_a_domain_marked_as_a_later_duplicate_is_refused_for_good() -> None:
+    # The controller found another ComputeDomain on channel 17 and claims of this one already
+    # carrying it (`ChannelUnique=False`): a new prepare would share the channel across them.
+    raw = {
+        "apiVersion": names.GROUP_VERSION, "kind": names.KIND_COMPUTE_DOMAIN,
+        "metadata": {"name": "cd-train", "namespace": f.NAMESPACE, "uid": f.CD_UID},
+        "spec": {"channel": {"resourceClaimTemplate": {"name": "t"}}},
+        "status": {"status": "Ready", "nodes": [], "channelID": 17, "conditions": [{
+            "type": "ChannelUnique", "status": "False", "reason": "IMEXChannelDuplicate",
+            "message": "IMEX channel 17 of ComputeDomain x is also held by ComputeDomain y",
+            "lastTransitionTime": "2026-11-25T10:00:00Z"}]},
+    }
+    marked = decoding.compute_domain_from_k8s(raw)
+    outcome = f.prepare(_claim(17), config=CONFIG, domains={f.CD_UID: marked})
+    assert isinstance(outcome.error, errors.PermanentError)
+    assert "also held by ComputeDomain y" in outcome.error.message
+    assert "recreate" in outcome.error.message
+    assert f.writes(outcome) == []

@@ -80,7 +80,10 @@ def compute_domain_json(
 class Harness:
     """The embedded cluster seen as a dict of objects, with the controller's steps."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, observe_pods: bool = False) -> None:
+        # As the controller does (it watches the driver namespace's daemon pods): plans see
+        # daemon pods, none included; otherwise pods are unobserved and nothing is pruned.
+        self.observe_pods = observe_pods
         counter = itertools.count(1)
         self.cluster = memory_cluster.InMemoryCluster(
             uid_factory=lambda: f"00000000-0000-4000-8000-{next(counter):012d}"
@@ -110,7 +113,7 @@ class Harness:
         return [dict(obj) for obj in self.cluster.list(kind).items]
 
     def lists(self) -> dict[str, list[dict[str, Any]]]:
-        out: dict[str, list[dict[str, Any]]] = {}
+        out: dict[str, list[dict[str, Any]]] = {"Pod": []} if self.observe_pods else {}
         for (kind, _, _), obj in sorted(self.objects.items()):
             out.setdefault(kind, []).append(obj)
         return out
@@ -219,6 +222,16 @@ class Harness:
         labels = {names.COMPUTE_DOMAIN_LABEL: cd_uid} if cd_uid else {}
         self.create("Node", {"apiVersion": "v1", "kind": "Node",
                              "metadata": {"name": name, "labels": labels}})
+
+    def add_daemon_pod(self, node: str, *, cd_uid: str) -> str:
+        """What the CD's DaemonSet does on a labelled node: a daemon pod bound to it."""
+        name = f"{names.daemonset_name(cd_uid)}-{node}"
+        self.create("Pod", {"apiVersion": "v1", "kind": "Pod", "metadata": {
+            "name": name, "namespace": DRIVER_NAMESPACE,
+            "labels": {names.COMPUTE_DOMAIN_LABEL: cd_uid,
+                       names.COMPUTE_DOMAIN_TARGET_LABEL: names.TARGET_DAEMON},
+        }, "spec": {"nodeName": node, "containers": [{"name": "imex", "image": "imex"}]}})
+        return name
 
     def write_clique(
         self, *, cd_uid: str, clique_id: str, daemons: list[dict[str, Any]]

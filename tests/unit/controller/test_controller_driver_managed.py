@@ -260,3 +260,76 @@ def test_observe_tolerates_malformed_objects() -> None:
     assert observed.workload_rct is not None and observed.workload_rct.finalizers == ()
     assert all(c.daemons == () for c in observed.cliques)  # malformed daemons never count
     assert observed.labelled_nodes == ()
+
+
+def _statuses(state: harness.Harness) -> tuple[models.DomainStatus, list[str]]:
+    cd = state.compute_domain("team", "cd")
+    assert cd is not None and cd.status is not None
+    return cd.status.status, [n.name for n in cd.status.nodes]
+
+
+def test_a_released_node_whose_daemon_pod_is_gone_leaves_the_status_and_the_clique() -> None:
+    """Upstream's "global CD status" test: the workload pod is deleted, the node released,
+    its daemon pod torn down; the CD must drop the node (NotReady with numNodes 1) even when
+    the daemon could not remove its own entry on the way out."""
+    state = harness.Harness(observe_pods=True)
+    config = harness.driver_config()
+    cd = _admitted_cd(state, num_nodes=1, config=config)
+    state.add_node("n1", cd_uid=cd.uid)
+    pod = state.add_daemon_pod("n1", cd_uid=cd.uid)
+    state.write_clique(cd_uid=cd.uid, clique_id="a.1", daemons=[_daemon("n1", ready=True)])
+    state.converge([("team", "cd")], config=config)
+    assert _statuses(state) == (models.DomainStatus.READY, ["n1"])
+
+    # The plugin removed the label; the daemon pod is still terminating: its entry stays.
+    state.patch("Node", "", "n1", {"metadata": {"labels": {names.COMPUTE_DOMAIN_LABEL: None}}})
+    state.converge([("team", "cd")], config=config)
+    assert _statuses(state) == (models.DomainStatus.READY, ["n1"])
+
+    # The pod is gone and its entry is still there (the daemon was killed): dropped.
+    state.delete("Pod", NS, pod)
+    state.converge([("team", "cd")], config=config)
+    assert _statuses(state) == (models.DomainStatus.NOT_READY, [])
+    clique = state.get(names.KIND_COMPUTE_DOMAIN_CLIQUE, NS, f"{cd.uid}.a.1")
+    assert clique is not None and clique["daemons"] == []
+    assert state.plan("team", "cd", config=config) == ()
+
+
+def test_a_labelled_node_keeps_its_entry_while_its_daemon_pod_is_replaced() -> None:
+    state = harness.Harness(observe_pods=True)
+    config = harness.driver_config()
+    cd = _admitted_cd(state, config=config)
+    state.add_node("n1", cd_uid=cd.uid)
+    state.add_node("n2")
+    state.add_daemon_pod("n2", cd_uid=cd.uid)  # released, pod still terminating
+    state.write_clique(cd_uid=cd.uid, clique_id="a.1", daemons=[
+        _daemon("n1", ready=True), _daemon("n2", ready=True, index=1),
+    ])
+    state.converge([("team", "cd")], config=config)
+    # n1: no pod right now (the DaemonSet makes a new one), but still labelled: kept.
+    assert _statuses(state) == (models.DomainStatus.READY, ["n1", "n2"])
+
+
+def test_without_clique_gate_a_gone_daemons_node_leaves_the_status() -> None:
+    state = harness.Harness(observe_pods=True)
+    config = harness.driver_config(cliques=False)
+    _admitted_cd(state, num_nodes=1, config=config)
+    state.patch(
+        CD, "team", "cd",
+        {"status": {"status": "Ready", "nodes": [
+            {"name": "n1", "ipAddress": "10.0.0.1", "cliqueID": "c", "index": 0,
+             "status": "Ready"},
+        ]}},
+        subresource="status",
+    )
+    state.converge([("team", "cd")], config=config)
+    assert _statuses(state) == (models.DomainStatus.NOT_READY, [])
+
+
+def test_unobserved_daemon_pods_never_prune_an_entry() -> None:
+    state = harness.Harness()  # e.g. `plan` on a cluster dump without pods
+    config = harness.driver_config()
+    cd = _admitted_cd(state, num_nodes=1, config=config)
+    state.write_clique(cd_uid=cd.uid, clique_id="a.1", daemons=[_daemon("n1", ready=True)])
+    state.converge([("team", "cd")], config=config)
+    assert _statuses(state) == (models.DomainStatus.READY, ["n1"])

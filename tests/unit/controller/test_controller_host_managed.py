@@ -239,7 +239,7 @@ def test_host_managed_admits_allocation_mode_all_as_single_and_warns_once() -> N
 
     warnings = [a for a in actions if isinstance(a, models.EmitEvent)]
     assert [w.reason for w in warnings] == [controlling.ALLOCATION_MODE_OVERRIDDEN_REASON]
-    assert "channel 0 only" in warnings[0].message
+    assert "host-managed IMEX gives every workload channel 0 only" in warnings[0].message
     state.converge([("team", "cd")], config=harness.host_config())
     rct = state.get("ResourceClaimTemplate", "team", "cd-channel")
     assert rct is not None

@@ -2,9 +2,10 @@
 condition naming the cause and the fix, nothing built, nothing of anyone else touched.
 
 Covers: RCT names that are not DNS-1123 subdomains, an absurd numNodes (driver-managed; ignored
-in host-managed as DESIGN says), two CDs naming one RCT (the second refused until the first is
-gone), and API failures reported by `plan_reconcile_failure` / cleared by
-`plan_reconcile_recovered`.
+in host-managed as DESIGN says, but reported by a Validated=False condition), a CD name no
+object can carry, two conditions planned together settling, two CDs naming one RCT (the
+second refused until the first is gone), and API failures reported by
+`plan_reconcile_failure` / cleared by `plan_reconcile_recovered`.
 """
 
 from __future__ import annotations
@@ -156,3 +157,55 @@ def test_conditions_of_other_writers_are_kept_when_one_is_set() -> None:
     state.apply_all(controlling.plan_reconcile_failure(cd, observed=observed, cause="boom"))
 
     assert set(_conditions(state, "cd")) == {"Custom", controlling.RECONCILED_CONDITION}
+
+
+@pytest.mark.parametrize("num_nodes", [10**12, 2**70], ids=["1e12", "2^70"])
+def test_an_absurd_num_nodes_in_host_managed_mode_is_served_but_reported_once(
+    num_nodes: int,
+) -> None:
+    state = harness.Harness()
+    state.create(CD, harness.compute_domain_json(name="cd", namespace="team", num_nodes=num_nodes))
+
+    state.converge([("team", "cd")], config=harness.host_config())
+    state.converge([("team", "cd")], config=harness.host_config())
+
+    assert [r["metadata"]["name"] for r in state.of_kind(RCT)] == ["cd-channel"]
+    [event] = _events(state, controlling.IGNORED_FIELDS_REASON)
+    assert str(num_nodes) in event.message and "ignored in hostManaged" in event.message
+    assert _conditions(state, "cd")[controlling.VALIDATED_CONDITION]["message"] == event.message
+
+
+@pytest.mark.parametrize("config", [harness.host_config(), harness.driver_config()],
+                         ids=["hostManaged", "driverManaged"])
+def test_a_refused_cd_that_also_carries_ignored_fields_settles_with_both_reports(
+    config: models.DriverConfig,
+) -> None:
+    # Two conditions planned together must not overwrite each other (each patch carries the
+    # whole list): the plan settles, each event is sent once.
+    state = harness.Harness()
+    cd = harness.compute_domain_json(name="cd", namespace="team", rct_name="Bad_Name",
+                                     num_nodes=10**12)
+    cd["spec"]["bogus"] = True
+    state.create(CD, cd)
+
+    state.converge([("team", "cd")], config=config)
+    state.converge([("team", "cd")], config=config)
+
+    conditions = _conditions(state, "cd")
+    assert conditions[controlling.ADMITTED_CONDITION]["status"] == "False"
+    assert len(_events(state, "InvalidResourceClaimTemplateName")) == 1
+    if config.host_managed:  # numNodes is ignored there, and said so
+        assert conditions[controlling.VALIDATED_CONDITION]["status"] == "False"
+        assert len(_events(state, controlling.IGNORED_FIELDS_REASON)) == 1
+
+
+def test_a_ten_thousand_character_name_is_refused_without_echoing_it() -> None:
+    state = harness.Harness()
+    state.create(CD, harness.compute_domain_json(name="a" * 10_000, namespace="team",
+                                                 rct_name="ok"))
+
+    state.converge([("team", "a" * 10_000)], config=harness.host_config())
+
+    assert state.of_kind(RCT) == []
+    [event] = _events(state, "InvalidName")
+    assert "10000 characters" in event.message and len(event.message) < 1_000

@@ -2,7 +2,8 @@
 
 Covers: the lowest free index per clique, gap filling, a restarted daemon keeping its index,
 a clashing index re-claimed, no-op detection, other entries passed through untouched, removal,
-both stores' shapes, the clear error when a clique is full, and (hypothesis) that any
+both stores' shapes, the clear error when a clique is full, the daemon pod's ownerReference
+merged into the clique's owners, and (hypothesis) that any
 interleaving of joins and leaves keeps indexes unique within a clique and stable per node.
 """
 
@@ -158,3 +159,34 @@ def test_any_interleaving_keeps_indexes_unique_per_clique_and_stable_per_node(op
         for c in ("c.1", "c.2"):
             indexes = [e["index"] for e in entries if e["cliqueID"] == c]
             assert len(indexes) == len(set(indexes))
+
+
+def _pod_me(uid: str = "pod-uid-1", name: str = "imex-n1") -> membership.Identity:
+    return membership.Identity(node_name="n1", ip_address="10.0.0.1", clique_id="c.1",
+                               pod_name=name, pod_uid=uid)
+
+
+def test_the_daemon_pod_is_added_to_the_clique_owners_keeping_every_other_owner() -> None:
+    other = {"apiVersion": "v1", "kind": "Pod", "name": "imex-n2", "uid": "pod-uid-2",
+             "extra": "kept"}
+    assert membership.owners_with([other], me=_pod_me()) == [
+        other, {"apiVersion": "v1", "kind": "Pod", "name": "imex-n1", "uid": "pod-uid-1"}]
+
+
+def test_an_owner_already_listed_by_uid_needs_no_write_and_an_unknown_pod_adds_none() -> None:
+    listed = [{"apiVersion": "v1", "kind": "Pod", "name": "renamed", "uid": "pod-uid-1"}]
+    assert membership.owners_with(listed, me=_pod_me()) is None
+    assert membership.owners_with([], me=_me("n1")) is None
+    assert membership.pod_owner_reference(_me("n1")) is None
+
+
+def test_the_owner_reference_is_upstreams_plain_pod_reference() -> None:
+    ref = membership.pod_owner_reference(_pod_me())
+    assert ref == {"apiVersion": "v1", "kind": "Pod", "name": "imex-n1", "uid": "pod-uid-1"}
+
+
+def test_owners_of_reads_the_raw_list_tolerantly() -> None:
+    assert membership.owners_of({}) == []
+    assert membership.owners_of({"metadata": {"ownerReferences": "junk"}}) == []
+    refs = [{"uid": "a"}]
+    assert membership.owners_of({"metadata": {"ownerReferences": refs}}) == refs

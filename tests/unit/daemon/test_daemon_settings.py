@@ -33,6 +33,8 @@ def test_the_daemonset_env_is_what_the_daemon_reads() -> None:
         "u-9", "train", "team")
     assert (settings.node_name, settings.pod_ip, settings.namespace) == (
         "node-1", "10.0.0.5", "drv")
+    # The pod that becomes an owner of the daemon's ComputeDomainClique.
+    assert (settings.pod_name, settings.pod_uid) == ("pod", "pod-uid")
     assert settings.max_nodes == 18
     assert gates.resolve_gates(gates.parse_feature_gates(settings.feature_gates)) == CONFIG.gates
 

@@ -184,5 +184,5 @@ def test_overridden_invalid_config_is_still_reported() -> None:
     claim = decoding.resource_claim_from_k8s(
         claim_json(config_entry("FromClass", "x", bogus=True), config_entry("FromClaim", "y"))
     )
-    with pytest.raises(errors.DecodeError, match="unknown field 'bogus'"):
+    with pytest.raises(errors.DecodeError, match='unknown field "bogus"'):
         decoding.config_for_request(claim, request="channel")

@@ -54,8 +54,22 @@ def test_decodes_daemon_config() -> None:
 def test_strict_rejects_unknown_field_naming_it_and_the_accepted_fields() -> None:
     err = decode_error(channel_params(numChannels=4))
     assert err.field == "numChannels"
-    assert "unknown field 'numChannels'" in err.message
+    assert 'unknown field "numChannels"' in err.message
     assert "accepted fields are apiVersion, kind, domainID, allocationMode" in err.message
+
+
+def test_the_unknown_field_error_carries_upstreams_strict_decoding_phrase() -> None:
+    """Upstream's tests grep the plugin's log for this phrase; ours keeps its helpful tail."""
+    err = decode_error(channel_params(unexpectedField=1))
+    assert err.message.startswith(
+        'strict decoding error: unknown field "unexpectedField" in ComputeDomainChannelConfig: '
+        "accepted fields are apiVersion, kind, domainID, allocationMode"
+    )
+    several = decode_error(channel_params(zeta=1, alpha=2))
+    assert several.message.startswith(
+        'strict decoding error: unknown field "alpha", unknown field "zeta" in '
+        "ComputeDomainChannelConfig: accepted fields are"
+    )
 
 
 def test_strict_rejects_allocation_mode_on_daemon_config() -> None:

@@ -121,7 +121,7 @@ def test_an_unknown_field_at_any_level_is_refused_by_its_path(
 ) -> None:
     error = refused(parameters)
     assert error.field == path
-    assert f"unknown field '{path}'" in error.message
+    assert f'strict decoding error: unknown field "{path}"' in error.message
     assert f"accepted fields are {accepted}" in error.message
 
 
@@ -137,7 +137,9 @@ def test_a_mig_device_config_has_no_time_slicing_config() -> None:
 def test_several_unknown_fields_are_all_named_the_first_as_the_field() -> None:
     error = refused(params("GpuConfig", zeta=1, alpha=2))
     assert error.field == "alpha"
-    assert "unknown fields 'alpha', 'zeta' in GpuConfig" in error.message
+    assert (
+        'strict decoding error: unknown field "alpha", unknown field "zeta" in GpuConfig'
+    ) in error.message
 
 
 def test_non_strict_decoding_ignores_unknown_fields_at_every_level() -> None:

@@ -21,6 +21,8 @@ class FakeCluster(memory_cluster.InMemoryCluster):
         super().__init__()
         self.events: list[dict[str, Any]] = []
         self.calls: list[str] = []
+        # (call, label selector) of every list and watch given one.
+        self.selectors: list[tuple[str, dict[str, str | None]]] = []
         # One entry per watch call: a list of WatchEvents, or an exception to raise.
         self.watch_script: list[list[ports.WatchEvent] | Exception] = []
         self.list_errors: list[Exception] = []
@@ -52,17 +54,22 @@ class FakeCluster(memory_cluster.InMemoryCluster):
         return super().get(kind, namespace=namespace, name=name)
 
     def list(
-        self, kind: str, *, namespace: str = "", label_selector: Mapping[str, str] | None = None
+        self, kind: str, *, namespace: str = "", label_selector: ports.LabelSelector | None = None
     ) -> ports.ListResult:
         self.calls.append(f"list {kind}")
+        if label_selector:
+            self.selectors.append(("list", dict(label_selector)))
         if self.list_errors:
             raise self.list_errors.pop(0)
         return super().list(kind, namespace=namespace, label_selector=label_selector)
 
     def watch(
-        self, kind: str, *, namespace: str = "", resource_version: str, timeout_s: float
+        self, kind: str, *, namespace: str = "", resource_version: str, timeout_s: float,
+        label_selector: ports.LabelSelector | None = None,
     ) -> Iterator[ports.WatchEvent]:
         self.calls.append(f"watch {kind} from={resource_version}")
+        if label_selector:
+            self.selectors.append(("watch", dict(label_selector)))
         if not self.watch_script:
             raise AssertionError("watch script exhausted")
         step = self.watch_script.pop(0)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime
 import threading
+import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -171,8 +172,9 @@ def test_run_leads_until_stopped_then_releases() -> None:
         namespace=NS,
         name=LEASE,
         identity="a",
-        lease_duration_s=1.0,
-        renew_deadline_s=0.5,
+        # NB: a renewal must succeed within the deadline, however loaded the test machine.
+        lease_duration_s=3.0,
+        renew_deadline_s=2.0,
         retry_period_s=0.01,
     )
     stop = threading.Event()
@@ -191,7 +193,10 @@ def test_run_leads_until_stopped_then_releases() -> None:
                 break
             stop.wait(0.01)
         renewals_before = cluster.rv
-        stop.wait(0.1)
+        for _ in range(500):
+            if cluster.rv > renewals_before:
+                break
+            stop.wait(0.01)
         assert cluster.rv > renewals_before, "leader keeps renewing"
     finally:
         stop.set()
@@ -222,3 +227,55 @@ def test_run_reports_loss_when_another_holder_takes_the_lease() -> None:
     assert log == ["started", "stopped"]
     assert not elector.is_leader
     assert _spec(cluster)["holderIdentity"] == "z"
+
+
+class _StallingCluster(kube_fake_cluster.FakeCluster):
+    """Lease reads and writes block while `stalled` is set, as on an API server whose answer
+    never comes (a 60 s read timeout, retried)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stalled = threading.Event()
+        self.released = threading.Event()
+
+    def get(self, kind: str, *, namespace: str, name: str) -> Mapping[str, Any]:
+        if kind == "Lease" and self.stalled.is_set():
+            self.released.wait(30)
+        return super().get(kind, namespace=namespace, name=name)
+
+
+def test_a_renewal_that_never_answers_ends_leadership_at_the_renew_deadline() -> None:
+    cluster = _StallingCluster()
+    elector = leader.LeaderElector(
+        cluster=cluster, namespace=NS, name=LEASE, identity="a",
+        lease_duration_s=1.5, renew_deadline_s=1.0, retry_period_s=0.1,
+    )
+    stop = threading.Event()
+    started, stopped = threading.Event(), threading.Event()
+    thread = threading.Thread(target=elector.run, args=(started.set, stopped.set, stop),
+                              daemon=True)
+    thread.start()
+    try:
+        assert started.wait(5)
+        cluster.stalled.set()
+        stalled_at = time.monotonic()
+        # Another candidate may take the lease 1.5 s after our last renewal: we must be done
+        # before that, although the renewal call itself is still blocked.
+        assert stopped.wait(5), "leadership outlived its renew deadline"
+        assert time.monotonic() - stalled_at < 1.5
+        assert not elector.is_leader
+    finally:
+        cluster.released.set()
+        stop.set()
+        thread.join(timeout=5)
+
+
+def test_is_leader_turns_false_once_the_renew_deadline_passes_without_a_renewal() -> None:
+    cluster, clock = kube_fake_cluster.FakeCluster(), Clock()
+    a = _elector(cluster, clock, "a")
+    assert a.try_acquire_or_renew()
+    clock.now += 9.9
+    assert a.is_leader
+    clock.now += 0.2
+    # Whoever asks (readiness, the write fence) gets "no" without waiting for the elector.
+    assert not a.is_leader

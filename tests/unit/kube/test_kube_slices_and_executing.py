@@ -133,3 +133,45 @@ def test_publisher_retries_after_a_conflict() -> None:
     cluster.conflicts_to_inject = 1
     publisher.publish([_device(0), _device(1)])
     assert len(_pool(cluster, "node-1")[0]["spec"]["devices"]) == 2
+
+
+def _node(cluster: kube_fake_cluster.FakeCluster, name: str) -> str:
+    created = cluster.create("Node", {"apiVersion": "v1", "kind": "Node",
+                                      "metadata": {"name": name}})
+    return str(created["metadata"]["uid"])
+
+
+def _owner_uids(cluster: kube_fake_cluster.FakeCluster, node: str) -> list[list[str]]:
+    return [[ref["uid"] for ref in s["metadata"].get("ownerReferences") or ()]
+            for s in _pool(cluster, node)]
+
+
+def test_published_slices_are_owned_by_the_node_and_go_with_it() -> None:
+    cluster = kube_fake_cluster.FakeCluster()
+    uid = _node(cluster, "node-1")
+    publisher = slices.SlicePublisher(cluster, driver=DRIVER, node_name="node-1")
+    publisher.publish([_device(i) for i in range(130)])
+    assert _owner_uids(cluster, "node-1") == [[uid], [uid]]
+    (ref,) = _pool(cluster, "node-1")[0]["metadata"]["ownerReferences"]
+    assert ref == {"apiVersion": "v1", "kind": "Node", "name": "node-1", "uid": uid,
+                   "controller": True}
+
+    cluster.delete("Node", namespace="", name="node-1")
+    assert _pool(cluster, "node-1") == [], "the garbage collector deletes them with the Node"
+
+    # The node registers again (a new UID): the next publish makes slices it owns.
+    again = _node(cluster, "node-1")
+    publisher.publish([_device(0)])
+    assert _owner_uids(cluster, "node-1") == [[again]]
+
+
+def test_slices_published_before_the_node_existed_get_their_owner_on_the_next_publish() -> None:
+    cluster = kube_fake_cluster.FakeCluster()
+    publisher = slices.SlicePublisher(cluster, driver=DRIVER, node_name="node-1")
+    publisher.publish([_device(0)])
+    assert _owner_uids(cluster, "node-1") == [[]]
+    uid = _node(cluster, "node-1")
+    publisher.publish([_device(0)])
+    assert _owner_uids(cluster, "node-1") == [[uid]]
+    (only,) = _pool(cluster, "node-1")
+    assert only["spec"]["devices"] == [_device(0)]

@@ -106,7 +106,7 @@ def test_query_with_a_non_numeric_timeout_is_a_400() -> None:
     assert caught.value.code == 400
 
 
-@pytest.mark.parametrize("selector", ["a!=1", "a in (1,2)", "!a", "a", "=1"])
+@pytest.mark.parametrize("selector", ["a!=1", "a in (1,2)", "!a", "=1"])
 def test_set_based_label_selectors_are_a_400(selector: str) -> None:
     with pytest.raises(_http_codec.RequestError) as caught:
         _http_codec.parse_label_selector(selector)

@@ -440,6 +440,45 @@ def test_the_node_label_stays_while_another_claim_of_the_domain_is_prepared() ->
     ) is None
 
 
+def test_the_domains_own_daemon_claim_does_not_keep_the_node_label() -> None:
+    """The IMEX daemon's claim is prepared on the labelled node too; counting it would keep
+    the label, the label keeps the daemon (its DaemonSet selects the label) and the daemon
+    keeps its claim: the node would never be released. Only workload claims count."""
+    labels = {names.COMPUTE_DOMAIN_LABEL: f.CD_UID}
+    node = dataclasses.replace(
+        f.NODE,
+        imex_mgmt=models.ImexMgmtDevice(path="/dev/nvidia-caps/nvidia-cap1", major=511, minor=1,
+                                        file_mode=256),
+        daemon_config_root="/var/lib/kubelet/plugins/compute-domain.nvidia.com/domains",
+    )
+    domains = {f.CD_UID: f.domain()}
+    with_daemon = f.prepare(
+        f.daemon_claim(f.OTHER_CLAIM_UID), config=f.DRIVER, node=node, domains=domains,
+        labels=labels,
+    )
+    assert with_daemon.error is None
+    both = f.prepare(
+        f.claim(), checkpoint=with_daemon.checkpoint, config=f.DRIVER, node=node,
+        labels=labels,
+    ).checkpoint
+    entry = both.entries[f.CLAIM_UID]
+    after = preparing.plan_unprepare(f.ref(f.claim()), checkpoint=both, now=f.NOW).checkpoint
+    assert f.OTHER_CLAIM_UID in after.entries  # the daemon's claim is still prepared
+    release = preparing.plan_label_release(
+        entry, after=after, node=node, node_labels=labels, resource_version="7"
+    )
+    assert release == models.PatchObject(
+        kind="Node", namespace="", name=f.NODE_NAME,
+        patch={"metadata": {"labels": {names.COMPUTE_DOMAIN_LABEL: None}}},
+        resource_version="7",
+    )
+    # The same with the index rebuilt from the entries (a checkpoint read back from disk).
+    reloaded = dataclasses.replace(after, entries=dict(after.entries), index=None)
+    assert preparing.plan_label_release(
+        entry, after=reloaded, node=node, node_labels=labels, resource_version="7"
+    ) == release
+
+
 def test_a_label_naming_another_domain_or_a_host_managed_entry_is_left_alone() -> None:
     prepared = f.prepare(
         f.claim(), config=f.DRIVER, labels={names.COMPUTE_DOMAIN_LABEL: f.CD_UID}

@@ -111,6 +111,58 @@ def test_slice_sync_deletes_slices_no_longer_wanted() -> None:
     )
 
 
+def _owned(node_uid: str, generation: int = 1) -> tuple[dict[str, Any], ...]:
+    return slices.build_resource_slices(
+        node_name="node-a", driver=names.DRIVER_NAME,
+        devices=slices.plan_slice_devices(f.HOST), generation=generation, node_uid=node_uid,
+    )
+
+
+def _stored(obj: dict[str, Any], **meta: Any) -> dict[str, Any]:
+    return {**obj, "metadata": {**obj["metadata"], "resourceVersion": "9", **meta}}
+
+
+def test_slices_are_owned_by_their_node_as_upstreams_plugins_set_it() -> None:
+    """Without an owner, a deleted Node's slices stayed forever (seen on a real cluster)."""
+    many = slices.build_resource_slices(
+        node_name="node-a", driver=names.DRIVER_NAME, generation=1, node_uid="node-uid-1",
+        devices=[{"name": f"channel-{i}", "attributes": {}} for i in range(130)],
+    )
+    assert [o["metadata"]["ownerReferences"] for o in many] == [[
+        {"apiVersion": "v1", "kind": "Node", "name": "node-a", "uid": "node-uid-1",
+         "controller": True},
+    ]] * 2
+
+
+def test_slices_of_a_node_whose_uid_is_unknown_carry_no_owner() -> None:
+    assert "ownerReferences" not in _desired()[0]["metadata"]
+
+
+def test_slice_sync_adds_the_node_owner_to_a_slice_published_without_one() -> None:
+    desired = _owned("node-uid-1")
+    (action,) = slices.plan_slice_sync(desired=desired, existing=(_stored(_desired()[0]),))
+    assert action == models.PatchObject(
+        kind="ResourceSlice", namespace="", name=desired[0]["metadata"]["name"],
+        patch={"metadata": {"ownerReferences": desired[0]["metadata"]["ownerReferences"]}},
+        resource_version="9",
+    )
+
+
+def test_slice_sync_replaces_an_owner_naming_an_earlier_node_of_the_same_name() -> None:
+    old = _stored(_owned("node-uid-1")[0])
+    desired = _owned("node-uid-2")
+    (action,) = slices.plan_slice_sync(desired=desired, existing=(old,))
+    assert isinstance(action, models.PatchObject)
+    assert action.patch == {"metadata": {"ownerReferences": [slices.node_owner_reference(
+        node_name="node-a", node_uid="node-uid-2")]}}
+    assert slices.plan_slice_sync(desired=desired, existing=(_stored(desired[0]),)) == ()
+
+
+def test_slice_sync_keeps_existing_owners_when_the_node_uid_is_unknown() -> None:
+    owned = _stored(_owned("node-uid-1")[0])
+    assert slices.plan_slice_sync(desired=_desired(), existing=(owned,)) == ()
+
+
 def test_host_managed_node_without_an_nvlink_clique_publishes_no_channel() -> None:
     lonely = dataclasses.replace(f.NODE, clique_id="")
     assert slices.plan_slice_devices(f.HOST, node=lonely) == ()

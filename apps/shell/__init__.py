@@ -1,0 +1,6 @@
+"""The process shell all five binaries share: typed flags with env fallbacks, one logging setup.
+
+Kept apart from the binaries so that none of them hand-writes flag parsing or logging again:
+`flags` turns a list of options into a frozen settings value or one `error: ...` line and exit
+code 2; `logs` installs the one handler with the documented verbosity scale.
+"""
