@@ -27,7 +27,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, TypeVar
 
 import grpc
@@ -41,6 +41,7 @@ if str(HERE) not in sys.path:
     sys.path.insert(0, str(HERE))
 
 import stand_in_runtime  # noqa: E402
+from realkube_server import wait_for  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
@@ -68,18 +69,6 @@ while True:
 """
 
 T = TypeVar("T")
-
-
-def wait_until(probe: Callable[[], T | None], *, what: str, timeout_s: float = 30.0) -> T:
-    """Poll `probe` until it returns something other than None/False."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = probe()
-        if value is not None and value is not False:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout_s:.0f}s waiting for {what}")
-        time.sleep(0.05)
 
 
 def alive(pid: int) -> bool:
@@ -259,7 +248,7 @@ def rt(cri: tuple[Any, Any]) -> Iterator[Runtime]:
         return runtime.socket.exists()
 
     try:
-        wait_until(listening, what="the runtime's socket")
+        wait_for(listening, what="the runtime's socket")
         yield runtime
     finally:
         channel.close()
@@ -378,7 +367,7 @@ def test_recipe_container_runs_as_a_process(rt: Runtime) -> None:
     def written() -> str | None:
         return out.read_text() if out.exists() else None
 
-    dumped = json.loads(wait_until(written, what="the container's env.json"))
+    dumped = json.loads(wait_for(written, what="the container's env.json"))
     env = dumped["env"]
     record = rt.record("app")
     state_dir = record["state_dir"]
@@ -418,7 +407,7 @@ def test_recipe_container_runs_as_a_process(rt: Runtime) -> None:
                  for m in map(CRI_LOG_LINE.match, text.splitlines()) if m]
         return lines if len(lines) == 2 else None
 
-    assert sorted(wait_until(logged, what="two CRI log lines")) == [
+    assert sorted(wait_for(logged, what="two CRI log lines")) == [
         ("stderr", "to stderr"), ("stdout", "env written")]
 
     # ExecSync: the container's env and working dir; exit code; timeout.
@@ -489,7 +478,7 @@ def test_sleeping_failing_and_unstartable_containers(rt: Runtime) -> None:
     failing = rt.create(sandbox, "failing", image=TOOLS_IMAGE,
                         command=["/usr/local/bin/exit-seven"])
     rt.runtime.StartContainer(pb2.StartContainerRequest(container_id=failing))
-    exited = wait_until(lambda: rt.exited(failing), what="exit-seven to exit")
+    exited = wait_for(lambda: rt.exited(failing), what="exit-seven to exit")
     assert (exited.exit_code, exited.reason) == (7, "Error")
     assert exited.finished_at >= exited.started_at > 0
     assert "stderr F bye" in pathlib.Path(exited.log_path).read_text()
@@ -539,12 +528,12 @@ def test_sigterm_takes_the_children_down(rt: Runtime) -> None:
         texts = [f.read_text().strip() if f.exists() else "" for f in files]
         return (int(texts[0]), int(texts[1])) if all(texts) else None
 
-    child, grandchild = wait_until(pids, what="the spawner's pid files")
+    child, grandchild = wait_for(pids, what="the spawner's pid files")
     assert alive(child) and alive(grandchild)
 
     rt.process.send_signal(signal.SIGTERM)
     assert rt.process.wait(timeout=30) == 0, rt.log
-    wait_until(lambda: not alive(child) and not alive(grandchild),
+    wait_for(lambda: not alive(child) and not alive(grandchild),
                what="the container's processes to die", timeout_s=10)
     assert not rt.socket.exists()
     assert "signal SIGTERM received" in rt.log
