@@ -207,20 +207,6 @@ def is_immutable_field_error(exc: errors.ClusterError) -> bool:
     )
 
 
-def merge_patch(target: Any, patch: Any) -> Any:
-    """RFC 7386 JSON merge patch of `patch` onto `target`, without changing either; key order
-    of `target` is kept (new keys go last), as the API server's own merge keeps it."""
-    if not isinstance(patch, Mapping):
-        return copy.deepcopy(patch)
-    merged: dict[str, Any] = dict(target) if isinstance(target, Mapping) else {}
-    for key, value in patch.items():
-        if value is None:
-            merged.pop(key, None)
-        else:
-            merged[key] = merge_patch(merged.get(key), value)
-    return merged
-
-
 def delete_request(kind: kinds.ResourceKind, *, namespace: str, name: str) -> Request:
     """Delete with background propagation so a DaemonSet's pods go with it."""
     _require_namespace(kind, namespace, name)

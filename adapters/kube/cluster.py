@@ -18,7 +18,7 @@ from typing import Any
 from kubernetes import client, config
 
 from adapters.kube import _api, _codec
-from core import errors, kinds, models, ports
+from core import errors, kinds, mergepatch, models, ports
 
 log = logging.getLogger(__name__)
 
@@ -185,7 +185,7 @@ class KubeCluster:
                 f"{kind} {namespace}/{name}: the object changed since it was read "
                 f"(resourceVersion {resource_version} is now {current_version}); re-read and retry"
             )
-        updated = _codec.merge_patch(current, {k: v for k, v in patch.items() if k != "status"})
+        updated = mergepatch.merge_patch(current, {k: v for k, v in patch.items() if k != "status"})
         updated["metadata"]["resourceVersion"] = current_version
         return self._api.request_json(_codec.replace_request(kinds.by_kind(kind), updated))
 

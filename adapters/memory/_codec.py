@@ -1,4 +1,4 @@
-"""Pure JSON-object rules of the embedded cluster: copies, merge patches, label selectors.
+"""Pure JSON-object rules of the embedded cluster: label selectors, timestamps.
 
 Kept apart from `cluster.py` (which holds the lock, the clock and the event history) so the
 API-server semantics it reproduces can be tested on plain values.
@@ -7,38 +7,10 @@ API-server semantics it reproduces can be tested on plain values.
 from __future__ import annotations
 
 import datetime
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
-
-def copy_json(value: Any) -> Any:
-    """A deep copy of a JSON-shaped value as plain dicts and lists.
-
-    Mappings become dicts and sequences (other than strings/bytes) become lists, so a caller's
-    tuples or frozen mappings can be stored and later mutated only through the cluster.
-    """
-    if isinstance(value, Mapping):
-        return {str(k): copy_json(v) for k, v in value.items()}
-    if isinstance(value, Sequence) and not isinstance(value, str | bytes | bytearray):
-        return [copy_json(v) for v in value]
-    return value
-
-
-def merge_patch(target: Any, patch: Any) -> Any:
-    """Apply a JSON merge patch (RFC 7386) and return the result; inputs are not modified.
-
-    A `None` (JSON null) member removes the key; objects merge recursively; lists and scalars
-    replace whatever was there.
-    """
-    if not isinstance(patch, Mapping):
-        return copy_json(patch)
-    result: dict[str, Any] = copy_json(target) if isinstance(target, Mapping) else {}
-    for key, value in patch.items():
-        if value is None:
-            result.pop(key, None)
-        else:
-            result[key] = merge_patch(result.get(key), value)
-    return result
+from core import mergepatch
 
 
 def matches_labels(
@@ -68,7 +40,7 @@ def owner_uids(obj: Mapping[str, Any]) -> frozenset[str]:
 
 def without_volatile_metadata(obj: Mapping[str, Any]) -> dict[str, Any]:
     """The object minus `metadata.resourceVersion`: what decides whether a write changed it."""
-    copy: dict[str, Any] = copy_json(obj)
+    copy: dict[str, Any] = mergepatch.copy_json(obj)
     copy.get("metadata", {}).pop("resourceVersion", None)
     return copy
 

@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from adapters.memory import _codec
-from core import errors, kinds, models, ports
+from core import errors, kinds, mergepatch, models, ports
 
 log = logging.getLogger(__name__)
 
@@ -144,7 +144,7 @@ class InMemoryCluster:
             stored = self._lookup(key)
             if stored is None:
                 raise self._not_found(key)
-            result: dict[str, Any] = _codec.copy_json(stored)
+            result: dict[str, Any] = mergepatch.copy_json(stored)
             return result
 
     def list(
@@ -152,7 +152,7 @@ class InMemoryCluster:
     ) -> ports.ListResult:
         with self._lock:
             items = tuple(
-                _codec.copy_json(obj)
+                mergepatch.copy_json(obj)
                 for key, obj in sorted(self._objects[kind].items())
                 if self._in_scope(key, kind, namespace)
                 and _codec.matches_labels(obj.get("metadata", {}).get("labels"), label_selector)
@@ -177,7 +177,7 @@ class InMemoryCluster:
             if resource_version in ("", "0"):
                 cursor = self._resource_version
                 initial = tuple(
-                    ports.WatchEvent(type=ports.WatchEventType.ADDED, obj=_codec.copy_json(obj))
+                    ports.WatchEvent(type=ports.WatchEventType.ADDED, obj=mergepatch.copy_json(obj))
                     for key, obj in sorted(self._objects[kind].items())
                     if self._in_scope(key, kind, namespace)
                     and _codec.matches_labels(_labels(obj), label_selector)
@@ -190,7 +190,7 @@ class InMemoryCluster:
     def create(self, kind: str, obj: Mapping[str, Any]) -> Mapping[str, Any]:
         with self._lock:
             stored = self._create_locked(kind, obj)
-            result: dict[str, Any] = _codec.copy_json(stored)
+            result: dict[str, Any] = mergepatch.copy_json(stored)
             return result
 
     def patch(
@@ -224,7 +224,7 @@ class InMemoryCluster:
                     f" {current_meta['resourceVersion']}, expected {expected}); read it again and"
                     " retry"
                 )
-            merged = _codec.merge_patch(current, patch)
+            merged = mergepatch.merge_patch(current, patch)
             updated = self._apply_subresource(key, current, merged, subresource)
             meta = updated.setdefault("metadata", {})
             for field in (
@@ -248,13 +248,13 @@ class InMemoryCluster:
             if not meta.get("finalizers"):
                 meta.pop("finalizers", None)
             if updated == current:
-                unchanged: dict[str, Any] = _codec.copy_json(current)
+                unchanged: dict[str, Any] = mergepatch.copy_json(current)
                 return unchanged
             if deleting and not meta.get("finalizers"):
                 removed = self._remove_locked(key, last_state=updated)
-                return _codec.copy_json(removed)  # type: ignore[no-any-return]
+                return mergepatch.copy_json(removed)  # type: ignore[no-any-return]
             stored = self._store_locked(key, updated, ports.WatchEventType.MODIFIED)
-            result: dict[str, Any] = _codec.copy_json(stored)
+            result: dict[str, Any] = mergepatch.copy_json(stored)
             return result
 
     def delete(self, kind: str, *, namespace: str, name: str) -> None:
@@ -278,7 +278,7 @@ class InMemoryCluster:
             existing_key = self._event_names.get(identity)
             existing = self._lookup(existing_key) if existing_key else None
             if existing_key is not None and existing is not None:
-                bumped = _codec.merge_patch(
+                bumped = mergepatch.merge_patch(
                     existing, {"count": int(existing.get("count", 1)) + 1, "lastTimestamp": now}
                 )
                 self._store_locked(existing_key, bumped, ports.WatchEventType.MODIFIED)
@@ -378,7 +378,7 @@ class InMemoryCluster:
                     if newer:
                         cursor = newer[-1].resource_version
                         batch = [
-                            ports.WatchEvent(type=seen, obj=_codec.copy_json(rec.obj))
+                            ports.WatchEvent(type=seen, obj=mergepatch.copy_json(rec.obj))
                             for rec in newer
                             if self._in_scope((rec.kind, rec.namespace, ""), kind, namespace)
                             and (seen := _as_selected(rec, selector)) is not None
@@ -402,7 +402,7 @@ class InMemoryCluster:
         return newer
 
     def _create_locked(self, kind: str, obj: Mapping[str, Any]) -> Mapping[str, Any]:
-        new: dict[str, Any] = _codec.copy_json(obj)
+        new: dict[str, Any] = mergepatch.copy_json(obj)
         meta = new.setdefault("metadata", {})
         if meta.get("resourceVersion"):
             raise errors.ClusterError(
@@ -456,7 +456,7 @@ class InMemoryCluster:
         if subresource == "status":
             if kind not in STATUS_SUBRESOURCE_KINDS:
                 raise errors.NotFoundError(f"{kind} has no status subresource; patch the object")
-            updated: dict[str, Any] = _codec.copy_json(current)
+            updated: dict[str, Any] = mergepatch.copy_json(current)
             if "status" in merged:
                 updated["status"] = merged["status"]
             else:
@@ -466,7 +466,7 @@ class InMemoryCluster:
             raise errors.NotFoundError(f"{kind} has no {subresource!r} subresource")
         if kind in STATUS_SUBRESOURCE_KINDS:
             if "status" in current:
-                merged["status"] = _codec.copy_json(current["status"])
+                merged["status"] = mergepatch.copy_json(current["status"])
             else:
                 merged.pop("status", None)
         return merged
@@ -513,7 +513,7 @@ class InMemoryCluster:
         if meta.get("finalizers"):
             if "deletionTimestamp" in meta:
                 return
-            marked: dict[str, Any] = _codec.copy_json(current)
+            marked: dict[str, Any] = mergepatch.copy_json(current)
             marked["metadata"]["deletionTimestamp"] = _codec.format_timestamp(self._clock())
             marked["metadata"]["deletionGracePeriodSeconds"] = 0
             marked["metadata"]["generation"] = int(meta.get("generation", 0)) + 1
@@ -522,7 +522,7 @@ class InMemoryCluster:
         self._remove_locked(key, last_state=current)
 
     def _remove_locked(self, key: _Key, *, last_state: Mapping[str, Any]) -> Mapping[str, Any]:
-        final: dict[str, Any] = _codec.copy_json(last_state)
+        final: dict[str, Any] = mergepatch.copy_json(last_state)
         self._resource_version += 1
         final["metadata"]["resourceVersion"] = str(self._resource_version)
         del self._objects[key[0]][key]

@@ -21,7 +21,7 @@ from typing import Any
 import yaml
 
 from apps.shell import flags, logs
-from core import decoding, errors, kinds, models
+from core import decoding, errors, kinds, mergepatch, models
 from core.computedomain import channels, controlling, modes
 
 # A manifest has no uid before the API server assigns one; this shows where it goes.
@@ -236,11 +236,11 @@ def _apply(
         created.append(copy.deepcopy(obj))
     elif isinstance(action, models.PatchObject):
         if action.kind == kinds.COMPUTE_DOMAIN.kind:
-            return dict(_merge_patch(cd_doc, action.patch))
+            return dict(mergepatch.merge_patch(cd_doc, action.patch))
         for i, obj in enumerate(store.get(action.kind, [])):
             meta = obj.get("metadata", {})
             if (meta.get("namespace", ""), meta.get("name")) == (action.namespace, action.name):
-                store[action.kind][i] = dict(_merge_patch(obj, action.patch))
+                store[action.kind][i] = dict(mergepatch.merge_patch(obj, action.patch))
     elif isinstance(action, models.DeleteObject):
         store[action.kind] = [
             o for o in store.get(action.kind, [])
@@ -250,16 +250,3 @@ def _apply(
     elif action not in events:
         events.append(action)
     return cd_doc
-
-
-def _merge_patch(target: Any, patch: Any) -> Any:
-    """RFC 7386 JSON merge patch, as the API server applies the controller's patches."""
-    if not isinstance(patch, Mapping):
-        return copy.deepcopy(patch)
-    out = dict(target) if isinstance(target, Mapping) else {}
-    for key, value in patch.items():
-        if value is None:
-            out.pop(key, None)
-        else:
-            out[key] = _merge_patch(out.get(key), value)
-    return out

@@ -290,14 +290,6 @@ def test_requests_without_a_body_encode_to_nothing() -> None:
     assert _codec.get_request(kinds.POD, namespace="ns", name="p").encoded_body() is None
 
 
-def test_merge_patch_keeps_key_order_removes_nulls_and_replaces_lists() -> None:
-    target = {"b": 1, "a": {"x": 1, "y": [1, 2]}, "c": 3}
-    merged = _codec.merge_patch(target, {"a": {"y": [3], "x": None, "w": 0}, "c": None})
-    assert merged == {"b": 1, "a": {"y": [3], "w": 0}}
-    assert list(merged) == ["b", "a"] and list(merged["a"]) == ["y", "w"]
-    assert target == {"b": 1, "a": {"x": 1, "y": [1, 2]}, "c": 3}
-
-
 def test_only_a_422_field_is_immutable_counts_as_an_immutable_field_error() -> None:
     request = _codec.patch_request(kinds.RESOURCE_CLAIM_TEMPLATE, namespace="ns", name="r",
                                    patch={})
