@@ -158,8 +158,18 @@ def config_for_request(
 # ---------------------------------------------------------------- object metadata
 
 
-def object_meta_from_k8s(obj: Mapping[str, Any]) -> models.ObjectMeta:
-    """`metadata` of any Kubernetes object; name is required, everything else optional."""
+def object_meta_from_k8s(obj: Mapping[str, Any], *, strict: bool = True) -> models.ObjectMeta:
+    """`metadata` of any Kubernetes object.
+
+    strict=True (objects the driver acts on: ComputeDomains, cliques, claims): name is
+    required and a mistyped field is a DecodeError naming it, like every decoder here.
+    strict=False (objects the controller only observes, such as the RCTs, DaemonSets and
+    Nodes it lists, and `preflight`'s look at existing ComputeDomains): never raises; a
+    missing or mistyped field reads as empty (a mistyped list or map keeps only its string
+    entries), so one malformed object someone else wrote cannot stop a reconcile or a check.
+    """
+    if not strict:
+        return _tolerant_object_meta(obj)
     root = _root(obj)
     meta = _required_mapping(root, "metadata", "")
     deletion = meta.get("deletionTimestamp")
@@ -179,6 +189,36 @@ def object_meta_from_k8s(obj: Mapping[str, Any]) -> models.ObjectMeta:
         labels=_str_map(meta, "labels", "metadata"),
         annotations=_str_map(meta, "annotations", "metadata"),
     )
+
+
+def _tolerant_object_meta(obj: object) -> models.ObjectMeta:
+    raw = obj.get("metadata") if isinstance(obj, Mapping) else None
+    meta: Mapping[Any, Any] = raw if isinstance(raw, Mapping) else {}
+    finalizers = meta.get("finalizers")
+    deletion = meta.get("deletionTimestamp")
+    return models.ObjectMeta(
+        name=_str_or_empty(meta.get("name")),
+        namespace=_str_or_empty(meta.get("namespace")),
+        uid=_str_or_empty(meta.get("uid")),
+        resource_version=_str_or_empty(meta.get("resourceVersion")),
+        # NB: an empty timestamp counts as absent here, where strict mode keeps it.
+        deletion_timestamp=str(deletion) if deletion else None,
+        finalizers=tuple(f for f in finalizers if isinstance(f, str))
+        if isinstance(finalizers, list)
+        else (),
+        labels=_str_entries(meta.get("labels")),
+        annotations=_str_entries(meta.get("annotations")),
+    )
+
+
+def _str_or_empty(value: object) -> str:
+    return value if isinstance(value, str) else ""
+
+
+def _str_entries(value: object) -> dict[str, str]:
+    if not isinstance(value, Mapping):
+        return {}
+    return {k: v for k, v in value.items() if isinstance(k, str) and isinstance(v, str)}
 
 
 # ---------------------------------------------------------------- ComputeDomain

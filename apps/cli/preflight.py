@@ -10,7 +10,7 @@ from typing import Any
 from adapters.kube import cluster as kube_cluster
 from apps.shell import flags, logs
 from core import decoding, errors, kinds, models, names, ports
-from core.computedomain import controlling, modes, modeswitch
+from core.computedomain import modes, modeswitch
 
 COMMAND = flags.command(
     "computedomain preflight",
@@ -119,7 +119,7 @@ def _published(obj: Mapping[str, Any]) -> modeswitch.PublishedSlice:
 def _metadata_only(obj: Mapping[str, Any]) -> models.ComputeDomain:
     """A ComputeDomain carrying `obj`'s metadata and an empty spec (never read here)."""
     return models.ComputeDomain(
-        meta=controlling.meta_from_k8s(obj),
+        meta=decoding.object_meta_from_k8s(obj, strict=False),
         spec=models.ComputeDomainSpec(
             channel=models.ChannelSpec(resource_claim_template_name="")
         ),

@@ -233,7 +233,7 @@ def observe(
     daemon_rct = index.by_key.get((rct_kind, config.namespace, daemon_name))
     ds = index.by_key.get((kinds.DAEMON_SET.kind, config.namespace, daemon_name))
     nodes = sorted(
-        (meta_from_k8s(n) for n in index.nodes_by_cd.get(cd.uid, ())), key=lambda m: m.name
+        (_observed_meta(n) for n in index.nodes_by_cd.get(cd.uid, ())), key=lambda m: m.name
     )
     cliques = sorted(
         _decodable_cliques(index.cliques_by_cd.get((config.namespace, cd.uid), ())),
@@ -241,9 +241,9 @@ def observe(
     )
     pods = index.daemon_pod_nodes_by_cd
     return Observed(
-        workload_rct=meta_from_k8s(workload) if workload is not None else None,
-        daemon_rct=meta_from_k8s(daemon_rct) if daemon_rct is not None else None,
-        daemonset=meta_from_k8s(ds) if ds is not None else None,
+        workload_rct=_observed_meta(workload) if workload is not None else None,
+        daemon_rct=_observed_meta(daemon_rct) if daemon_rct is not None else None,
+        daemonset=_observed_meta(ds) if ds is not None else None,
         labelled_nodes=tuple(nodes),
         cliques=tuple(cliques),
         conditions=conditions,
@@ -253,25 +253,6 @@ def observe(
         daemon_pod_nodes=(
             pods.get((config.namespace, cd.uid), frozenset()) if pods is not None else None
         ),
-    )
-
-
-def meta_from_k8s(obj: Mapping[str, Any]) -> models.ObjectMeta:
-    """`metadata` of any object, tolerantly (missing or mistyped fields become empty)."""
-    meta = _raw_meta(obj)
-    finalizers = meta.get("finalizers")
-    deletion = meta.get("deletionTimestamp")
-    return models.ObjectMeta(
-        name=_str(meta.get("name")),
-        namespace=_str(meta.get("namespace")),
-        uid=_str(meta.get("uid")),
-        resource_version=_str(meta.get("resourceVersion")),
-        deletion_timestamp=str(deletion) if deletion else None,
-        finalizers=tuple(f for f in finalizers if isinstance(f, str))
-        if isinstance(finalizers, list)
-        else (),
-        labels=_str_map(meta.get("labels")),
-        annotations=_str_map(meta.get("annotations")),
     )
 
 
@@ -309,7 +290,7 @@ def plan_stale_node_labels(
     if config.host_managed:
         return ()
     actions: list[models.ClusterAction] = []
-    for meta in sorted((meta_from_k8s(n) for n in nodes), key=lambda m: m.name):
+    for meta in sorted((_observed_meta(n) for n in nodes), key=lambda m: m.name):
         value = meta.labels.get(names.COMPUTE_DOMAIN_LABEL)
         if value and value not in live_cd_uids:
             actions.append(_unlabel_node(meta))
@@ -928,6 +909,12 @@ def _decodable_cliques(raw: Iterable[Mapping[str, Any]]) -> Iterator[models.Comp
             continue
 
 
+def _observed_meta(obj: Mapping[str, Any]) -> models.ObjectMeta:
+    # NB: tolerant, as these objects are only observed: a malformed one someone else wrote
+    # must not stop the reconcile of the CD it sits next to.
+    return decoding.object_meta_from_k8s(obj, strict=False)
+
+
 def _raw_meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
     meta = obj.get("metadata")
     return meta if isinstance(meta, Mapping) else {}
@@ -935,9 +922,3 @@ def _raw_meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
 
 def _str(value: Any) -> str:
     return value if isinstance(value, str) else ""
-
-
-def _str_map(value: Any) -> dict[str, str]:
-    if not isinstance(value, Mapping):
-        return {}
-    return {k: v for k, v in value.items() if isinstance(k, str) and isinstance(v, str)}

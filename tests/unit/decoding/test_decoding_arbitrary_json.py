@@ -170,3 +170,9 @@ def test_extra_fields_never_break_lenient_decoding(extra: dict[Any, Any]) -> Non
     assert decoding.decode_opaque_config(params, strict=False) == models.ChannelConfig(
         domain_id="uid", allocation_mode="Single"
     )
+
+
+@settings(max_examples=200)
+@given(value=json_values)
+def test_tolerant_object_meta_never_raises_on_arbitrary_json(value: Any) -> None:
+    assert isinstance(decoding.object_meta_from_k8s(value, strict=False), models.ObjectMeta)

@@ -153,6 +153,42 @@ def test_object_meta_from_k8s_reads_any_object() -> None:
     assert meta == models.ObjectMeta(name="x")
 
 
+def test_tolerant_object_meta_reads_what_strict_reads_from_a_well_formed_object() -> None:
+    obj = cd_json()
+    obj["metadata"]["deletionTimestamp"] = "2025-01-01T00:00:00Z"
+
+    assert decoding.object_meta_from_k8s(obj, strict=False) == decoding.object_meta_from_k8s(obj)
+
+
+def test_tolerant_object_meta_reads_missing_or_mistyped_fields_as_empty() -> None:
+    obj = {
+        "metadata": {
+            "namespace": 7,
+            "uid": None,
+            "finalizers": ["kept", 3],
+            "labels": {"a": "1", "b": 2},
+            "annotations": ["not", "a", "map"],
+            "deletionTimestamp": "",
+        }
+    }
+
+    assert decoding.object_meta_from_k8s(obj, strict=False) == models.ObjectMeta(
+        name="", finalizers=("kept",), labels={"a": "1"}
+    )
+
+
+def test_tolerant_object_meta_of_an_object_without_metadata_is_empty() -> None:
+    assert decoding.object_meta_from_k8s({"metadata": "junk"}, strict=False) == (
+        models.ObjectMeta(name="")
+    )
+
+
+def test_strict_object_meta_rejects_what_tolerant_reads_as_empty() -> None:
+    with pytest.raises(errors.DecodeError) as caught:
+        decoding.object_meta_from_k8s({"metadata": {"name": "x", "finalizers": ["f", 3]}})
+    assert caught.value.field == "metadata.finalizers[1]"
+
+
 def test_decoding_does_not_mutate_input() -> None:
     obj = cd_json()
     before = copy.deepcopy(obj)
