@@ -19,7 +19,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
 from core import decoding, errors, models, names
-from core.computedomain import modes as cd_modes
+from core.computedomain import allocation_mode
 from core.gpu import configs as gpu_configs
 
 ADMISSION_API_VERSION: Final = "admission.k8s.io/v1"
@@ -38,8 +38,6 @@ _CONFIG_PATHS: Final[Mapping[str, tuple[str, ...]]] = {
     "ResourceClaim": ("spec", "devices", "config"),
     "ResourceClaimTemplate": ("spec", "spec", "devices", "config"),
 }
-_SINGLE_MODES: Final = ("", models.AllocationMode.SINGLE.value)
-_KNOWN_MODES: Final = ("", models.AllocationMode.SINGLE.value, models.AllocationMode.ALL.value)
 
 
 def review(request: Mapping[str, Any], *, config: models.DriverConfig) -> dict[str, Any]:
@@ -174,19 +172,8 @@ def check_config_entry(entry: object, *, path: str, config: models.DriverConfig)
                 f"runs no daemons); remove this config and its {names.DAEMON_REQUEST_NAME} request"
             )
         return ""
-    mode = decoded.allocation_mode
-    if config.host_managed and mode not in _SINGLE_MODES:
-        return (
-            f"{params_path}.allocationMode: '{mode}' is not supported in host-managed IMEX "
-            f"mode: host-managed IMEX gives {cd_modes.host_managed_channel_grant(config)}; use "
-            f"allocationMode {models.AllocationMode.SINGLE.value} (or leave it out)"
-        )
-    if mode not in _KNOWN_MODES:
-        return (
-            f"{params_path}.allocationMode: '{mode}' is not valid: use "
-            f"{models.AllocationMode.SINGLE.value} or {models.AllocationMode.ALL.value}"
-        )
-    return ""
+    refusal = allocation_mode.refusal(decoded.allocation_mode, config=config)
+    return f"{params_path}.allocationMode: {refusal}" if refusal else ""
 
 
 def _config_entries(obj: Mapping[Any, Any], path: Sequence[str]) -> list[Any] | str:

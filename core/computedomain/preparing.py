@@ -14,10 +14,7 @@ from collections.abc import Mapping, Sequence
 from core import cdi, decoding, errors, models, names
 from core import checkpoint as checkpoints
 from core.checkpoint import HOLDING_STATES
-from core.computedomain import channel_prepare, daemon_claim, modes, modeswitch
-
-_SINGLE_MODES = ("", models.AllocationMode.SINGLE.value)
-_DRIVER_MANAGED_MODES = (*_SINGLE_MODES, models.AllocationMode.ALL.value)
+from core.computedomain import allocation_mode, channel_prepare, daemon_claim, modeswitch
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -151,22 +148,10 @@ def _request(
             "runs no daemons; remove the daemon request (ComputeDomainDaemonConfig)"
         )
     if isinstance(cfg, models.ChannelConfig):
-        _check_allocation_mode(cfg.allocation_mode, config=config)
+        refusal = allocation_mode.refusal(cfg.allocation_mode, config=config)
+        if refusal:
+            raise errors.PermanentError(f"allocationMode {refusal}")
     return _Request(result=result, config=cfg)
-
-
-def _check_allocation_mode(mode: str, *, config: models.DriverConfig) -> None:
-    if config.host_managed and mode not in _SINGLE_MODES:
-        raise errors.PermanentError(
-            f"allocationMode {mode!r} is not supported in host-managed IMEX mode: host-managed "
-            f"IMEX gives {modes.host_managed_channel_grant(config)}; set allocationMode: Single "
-            "(or leave it out) in the claim's ComputeDomainChannelConfig, or use the "
-            "ResourceClaimTemplate the ComputeDomain generates (it always says Single)"
-        )
-    if mode not in _DRIVER_MANAGED_MODES:
-        raise errors.PermanentError(
-            f"unknown allocationMode {mode!r} in ComputeDomainChannelConfig: use Single or All"
-        )
 
 
 def _domain(
