@@ -17,16 +17,14 @@ import http.server
 import json
 import logging
 import os
-import signal
 import socket
 import ssl
 import sys
 import threading
 from collections.abc import Mapping, Sequence
-from types import FrameType
 from typing import Any, Final
 
-from apps.shell import flags, logs
+from apps.shell import flags, logs, signals
 from core import admission, errors, models
 from core.computedomain import modes
 
@@ -146,16 +144,9 @@ def run(args: argparse.Namespace, *, env: Mapping[str, str]) -> int:
             "no TLS_CERT_FILE/TLS_KEY_FILE: serving plain HTTP, for tests only; the API server "
             "calls admission webhooks over HTTPS",
         )
-    stop = threading.Event()
-
-    def on_signal(signum: int, _frame: FrameType | None) -> None:
-        log.info("event=shutdown signal=%s", signal.Signals(signum).name)
-        stop.set()
-
     # NB: handlers go in before "listening" is logged: whoever waits for that line may
     # signal us right away.
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
+    stop = signals.stop_on_signals(log)
     host, port = server.server_address[:2]
     log.info(
         "event=listening address=%s port=%d tls=%s path=%s",

@@ -5,11 +5,9 @@ from __future__ import annotations
 import http.server
 import logging
 import os
-import signal
 import sys
 import threading
 from collections.abc import Callable, Sequence
-from types import FrameType
 
 from adapters.kube import cluster as kube_cluster
 from adapters.kube import leader
@@ -17,7 +15,7 @@ from apps.controller import metrics as controller_metrics
 from apps.controller import reconciler as controller_reconciler
 from apps.controller import running
 from apps.controller import settings as controller_settings
-from apps.shell import logs
+from apps.shell import logs, signals
 from core import errors, ports
 from core.computedomain import modes
 
@@ -76,14 +74,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     settings = controller_settings.parse(argv, os.environ)
     logs.configure(settings.log_verbosity)
     # NB: handlers first, so a SIGTERM during start-up still shuts down cleanly.
-    stop = threading.Event()
-
-    def on_signal(signum: int, _frame: FrameType | None) -> None:
-        log.info("event=shutdown signal=%s", signal.Signals(signum).name)
-        stop.set()
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
+    stop = signals.stop_on_signals(log)
     try:
         resolved = modes.resolve_driver_config(
             mode=settings.imex_mode,

@@ -4,15 +4,12 @@ from __future__ import annotations
 
 import logging
 import os
-import signal
 import sys
-import threading
 from collections.abc import Sequence
-from types import FrameType
 
 from apps.daemon import check as daemon_check
 from apps.daemon import settings as daemon_settings
-from apps.shell import logs
+from apps.shell import logs, signals
 from core import errors
 
 log = logging.getLogger("compute-domain-daemon")
@@ -24,14 +21,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         # NB: no logging setup: the kubelet records the probe's stdout on failure.
         return daemon_check.run_check(settings)
     logs.configure(settings.log_verbosity)
-    stop = threading.Event()
-
-    def on_signal(signum: int, _frame: FrameType | None) -> None:
-        log.info("event=shutdown signal=%s", signal.Signals(signum).name)
-        stop.set()
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
+    stop = signals.stop_on_signals(log)
     # NB: imported here, not at the top: `check` runs as the pod's readiness probe every few
     # seconds and must not pay for loading the Kubernetes client it never uses.
     from apps.daemon import wiring as daemon_wiring

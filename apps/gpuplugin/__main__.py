@@ -14,7 +14,7 @@ from adapters.nvsmi import timeslice
 from apps.gpuplugin import settings as gpu_settings
 from apps.gpuplugin import wiring
 from apps.pluginkit import process
-from apps.shell import logs
+from apps.shell import logs, signals
 from core import errors, gates, models, ports
 from core.gpu import devices
 
@@ -51,7 +51,7 @@ def _vfio_nodes(vfio: fs_vfio.SysfsVfio) -> dict[str, tuple[devices.DeviceNode, 
 def main(argv: Sequence[str] | None = None) -> int:
     settings = gpu_settings.parse(argv, os.environ)
     logs.configure(settings.log_verbosity)
-    stop = process.stop_on_signals(log)
+    stop = signals.stop_on_signals(log)
     return process.run(
         lambda cluster: _start(settings, cluster=cluster, resolved_gates=_gates(settings)),
         kubeconfig=settings.kubeconfig, metrics_port=settings.metrics_port, stop=stop, log=log,

@@ -12,7 +12,7 @@ from adapters.nvml import inventory as nvml_inventory
 from apps.kubeletplugin import settings as plugin_settings
 from apps.kubeletplugin import wiring
 from apps.pluginkit import process, serving
-from apps.shell import logs
+from apps.shell import logs, signals
 from core import gates, ports
 from core.computedomain import cliques, modes
 
@@ -22,7 +22,7 @@ log = logging.getLogger("compute-domain-kubelet-plugin")
 def main(argv: Sequence[str] | None = None) -> int:
     settings = plugin_settings.parse(argv, os.environ)
     logs.configure(settings.log_verbosity)
-    stop = process.stop_on_signals(log)
+    stop = signals.stop_on_signals(log)
     return process.run(
         lambda cluster: _start(settings, cluster),
         kubeconfig=settings.kubeconfig, metrics_port=settings.metrics_port, stop=stop, log=log,

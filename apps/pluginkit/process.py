@@ -1,4 +1,4 @@
-"""A plugin process's life: stop signals, the deferred API client, serve until stopped.
+"""A plugin process's life: the deferred API client, serve until stopped.
 
 Both plugins' `__main__` run the same sequence around their own start-up: the kubelet needs
 the sockets first, so the API client loads beside recovery and serving.
@@ -7,30 +7,12 @@ the sockets first, so the API client loads beside recovery and serving.
 from __future__ import annotations
 
 import logging
-import signal
 import sys
 import threading
 from collections.abc import Callable
-from types import FrameType
 
 from apps.pluginkit import deferred_cluster, serving
 from core import errors, ports
-
-
-def stop_on_signals(log: logging.Logger) -> threading.Event:
-    """An event set by SIGTERM or SIGINT.
-
-    NB: install it first: the kubelet (or a test) may signal as soon as the plugin registers.
-    """
-    stop = threading.Event()
-
-    def on_signal(signum: int, _frame: FrameType | None) -> None:
-        log.info("event=shutdown signal=%s", signal.Signals(signum).name)
-        stop.set()
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
-    return stop
 
 
 def deferred_kube_cluster(kubeconfig: str | None) -> deferred_cluster.DeferredCluster:
