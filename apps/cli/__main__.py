@@ -56,7 +56,7 @@ def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None
             text = option.partition("=")[2] if "=" in option else (args.pop(0) if args else "")
             value = flags.WHOLE.parse(text)
             if not isinstance(value, int):
-                flags.fail(f"--log-verbosity must be a whole number of at least 0, got {text!r}")
+                flags.fail(f"--log-verbosity must be {flags.WHOLE.what}, got {text!r}")
             verbosity = value
         else:
             flags.fail(f"no such option {option!r} before the command (see --help)")

@@ -54,9 +54,7 @@ COMMAND = flags.command(
         flags.namespace(),
         flags.option("--daemon-image", env="DAEMON_IMAGE", default=chart_daemon_image(),
                      help="driverManaged: image of the IMEX daemon pods (the chart's default)"),
-        flags.option("--imex-channels-max", "--channels-max", env="IMEX_CHANNELS_MAX",
-                     type=flags.WHOLE, default="2048",
-                     help="channel isolation: channel IDs 1..max-1 are given to ComputeDomains"),
+        flags.imex_channels_max(),
     ],
 )
 

@@ -42,11 +42,7 @@ COMMAND = flags.command(
         flags.feature_gates(),
         flags.imex_mode(),
         flags.imex_isolation(),
-        flags.option(
-            "--imex-channels-max", "--channels-max", env="IMEX_CHANNELS_MAX",
-            type=flags.WHOLE, default="2048",
-            help="channel isolation: channel IDs 1..max-1 are given to ComputeDomains",
-        ),
+        flags.imex_channels_max(),
         flags.option(
             "--leader-elect", env="LEADER_ELECT", type=flags.BOOLEAN, default="false",
             help="take the Lease before reconciling (needed with more than one replica)",

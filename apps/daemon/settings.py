@@ -76,8 +76,7 @@ COMMAND = flags.command(
                      help="name of the ComputeDomain this daemon serves"),
         flags.option("--compute-domain-namespace", env="COMPUTE_DOMAIN_NAMESPACE",
                      default="default", help="namespace of the ComputeDomain this daemon serves"),
-        flags.option("--node-name", env="NODE_NAME", default="",
-                     help="the node this daemon runs on"),
+        flags.node_name(help="the node this daemon runs on"),
         flags.option("--pod-ip", env="POD_IP", default="",
                      help="this daemon's pod IP (what its IMEX peers connect to)"),
         flags.option("--pod-name", env="POD_NAME", default="",
@@ -110,8 +109,7 @@ COMMAND = flags.command(
         flags.option("--nvml", env="NVML", default="real",
                      help="where `check` learns the clique when CLIQUE_ID is unset: real | "
                      "simulated:<profile>"),
-        flags.option("--nvidia-driver-root", env="NVIDIA_DRIVER_ROOT", default="/",
-                     help="where the NVIDIA driver's files are (for NVML)"),
+        flags.nvidia_driver_root(help="where the NVIDIA driver's files are (for NVML)"),
         flags.verbosity(),
     ],
 )

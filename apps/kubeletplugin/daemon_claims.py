@@ -12,7 +12,8 @@ chart sets the env):
 - --host-driver-root (HOST_DRIVER_ROOT): the driver root as the host sees it (the chart's
   nvidiaDriverRoot; the plugin sees it at --nvidia-driver-root), for the daemon pods'
   `nvidia-imex` mounts.
-An `env` mapping handed in (tests) replaces the settings' values.
+They are read only through the plugin's settings (apps/shell/flags.py), never from the
+environment directly.
 """
 
 from __future__ import annotations
@@ -20,16 +21,14 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
-from collections.abc import Mapping
 
 from adapters.imex import capability, config_dirs, files
 from apps.kubeletplugin import settings as plugin_settings
 from core import errors, models, ports
 from core.computedomain import daemon_claim, imexconfig
 
+# The env var of --imex-daemon-config-template (what the chart sets), named in its error.
 TEMPLATE_ENV = "IMEX_DAEMON_CONFIG_TEMPLATE"
-CAPABILITY_ENV = "IMEX_MGMT_CAPABILITY_PATH"
-HOST_DRIVER_ROOT_ENV = "HOST_DRIVER_ROOT"
 
 log = logging.getLogger(__name__)
 
@@ -39,19 +38,19 @@ def with_daemon_facts(
     *,
     settings: plugin_settings.Settings,
     config: models.DriverConfig,
-    env: Mapping[str, str] | None = None,
 ) -> models.NodeFacts:
     """`node` plus the management device and the domains directory (driver-managed only)."""
     if config.host_managed:
         return node
-    given = (env.get(CAPABILITY_ENV) if env is not None
-             else settings.imex_mgmt_capability_path)
-    host_root = env.get(HOST_DRIVER_ROOT_ENV) if env is not None else settings.host_driver_root
     device = capability.read_mgmt_device(
-        capability_path=given or capability_path(settings.proc_devices),
+        capability_path=(
+            settings.imex_mgmt_capability_path or capability_path(settings.proc_devices)
+        ),
         proc_devices_text=files.read_text(settings.proc_devices) or "",
     )
-    binaries = find_imex_binaries(settings.nvidia_driver_root, host_driver_root=host_root or "/")
+    binaries = find_imex_binaries(
+        settings.nvidia_driver_root, host_driver_root=settings.host_driver_root or "/"
+    )
     if len(binaries) < len(daemon_claim.IMEX_BINARY_NAMES):
         log.warning(
             "event=imex_binaries_missing driver_root=%s found=%s hint=%r",
@@ -74,24 +73,22 @@ def cdi_store(
     *,
     node: models.NodeFacts,
     config: models.DriverConfig,
-    template_path: str | None = None,
-    env: Mapping[str, str] = os.environ,
+    template_path: str,
 ) -> ports.CDIStore:
     """The CDI store, creating/removing per-domain config dirs with daemon claims' specs.
 
-    `template_path` (the plugin's --imex-daemon-config-template) wins over `env`. Raises
-    ConfigError when the template names a file that cannot be read.
+    `template_path` is the plugin's --imex-daemon-config-template ("" = the built-in
+    template). Raises ConfigError when it names a file that cannot be read.
     """
     if config.host_managed or not node.daemon_config_root:
         return inner
-    path = template_path if template_path is not None else env.get(TEMPLATE_ENV, "")
     template = imexconfig.DEFAULT_IMEXD_TEMPLATE
-    if path:
-        text = files.read_text(path)
+    if template_path:
+        text = files.read_text(template_path)
         if text is None:
             raise errors.ConfigError(
-                f"{TEMPLATE_ENV}={path} does not exist: mount the chart's imexd.cfg template "
-                "there, or unset it to use the built-in template"
+                f"{TEMPLATE_ENV}={template_path} does not exist: mount the chart's imexd.cfg "
+                "template there, or unset it to use the built-in template"
             )
         template = text
     return config_dirs.DaemonConfigDirs(inner, root=node.daemon_config_root, template=template)

@@ -17,15 +17,10 @@ class NvmlSpec(flags.ValueType):
         return text if text == "real" or text.startswith("simulated:") else flags.INVALID
 
 
-def node_name() -> click.Option:
-    return flags.option("--node-name", env="NODE_NAME", default="",
-                        help="the node this plugin runs on (required)")
-
-
 def common(*, plugin_dir: str, registry_dir: str, health_port: str) -> list[click.Parameter]:
     """Options of both plugins, in the order `--help` lists them."""
     return [
-        node_name(),
+        flags.node_name(help="the node this plugin runs on (required)"),
         flags.namespace(),
         flags.feature_gates(),
         flags.option("--cdi-root", env="CDI_ROOT", default="/var/run/cdi",
@@ -36,8 +31,8 @@ def common(*, plugin_dir: str, registry_dir: str, health_port: str) -> list[clic
                      help="the kubelet's plugin registration directory"),
         flags.health_port(default=health_port),
         flags.metrics_port(),
-        flags.option("--nvidia-driver-root", env="NVIDIA_DRIVER_ROOT", default="/",
-                     help="where the NVIDIA driver's files are (a mount of the host's)"),
+        flags.nvidia_driver_root(
+            help="where the NVIDIA driver's files are (a mount of the host's)"),
         flags.option("--nvml", env="NVML", default="real", type=NvmlSpec(),
                      help="real NVML, or simulated:<profile> for tests and demos"),
         flags.kubeconfig(),

@@ -228,6 +228,20 @@ def imex_isolation() -> click.Option:
                   "or none (empty: domain under driverManaged, channel under hostManaged)")
 
 
+def node_name(*, help: str) -> click.Option:
+    return option("--node-name", env="NODE_NAME", default="", help=help)
+
+
+def nvidia_driver_root(*, help: str) -> click.Option:
+    return option("--nvidia-driver-root", env="NVIDIA_DRIVER_ROOT", default="/", help=help)
+
+
+def imex_channels_max() -> click.Option:
+    return option("--imex-channels-max", "--channels-max", env="IMEX_CHANNELS_MAX", type=WHOLE,
+                  default="2048",
+                  help="channel isolation: channel IDs 1..max-1 are given to ComputeDomains")
+
+
 def namespace(*, env: str | Sequence[str] = "NAMESPACE") -> click.Option:
     return option("--namespace", env=env, default="nvidia-dra-driver",
                   help="the driver's namespace (daemon objects, cliques, leases)")

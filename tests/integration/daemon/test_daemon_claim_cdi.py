@@ -143,7 +143,7 @@ def test_chart_template_replaces_the_built_in_one(tmp_path: pathlib.Path) -> Non
                                  gates=models.FeatureGates(values={}))
     store = daemon_claims.cdi_store(
         fs_cdi.CDIDirectory(str(tmp_path / "cdi")), node=node, config=config,
-        env={daemon_claims.TEMPLATE_ENV: str(template)},
+        template_path=str(template),
     )
     spec = {"devices": [{"name": "u-daemon", "containerEdits": {"mounts": [
         {"hostPath": str(tmp_path / "domains" / "cd1"), "containerPath": "/imexd"}]}}]}
@@ -161,7 +161,7 @@ def test_a_missing_chart_template_is_a_startup_error(tmp_path: pathlib.Path) -> 
     with pytest.raises(errors.ConfigError, match=r"IMEX_DAEMON_CONFIG_TEMPLATE=.*does not exist"):
         daemon_claims.cdi_store(
             fs_cdi.CDIDirectory(str(tmp_path / "cdi")), node=node, config=config,
-            env={daemon_claims.TEMPLATE_ENV: str(tmp_path / "nope")},
+            template_path=str(tmp_path / "nope"),
         )
 
 
@@ -177,7 +177,7 @@ def test_a_spec_mounting_a_dir_outside_the_domains_root_never_gets_it_deleted(
                                  isolation=models.Isolation.DOMAIN,
                                  gates=models.FeatureGates(values={}))
     store = daemon_claims.cdi_store(fs_cdi.CDIDirectory(str(tmp_path / "cdi")), node=node,
-                                    config=config, env={})
+                                    config=config, template_path="")
     spec = {"devices": [{"name": "u-daemon", "containerEdits": {"mounts": [
         {"hostPath": str(outside), "containerPath": "/imexd"}]}}]}
     store.write(names.ClaimUID("u"), spec)

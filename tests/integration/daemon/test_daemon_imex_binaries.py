@@ -51,7 +51,7 @@ def test_a_node_without_the_tools_says_so_once_in_the_log(
         mode="driverManaged", isolation="domain", feature_gates="", namespace="ns"
     ).config
     with caplog.at_level(logging.WARNING):
-        daemon_claims.with_daemon_facts(node, settings=settings, config=config, env={})
+        daemon_claims.with_daemon_facts(node, settings=settings, config=config)
     missing = [r for r in caplog.records if "imex_binaries_missing" in r.getMessage()]
     assert len(missing) == 1
     assert "install the nvidia-imex package" in missing[0].getMessage()
