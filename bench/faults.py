@@ -46,6 +46,7 @@ from adapters.memory import apiserver
 from adapters.memory import cluster as memory_cluster
 from adapters.nvml import simulated
 from core import errors, kinds, models, names
+from core.computedomain import checkpoint_records as cd_records
 
 PROFILE = "gb200-nvl72"
 NAMESPACE = "faults"
@@ -357,7 +358,8 @@ class Node:
 
     def entries(self) -> dict[str, models.ClaimState]:
         """Live checkpoint entries (tombstones left out); DecodeError if unreadable."""
-        decoded = fs_checkpoints.read_checkpoint(str(self.checkpoint_path))  # snapshot + journal
+        # snapshot + journal
+        decoded = fs_checkpoints.read_checkpoint(str(self.checkpoint_path), cd_records.CODEC)
         if decoded is None:
             return {}
         return {str(uid): e.state for uid, e in decoded.entries.items()

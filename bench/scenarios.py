@@ -20,6 +20,7 @@ from apps.controller import running as controller_running
 from bench import floor, stats
 from core import checkpoint as checkpoint_codec
 from core import decoding, errors, kinds, models, names
+from core.computedomain import checkpoint_records as cd_records
 from core.computedomain import controlling, modes
 
 NAMESPACE = "bench"
@@ -389,25 +390,27 @@ def checkpoint_store_options(
     def entry(i: int, stamp: float) -> models.CheckpointEntry:
         uid = names.ClaimUID(f"{i:08x}-0000-4000-8000-000000000000")
         return models.CheckpointEntry(
+            record=cd_records.ComputeDomainClaimRecord(
+                mode=models.IMEXMode.HOST_MANAGED, isolation=models.Isolation.NONE,
+                domain_id="cd", channel_ids=(0,),
+            ),
             claim_uid=uid, namespace=NAMESPACE, name=f"claim-{i}",
-            state=models.ClaimState.PREPARE_COMPLETED, mode=models.IMEXMode.HOST_MANAGED,
-            isolation=models.Isolation.NONE, domain_id="cd", channel_ids=(0,),
-            devices=(models.PreparedDevice(
+            state=models.ClaimState.PREPARE_COMPLETED, devices=(models.PreparedDevice(
                 request_names=("channel",), pool_name="node", device_name="channel-0",
                 cdi_device_ids=(f"k8s.compute-domain.nvidia.com/claim={uid}-channel-0",)),),
             updated_at=stamp,
         )
 
     def entry_json(e: models.CheckpointEntry) -> bytes:
-        one = models.Checkpoint(boot_id="b", mode=e.mode, isolation=e.isolation,
-                                entries={e.claim_uid: e})
+        one = models.Checkpoint(codec=cd_records.CODEC, boot_id="b", entries={e.claim_uid: e})
         return json.dumps(json.loads(checkpoint_codec.encode(one))["entries"][0]).encode()
 
     out: dict[str, Any] = {}
     for size in sizes:
-        base = checkpoint_codec.indexed(models.Checkpoint(
-            boot_id="b", mode=models.IMEXMode.HOST_MANAGED, isolation=models.Isolation.NONE,
-            entries={e.claim_uid: e for e in (entry(i, 1.0) for i in range(size))}))
+        held = {e.claim_uid: e for e in (entry(i, 1.0) for i in range(size))}
+        base = checkpoint_codec.indexed(
+            models.Checkpoint(codec=cd_records.CODEC, boot_id="b", entries=held)
+        )
         level: dict[str, Any] = {}
         root = os.path.join(workdir, f"n{size}")
         for design in ("whole_file_json", "file_per_claim", "journal", "sqlite_wal_full"):

@@ -1,12 +1,22 @@
 """The plugin checkpoint: its on-disk codec and the transitions that do not come from a claim.
 
-Format (DESIGN §5), version 1: one JSON object written in canonical form (sorted keys, compact
-separators, ASCII only, one trailing newline) holding `version`, `checksum`, `bootID`, `mode`,
-`isolation` and `entries` (a list sorted by claim uid). `checksum` is the SHA-256 (hex) of the
+Shared by both halves: nothing here knows a ComputeDomain or a GPU. Each entry holds the
+shared fields and the half's own record, written and read by the half's `RecordCodec`
+(`computedomain.checkpoint_records`, `gpu.checkpoint_records`).
+
+Format (DESIGN §5), version 2: one JSON object written in canonical form (sorted keys, compact
+separators, ASCII only, one trailing newline) holding `version`, `checksum`, `bootID` and
+`entries` (a list sorted by claim uid; each `uid`, `namespace`, `name`, `state`, `devices`,
+`updatedAt` and the record under the codec's key). `checksum` is the SHA-256 (hex) of the
 canonical JSON of the object without `checksum`. A reader accepts only the canonical bytes of
 what it parsed, so every change to a valid file, even one that leaves the parsed values equal
 (`1e5` vs `1E5`), is detected. Fields a reader does not know are kept in `extra` and written
 back (downgrade safety); they are not interpreted.
+
+Version 1 (written by releases before the records were typed) is read too: its header's
+`mode`/`isolation` are dropped (nothing decided on them) and each entry's record is read by
+the codec's `decode_legacy` from the entry's own fields. A checkpoint read from version 1 is
+rewritten as version 2 before anything is appended to its journal (`needs_rewrite`).
 """
 
 from __future__ import annotations
@@ -16,23 +26,26 @@ import enum
 import hashlib
 import json
 import re
-from collections.abc import Iterable, Iterator, Mapping
-from typing import Any, Final, TypeVar
+from collections.abc import Hashable, Iterable, Iterator, Mapping
+from typing import Any, Final, Generic, TypeVar
 
-from core import cdi, errors, models, names
+from core import errors, models, names
 
 # The states in which an entry holds its claim's devices (and CDI spec) on the node.
 HOLDING_STATES = (models.ClaimState.PREPARE_STARTED, models.ClaimState.PREPARE_COMPLETED)
 
-VERSION = 1
-_E = TypeVar("_E", models.IMEXMode, models.Isolation, models.ClaimState)
+VERSION: Final = 2
+# Versions this reader accepts (it writes only VERSION).
+READABLE_VERSIONS: Final = (1, 2)
 TOMBSTONE_TTL_S = 300.0
 
-_ENTRY_FIELDS = frozenset(
-    {"uid", "namespace", "name", "state", "mode", "isolation", "domainID", "channelIDs",
-     "devices", "updatedAt"}
-)
-_TOP_FIELDS = frozenset({"version", "checksum", "bootID", "mode", "isolation", "entries"})
+P = TypeVar("P")
+
+_ENTRY_FIELDS = frozenset({"uid", "namespace", "name", "state", "devices", "updatedAt"})
+_TOP_FIELDS = frozenset({"version", "checksum", "bootID", "entries"})
+# Members of a version-1 header that version 2 no longer has (the ComputeDomain half's mode,
+# which nothing read): dropped, not kept as unknown fields.
+_LEGACY_TOP_FIELDS = frozenset({"mode", "isolation"})
 
 
 class _ShapeError(Exception):
@@ -51,37 +64,42 @@ class _ShapeError(Exception):
 JOURNALED_FIELD: Final = "journaled"
 
 
-def _journal_mark(boot_id: str, entries: list[dict[str, Any]]) -> str:
+def _journal_mark(boot_id: str, entries: list[Any]) -> str:
     body = _canonical({"bootID": boot_id, "entries": entries})
     return hashlib.sha256(body.encode("ascii")).hexdigest()[:32]
 
 
-def expects_journal(cp: models.Checkpoint) -> bool:
-    """Whether the snapshot `cp` was decoded from says a journal follows it. O(entries)."""
-    mark = cp.extra.get(JOURNALED_FIELD)
-    if not isinstance(mark, str):
-        return False
-    entries = [_entry_to_json(cp.entries[uid]) for uid in sorted(cp.entries)]
-    return mark == _journal_mark(cp.boot_id, entries)
+def expects_journal(cp: models.Checkpoint[P]) -> bool:
+    """Whether the snapshot `cp` was decoded from says a journal follows it."""
+    return cp.journal_expected
 
 
-def encode(cp: models.Checkpoint, *, journaled: bool | None = None) -> bytes:
-    """Canonical bytes of `cp`, checksummed; `decode(encode(cp)) == cp`.
+def needs_rewrite(cp: models.Checkpoint[P]) -> bool:
+    """Whether `cp` was read from an older format version: write it as a new snapshot (and
+    start its journal anew) before appending, so one journal never mixes two formats."""
+    return cp.format_version != VERSION
+
+
+def empty(*, boot_id: str, codec: models.RecordCodec[P]) -> models.Checkpoint[P]:
+    """A fresh checkpoint of one half for this boot."""
+    return models.Checkpoint(boot_id=boot_id, codec=codec)
+
+
+def encode(cp: models.Checkpoint[P], *, journaled: bool | None = None) -> bytes:
+    """Canonical bytes of `cp`, checksummed; `decode(encode(cp), cp.codec) == cp`.
 
     `journaled` sets (True) or drops (False) the `JOURNALED_FIELD` mark; None keeps `cp`'s.
     """
     extra = dict(cp.extra)
     if journaled is not None:
         extra.pop(JOURNALED_FIELD, None)
-    entries = [_entry_to_json(cp.entries[uid]) for uid in sorted(cp.entries)]
+    entries = [_entry_to_json(cp.entries[uid], cp.codec) for uid in sorted(cp.entries)]
     if journaled:
         extra[JOURNALED_FIELD] = _journal_mark(cp.boot_id, entries)
     content: dict[str, Any] = {
         **extra,
         "version": VERSION,
         "bootID": cp.boot_id,
-        "mode": cp.mode.value,
-        "isolation": cp.isolation.value,
         "entries": entries,
     }
     content.pop("checksum", None)
@@ -89,8 +107,9 @@ def encode(cp: models.Checkpoint, *, journaled: bool | None = None) -> bytes:
     return (_canonical(document) + "\n").encode("ascii")
 
 
-def decode(data: bytes) -> models.Checkpoint:
-    """Parse checkpoint bytes; raises only CheckpointCorruptError.
+def decode(data: bytes, codec: models.RecordCodec[P]) -> models.Checkpoint[P]:
+    """Parse checkpoint bytes of the half `codec` belongs to; raises only
+    CheckpointCorruptError.
 
     Corrupt means: not canonical JSON, checksum mismatch, wrong shape or an unsupported
     version. The caller must move the file aside, never overwrite it.
@@ -103,8 +122,11 @@ def decode(data: bytes) -> models.Checkpoint:
     if not isinstance(document, dict):
         raise _corrupt("the top level is not a JSON object")
     version = document.get("version")
-    if type(version) is not int or version != VERSION:
-        raise _corrupt(f"unsupported version {version!r} (this plugin reads version {VERSION})")
+    if type(version) is not int or version not in READABLE_VERSIONS:
+        raise _corrupt(
+            f"unsupported version {version!r} (this plugin reads versions "
+            f"{', '.join(str(v) for v in READABLE_VERSIONS)})"
+        )
     try:
         canonical = _canonical(document) + "\n"
     except (ValueError, RecursionError) as err:
@@ -115,7 +137,7 @@ def decode(data: bytes) -> models.Checkpoint:
     if document.get("checksum") != _content_checksum(canonical, document, content):
         raise _corrupt("checksum mismatch")
     try:
-        return _checkpoint_from_json(content)
+        return _checkpoint_from_json(content, codec, version=version)
     except _ShapeError as err:
         raise _corrupt(str(err)) from None
     except (OverflowError, ValueError, TypeError) as err:
@@ -165,20 +187,19 @@ def _checksum(content: Mapping[str, Any]) -> str:
     return hashlib.sha256(_canonical(content).encode("ascii")).hexdigest()
 
 
-def _entry_to_json(entry: models.CheckpointEntry) -> dict[str, Any]:
+def _entry_to_json(
+    entry: models.CheckpointEntry[P], codec: models.RecordCodec[P]
+) -> dict[str, Any]:
     known = {
         "uid": entry.claim_uid,
         "namespace": entry.namespace,
         "name": entry.name,
         "state": entry.state.value,
-        "mode": entry.mode.value,
-        "isolation": entry.isolation.value,
-        "domainID": entry.domain_id,
-        "channelIDs": list(entry.channel_ids),
         "devices": [_device_to_json(d) for d in entry.devices],
         "updatedAt": entry.updated_at,
+        codec.key: codec.encode(entry.record),
     }
-    return {**{k: v for k, v in entry.extra.items() if k not in _ENTRY_FIELDS}, **known}
+    return {**{k: v for k, v in entry.extra.items() if k not in known}, **known}
 
 
 def _device_to_json(device: models.PreparedDevice) -> dict[str, Any]:
@@ -190,26 +211,38 @@ def _device_to_json(device: models.PreparedDevice) -> dict[str, Any]:
     }
 
 
-def _checkpoint_from_json(content: Mapping[str, Any]) -> models.Checkpoint:
+def _checkpoint_from_json(
+    content: Mapping[str, Any], codec: models.RecordCodec[P], *, version: int
+) -> models.Checkpoint[P]:
     raw_entries = content.get("entries")
     if not isinstance(raw_entries, list):
         raise _ShapeError("'entries' is not a list")
-    entries: dict[names.ClaimUID, models.CheckpointEntry] = {}
+    entries: dict[names.ClaimUID, models.CheckpointEntry[P]] = {}
     for raw in raw_entries:
-        entry = _entry_from_json(raw)
+        entry = _entry_from_json(raw, codec, version=version)
         if entry.claim_uid in entries:
             raise _ShapeError(f"claim {entry.claim_uid} appears twice")
         entries[entry.claim_uid] = entry
+    boot_id = _str(content, "bootID")
+    mark = content.get(JOURNALED_FIELD)
     return models.Checkpoint(
-        boot_id=_str(content, "bootID"),
-        mode=_enum(models.IMEXMode, content, "mode"),
-        isolation=_enum(models.Isolation, content, "isolation"),
+        boot_id=boot_id,
+        codec=codec,
         entries=entries,
-        extra={k: v for k, v in content.items() if k not in _TOP_FIELDS},
+        extra=_header_extra(content, version=version),
+        format_version=version,
+        journal_expected=isinstance(mark, str) and mark == _journal_mark(boot_id, raw_entries),
     )
 
 
-def _entry_from_json(raw: Any) -> models.CheckpointEntry:
+def _header_extra(content: Mapping[str, Any], *, version: int) -> dict[str, Any]:
+    dropped = _TOP_FIELDS | (_LEGACY_TOP_FIELDS if version == 1 else frozenset())
+    return {k: v for k, v in content.items() if k not in dropped}
+
+
+def _entry_from_json(
+    raw: Any, codec: models.RecordCodec[P], *, version: int
+) -> models.CheckpointEntry[P]:
     if not isinstance(raw, dict):
         raise _ShapeError("an entry is not a JSON object")
     updated_at = raw.get("updatedAt")
@@ -218,18 +251,24 @@ def _entry_from_json(raw: Any) -> models.CheckpointEntry:
     devices = raw.get("devices")
     if not isinstance(devices, list):
         raise _ShapeError("an entry's 'devices' is not a list")
+    if version == 1:
+        record = codec.decode_legacy(raw)
+        known = _ENTRY_FIELDS | codec.legacy_fields
+    else:
+        if codec.key not in raw:
+            raise _ShapeError(f"an entry has no {codec.key!r} record (a file of the other "
+                              "half's plugin?)")
+        record = codec.decode(raw[codec.key])
+        known = _ENTRY_FIELDS | {codec.key}
     return models.CheckpointEntry(
         claim_uid=names.ClaimUID(_str(raw, "uid")),
         namespace=_str(raw, "namespace"),
         name=_str(raw, "name"),
-        state=_enum(models.ClaimState, raw, "state"),
-        mode=_enum(models.IMEXMode, raw, "mode"),
-        isolation=_enum(models.Isolation, raw, "isolation"),
-        domain_id=_str(raw, "domainID"),
-        channel_ids=_ints(raw, "channelIDs"),
+        state=_state(raw, "state"),
+        record=record,
         devices=tuple(_device_from_json(d) for d in devices),
         updated_at=float(updated_at),
-        extra={k: v for k, v in raw.items() if k not in _ENTRY_FIELDS},
+        extra={k: v for k, v in raw.items() if k not in known},
     )
 
 
@@ -262,27 +301,14 @@ def _strs(raw: Mapping[str, Any], key: str) -> tuple[str, ...]:
     return tuple(value)
 
 
-def _ints(raw: Mapping[str, Any], key: str) -> tuple[int, ...]:
-    value = raw.get(key)
-    if type(value) is not list:
-        raise _ShapeError(f"{key!r} is not a list of integers")
-    for item in value:
-        if type(item) is not int:
-            raise _ShapeError(f"{key!r} is not a list of integers")
-    return tuple(value)
+# Value -> member: a dict lookup is several times cheaper than `Enum(value)`, which runs for
+# every entry at start-up.
+_STATES: dict[str, models.ClaimState] = {member.value: member for member in models.ClaimState}
 
 
-# Value -> member, per enum: a dict lookup is several times cheaper than `Enum(value)`,
-# which runs three times per entry at start-up.
-_MEMBERS: dict[type[enum.Enum], dict[str, Any]] = {
-    kind: {member.value: member for member in kind}
-    for kind in (models.IMEXMode, models.Isolation, models.ClaimState)
-}
-
-
-def _enum(enum_type: type[_E], raw: Mapping[str, Any], key: str) -> _E:
+def _state(raw: Mapping[str, Any], key: str) -> models.ClaimState:
     value = _str(raw, key)
-    member: _E | None = _MEMBERS[enum_type].get(value)
+    member = _STATES.get(value)
     if member is None:
         raise _ShapeError(f"{key!r} has the unknown value {value!r}")
     return member
@@ -291,112 +317,15 @@ def _enum(enum_type: type[_E], raw: Mapping[str, Any], key: str) -> _E:
 # ---------------------------------------------------------------- transitions
 
 
-def empty(*, boot_id: str, config: models.DriverConfig) -> models.Checkpoint:
-    """A fresh checkpoint for this boot and the configured mode."""
-    return models.Checkpoint(boot_id=boot_id, mode=config.mode, isolation=config.isolation)
-
-
-def after_boot(cp: models.Checkpoint, *, boot_id: str) -> models.Checkpoint:
+def after_boot(cp: models.Checkpoint[P], *, boot_id: str) -> models.Checkpoint[P]:
     """`cp` unchanged on the same boot; without entries after a reboot (devices are gone)."""
     if cp.boot_id == boot_id:
         return cp
     return dataclasses.replace(cp, boot_id=boot_id, entries={})
 
 
-def rebuild_from_cdi(
-    *,
-    boot_id: str,
-    config: models.DriverConfig,
-    claim_specs: Mapping[names.ClaimUID, Mapping[str, Any]],
-    now: float,
-    unreadable: Iterable[names.ClaimUID] = (),
-) -> models.Checkpoint:
-    """Entries provable from the CDI specs on disk after the checkpoint was lost or corrupt.
-
-    Each spec proves a PrepareCompleted claim with the channels, CDI ids and ComputeDomain
-    (`COMPUTE_DOMAIN_UUID`) it names. What a spec cannot prove stays empty: namespace, name
-    and the allocation (pool, device, request). Such an entry blocks its channels for other
-    domains until the kubelet unprepares it, and a repeated prepare of it is planned afresh.
-    A spec file of ours that cannot be read (`unreadable`) proves only that something was
-    prepared: its entry holds every channel until the claim is unprepared.
-    """
-    entries = {
-        uid: _entry_from_spec(uid, spec, config=config, now=now)
-        for uid, spec in sorted(claim_specs.items())
-    }
-    for uid in sorted(unreadable):
-        entries[uid] = models.CheckpointEntry(
-            claim_uid=uid, namespace="", name="", state=models.ClaimState.PREPARE_COMPLETED,
-            mode=config.mode, isolation=config.isolation, domain_id="",
-            channel_ids=tuple(range(names.MAX_CHANNEL_ID + 1)), updated_at=now,
-        )
-    return models.Checkpoint(
-        boot_id=boot_id, mode=config.mode, isolation=config.isolation, entries=entries
-    )
-
-
-def _entry_from_spec(
-    uid: names.ClaimUID, spec: Mapping[str, Any], *, config: models.DriverConfig, now: float
-) -> models.CheckpointEntry:
-    channel_ids: list[int] = []
-    cdi_ids: list[str] = []
-    domain_id = ""
-    mode = config.mode
-    for device in _spec_devices(spec):
-        name = str(device.get("name", ""))
-        channel = _channel_of(uid, name)
-        if channel is not None:
-            channel_ids.append(channel)
-        elif name == cdi.daemon_device_name(uid):
-            # Only driver-managed mode prepares daemon claims.
-            mode = models.IMEXMode.DRIVER_MANAGED
-        else:
-            continue
-        domain_id = _device_domain(device) or domain_id
-        cdi_ids.append(cdi.qualified_name(name))
-    isolation = config.isolation
-    if mode is not config.mode:
-        isolation = models.Isolation.DOMAIN
-    devices = (
-        (models.PreparedDevice(request_names=(), pool_name="", device_name="",
-                               cdi_device_ids=tuple(cdi_ids)),)
-        if cdi_ids else ()
-    )
-    return models.CheckpointEntry(
-        claim_uid=uid, namespace="", name="", state=models.ClaimState.PREPARE_COMPLETED,
-        mode=mode, isolation=isolation, domain_id=domain_id,
-        channel_ids=tuple(sorted(set(channel_ids))), devices=devices, updated_at=now,
-    )
-
-
-def _spec_devices(spec: Mapping[str, Any]) -> Iterable[Mapping[str, Any]]:
-    devices = spec.get("devices")
-    if not isinstance(devices, list):
-        return ()
-    return [d for d in devices if isinstance(d, Mapping)]
-
-
-def _channel_of(uid: str, device_name: str) -> int | None:
-    prefix = cdi.channel_device_name(uid, 0)[:-1]
-    suffix = device_name.removeprefix(prefix)
-    if suffix == device_name or not suffix.isdigit() or not suffix.isascii():
-        return None
-    channel = int(suffix)
-    return channel if channel <= names.MAX_CHANNEL_ID else None
-
-
-def _device_domain(device: Mapping[str, Any]) -> str:
-    edits = device.get("containerEdits")
-    env = edits.get("env") if isinstance(edits, Mapping) else None
-    for item in env if isinstance(env, list) else ():
-        key, _, value = str(item).partition("=")
-        if key == cdi.DOMAIN_ENV:
-            return value
-    return ""
-
-
 def orphan_cdi_specs(
-    cp: models.Checkpoint, *, spec_claim_uids: Iterable[names.ClaimUID]
+    cp: models.Checkpoint[P], *, spec_claim_uids: Iterable[names.ClaimUID]
 ) -> tuple[names.ClaimUID, ...]:
     """Claims whose CDI spec is on disk but whom no PrepareStarted/Completed entry holds, sorted.
 
@@ -413,8 +342,8 @@ def orphan_cdi_specs(
 
 
 def expire_tombstones(
-    cp: models.Checkpoint, *, now: float, ttl_s: float = TOMBSTONE_TTL_S
-) -> models.Checkpoint:
+    cp: models.Checkpoint[P], *, now: float, ttl_s: float = TOMBSTONE_TTL_S
+) -> models.Checkpoint[P]:
     """`cp` without PrepareAborted tombstones older than `ttl_s` (same object if none expired)."""
     expired = [
         uid for uid in index_of(cp).tombstones
@@ -426,7 +355,7 @@ def expire_tombstones(
 
 
 def is_expired_tombstone(
-    entry: models.CheckpointEntry, *, now: float, ttl_s: float = TOMBSTONE_TTL_S
+    entry: models.CheckpointEntry[P], *, now: float, ttl_s: float = TOMBSTONE_TTL_S
 ) -> bool:
     return entry.state is models.ClaimState.PREPARE_ABORTED and now - entry.updated_at >= ttl_s
 
@@ -443,27 +372,29 @@ class StaleReason(enum.StrEnum):
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class StaleEntry:
+class StaleEntry(Generic[P]):
     """An entry found stale, as it was when its claim was looked up."""
 
-    entry: models.CheckpointEntry
+    entry: models.CheckpointEntry[P]
     reason: StaleReason
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class StaleCleanup:
+class StaleCleanup(Generic[P]):
     """Steps that drop stale entries (checkpoint first, then their CDI files) and what went."""
 
-    steps: tuple[models.PluginAction, ...]
-    removed: tuple[StaleEntry, ...]
+    steps: tuple[models.PluginAction[P], ...]
+    removed: tuple[StaleEntry[P], ...]
 
 
-def entries_to_check(cp: models.Checkpoint) -> tuple[models.CheckpointEntry, ...]:
+def entries_to_check(cp: models.Checkpoint[P]) -> tuple[models.CheckpointEntry[P], ...]:
     """The PrepareStarted/PrepareCompleted entries whose claims the API server must confirm."""
     return tuple(e for _, e in sorted(cp.entries.items()) if e.state in HOLDING_STATES)
 
 
-def plan_stale_cleanup(cp: models.Checkpoint, *, stale: Iterable[StaleEntry]) -> StaleCleanup:
+def plan_stale_cleanup(
+    cp: models.Checkpoint[P], *, stale: Iterable[StaleEntry[P]]
+) -> StaleCleanup[P]:
     """Drop the entries found stale, if they are still exactly as they were when looked up.
 
     An entry that changed since (a prepare or unprepare ran while the API was asked) is kept
@@ -481,7 +412,7 @@ def plan_stale_cleanup(cp: models.Checkpoint, *, stale: Iterable[StaleEntry]) ->
     after = cp
     for uid in sorted(gone):
         after = without_entry(after, uid)
-    steps: tuple[models.PluginAction, ...] = (
+    steps: tuple[models.PluginAction[P], ...] = (
         models.WriteCheckpoint(checkpoint=after, changed=tuple(sorted(gone))),
         *(models.DeleteCDISpec(claim_uid=uid) for uid in sorted(gone)),
     )
@@ -489,7 +420,7 @@ def plan_stale_cleanup(cp: models.Checkpoint, *, stale: Iterable[StaleEntry]) ->
 
 
 def stale_reason(
-    entry: models.CheckpointEntry, claim: models.ResourceClaim | None
+    entry: models.CheckpointEntry[P], claim: models.ResourceClaim | None
 ) -> StaleReason | None:
     """Whether `claim` (None: not found), as the API server returned it, leaves `entry` stale."""
     if claim is None:
@@ -504,13 +435,11 @@ def stale_reason(
 # ---------------------------------------------------------------- index
 
 
-def index_of(cp: models.Checkpoint) -> models.CheckpointIndex:
+def index_of(cp: models.Checkpoint[P]) -> models.CheckpointIndex[P]:
     """The counts over `cp.entries`: kept by the transitions below, else built (O(claims))."""
     if cp.index is not None and cp.index.entries is cp.entries:
         return cp.index
-    channels: dict[int, dict[str, int]] = {}
-    modes: dict[tuple[models.IMEXMode, models.Isolation], int] = {}
-    domains: dict[str, int] = {}
+    tallies: dict[Hashable, int] = {}
     tombstones: set[names.ClaimUID] = set()
     devices = 0
     for uid, entry in cp.entries.items():
@@ -520,34 +449,33 @@ def index_of(cp: models.Checkpoint) -> models.CheckpointIndex:
         if entry.state is models.ClaimState.PREPARE_COMPLETED:
             devices += len(entry.devices)
         if entry.state in HOLDING_STATES:
-            for channel in entry.channel_ids:
-                held = channels.setdefault(channel, {})
-                held[entry.domain_id] = held.get(entry.domain_id, 0) + 1
-            key = (entry.mode, entry.isolation)
-            modes[key] = modes.get(key, 0) + 1
-            if entry.channel_ids:
-                domains[entry.domain_id] = domains.get(entry.domain_id, 0) + 1
+            for key in cp.codec.tallies(entry.record):
+                tallies[key] = tallies.get(key, 0) + 1
     return models.CheckpointIndex(
-        entries=cp.entries, channel_holders=channels, holders_by_mode=modes,
-        channel_holders_by_domain=domains, tombstones=frozenset(tombstones),
+        entries=cp.entries, tallies=tallies, tombstones=frozenset(tombstones),
         prepared_devices=devices,
     )
 
 
-def indexed(cp: models.Checkpoint) -> models.Checkpoint:
+def tally(cp: models.Checkpoint[P], key: Hashable) -> int:
+    """How many holding entries of `cp` count `key` (see `RecordCodec.tallies`). O(1)."""
+    return index_of(cp).tallies.get(key, 0)
+
+
+def indexed(cp: models.Checkpoint[P]) -> models.Checkpoint[P]:
     """`cp` carrying a valid index (build it once after a load; transitions keep it)."""
     index = index_of(cp)
     return cp if cp.index is index else dataclasses.replace(cp, index=index)
 
 
-def with_entry(cp: models.Checkpoint, entry: models.CheckpointEntry) -> models.Checkpoint:
+def with_entry(cp: models.Checkpoint[P], entry: models.CheckpointEntry[P]) -> models.Checkpoint[P]:
     """`cp` with `entry` set, in O(1) amortised: the index is updated for the one claim and
     the entries share their bulk with `cp`'s (`_Entries`)."""
     old = cp.entries.get(entry.claim_uid)
     return _changed(cp, _Entries.changed(cp.entries, entry.claim_uid, entry), old=old, new=entry)
 
 
-def is_reusable(entry: models.CheckpointEntry) -> bool:
+def is_reusable(entry: models.CheckpointEntry[P]) -> bool:
     """A completed entry with the full kubelet answer (not one rebuilt from a CDI file)."""
     return (
         entry.state is models.ClaimState.PREPARE_COMPLETED
@@ -556,7 +484,7 @@ def is_reusable(entry: models.CheckpointEntry) -> bool:
     )
 
 
-def check_not_aborted(entry: models.CheckpointEntry | None, *, now: float) -> None:
+def check_not_aborted(entry: models.CheckpointEntry[P] | None, *, now: float) -> None:
     """Refuse to prepare a claim whose tombstone says an unprepare overtook its prepare."""
     if (
         entry is not None
@@ -570,21 +498,21 @@ def check_not_aborted(entry: models.CheckpointEntry | None, *, now: float) -> No
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class PrepareWrites:
+class PrepareWrites(Generic[P]):
     """The two checkpoint writes of a prepare and the claims they change."""
 
-    started: models.Checkpoint
-    completed: models.Checkpoint
+    started: models.Checkpoint[P]
+    completed: models.Checkpoint[P]
     changed: tuple[names.ClaimUID, ...]
 
 
 def prepare_writes(
-    cp: models.Checkpoint,
+    cp: models.Checkpoint[P],
     *,
-    started: models.CheckpointEntry,
-    completed: models.CheckpointEntry,
+    started: models.CheckpointEntry[P],
+    completed: models.CheckpointEntry[P],
     now: float,
-) -> PrepareWrites:
+) -> PrepareWrites[P]:
     """`cp` after the claim's PrepareStarted and after its PrepareCompleted entry.
 
     Tombstones that expired by `now` go in the same writes, so `changed` names them too.
@@ -600,7 +528,7 @@ def prepare_writes(
     )
 
 
-def without_entry(cp: models.Checkpoint, uid: names.ClaimUID) -> models.Checkpoint:
+def without_entry(cp: models.Checkpoint[P], uid: names.ClaimUID) -> models.Checkpoint[P]:
     """`cp` without the claim's entry (same object if it has none)."""
     old = cp.entries.get(uid)
     if old is None:
@@ -608,7 +536,7 @@ def without_entry(cp: models.Checkpoint, uid: names.ClaimUID) -> models.Checkpoi
     return _changed(cp, _Entries.changed(cp.entries, uid, None), old=old, new=None)
 
 
-class _Entries(Mapping[names.ClaimUID, models.CheckpointEntry]):
+class _Entries(Mapping[names.ClaimUID, models.CheckpointEntry[P]], Generic[P]):
     """An immutable entries mapping: a shared base plus this version's changes.
 
     Deriving a checkpoint that differs in one claim copies only the changes (at most about
@@ -620,8 +548,8 @@ class _Entries(Mapping[names.ClaimUID, models.CheckpointEntry]):
 
     def __init__(
         self,
-        base: Mapping[names.ClaimUID, models.CheckpointEntry],
-        changes: dict[names.ClaimUID, models.CheckpointEntry | None],
+        base: Mapping[names.ClaimUID, models.CheckpointEntry[P]],
+        changes: dict[names.ClaimUID, models.CheckpointEntry[P] | None],
         length: int,
     ) -> None:
         self._base = base
@@ -631,10 +559,10 @@ class _Entries(Mapping[names.ClaimUID, models.CheckpointEntry]):
     @classmethod
     def changed(
         cls,
-        entries: Mapping[names.ClaimUID, models.CheckpointEntry],
+        entries: Mapping[names.ClaimUID, models.CheckpointEntry[P]],
         uid: names.ClaimUID,
-        entry: models.CheckpointEntry | None,
-    ) -> _Entries:
+        entry: models.CheckpointEntry[P] | None,
+    ) -> _Entries[P]:
         if isinstance(entries, _Entries):
             base, changes = entries._base, dict(entries._changes)
         else:
@@ -647,7 +575,7 @@ class _Entries(Mapping[names.ClaimUID, models.CheckpointEntry]):
             return cls(folded, {}, length)
         return cls(base, changes, length)
 
-    def __getitem__(self, uid: names.ClaimUID) -> models.CheckpointEntry:
+    def __getitem__(self, uid: names.ClaimUID) -> models.CheckpointEntry[P]:
         if uid in self._changes:
             entry = self._changes[uid]
             if entry is None:
@@ -673,16 +601,14 @@ class _Entries(Mapping[names.ClaimUID, models.CheckpointEntry]):
 
 
 def _changed(
-    cp: models.Checkpoint,
-    entries: Mapping[names.ClaimUID, models.CheckpointEntry],
+    cp: models.Checkpoint[P],
+    entries: Mapping[names.ClaimUID, models.CheckpointEntry[P]],
     *,
-    old: models.CheckpointEntry | None,
-    new: models.CheckpointEntry | None,
-) -> models.Checkpoint:
+    old: models.CheckpointEntry[P] | None,
+    new: models.CheckpointEntry[P] | None,
+) -> models.Checkpoint[P]:
     index = index_of(cp)
-    channels = dict(index.channel_holders)
-    modes = dict(index.holders_by_mode)
-    domains = dict(index.channel_holders_by_domain)
+    tallies = dict(index.tallies)
     tombstones = set(index.tombstones)
     devices = index.prepared_devices
     for entry, step in ((old, -1), (new, 1)):
@@ -693,19 +619,10 @@ def _changed(
             continue
         if entry.state is models.ClaimState.PREPARE_COMPLETED:
             devices += step * len(entry.devices)
-        for channel in entry.channel_ids:
-            held = dict(channels.get(channel, {}))
-            _bump(held, entry.domain_id, step)
-            if held:
-                channels[channel] = held
-            else:
-                channels.pop(channel, None)
-        _bump(modes, (entry.mode, entry.isolation), step)
-        if entry.channel_ids:
-            _bump(domains, entry.domain_id, step)
+        for key in cp.codec.tallies(entry.record):
+            _bump(tallies, key, step)
     index = models.CheckpointIndex(
-        entries=entries, channel_holders=channels, holders_by_mode=modes,
-        channel_holders_by_domain=domains, tombstones=frozenset(tombstones),
+        entries=entries, tallies=tallies, tombstones=frozenset(tombstones),
         prepared_devices=devices,
     )
     return dataclasses.replace(cp, entries=entries, index=index)
@@ -726,17 +643,18 @@ def _bump(counts: dict[_K, int], key: _K, step: int) -> None:
 #
 # The durable log of transitions written after the snapshot (the file `encode` writes): one
 # line per record, `<sha256 hex of the JSON> <canonical JSON>\n`. A record sets one claim's
-# entry (`put`), removes it (`delete`), or sets the header (`header`: bootID, mode,
-# isolation and unknown top-level fields). Every record holds absolute values, so replaying
+# entry (`put`), removes it (`delete`), or sets the header (`header`: bootID and unknown
+# top-level fields; version 1 also wrote mode and isolation). Records are in the format
+# version of the snapshot they follow. Every record holds absolute values, so replaying
 # records the snapshot already contains changes nothing: compaction (new snapshot, then an
 # empty journal) is safe to interrupt at any point.
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class Replayed:
+class Replayed(Generic[P]):
     """A snapshot with its journal applied, and how much of the journal was valid."""
 
-    checkpoint: models.Checkpoint
+    checkpoint: models.Checkpoint[P]
     records: int
     # Bytes of the journal that hold whole, valid records; anything after is a torn tail.
     valid_length: int
@@ -745,8 +663,8 @@ class Replayed:
 
 
 def encode_records(
-    before: models.Checkpoint,
-    after: models.Checkpoint,
+    before: models.Checkpoint[P],
+    after: models.Checkpoint[P],
     *,
     changed: Iterable[names.ClaimUID] | None = None,
 ) -> bytes:
@@ -756,13 +674,8 @@ def encode_records(
     every entry.
     """
     lines: list[str] = []
-    if (after.boot_id, after.mode, after.isolation, after.extra) != (
-        before.boot_id, before.mode, before.isolation, before.extra
-    ):
-        header = {
-            **after.extra, "bootID": after.boot_id, "mode": after.mode.value,
-            "isolation": after.isolation.value,
-        }
+    if (after.boot_id, after.extra) != (before.boot_id, before.extra):
+        header = {**after.extra, "bootID": after.boot_id}
         lines.append(_record_line({"header": header}))
     if changed is None:
         uids: Iterable[names.ClaimUID] = sorted(set(before.entries) | set(after.entries))
@@ -773,7 +686,7 @@ def encode_records(
         if new is None and old is not None:
             lines.append(_record_line({"delete": uid}))
         elif new is not None and new is not old and new != old:
-            lines.append(_record_line({"put": _entry_to_json(new)}))
+            lines.append(_record_line({"put": _entry_to_json(new, after.codec)}))
     return "".join(lines).encode("ascii")
 
 
@@ -792,7 +705,7 @@ def base_record(snapshot: str) -> bytes:
     return _record_line({"base": snapshot}).encode("ascii")
 
 
-def replay(cp: models.Checkpoint, journal: bytes, *, snapshot: str | None = None) -> Replayed:
+def replay(cp: models.Checkpoint[P], journal: bytes, *, snapshot: str | None = None) -> Replayed[P]:
     """Apply the journal's records to the snapshot `cp`; raises only CheckpointCorruptError.
 
     A last line that is incomplete or fails its checksum is a torn tail (a kill or power
@@ -823,7 +736,7 @@ def replay(cp: models.Checkpoint, journal: bytes, *, snapshot: str | None = None
                 break  # a prefix of the last append, nothing valid after it: a torn tail
             raise _corrupt(f"journal record {number} fails its checksum")
         try:
-            header = _apply(record, entries) or header
+            header = _apply(record, entries, cp) or header
         except _ShapeError as err:
             raise _corrupt(f"journal record {number}: {err}") from None
         except (OverflowError, ValueError, TypeError) as err:
@@ -836,9 +749,7 @@ def replay(cp: models.Checkpoint, journal: bytes, *, snapshot: str | None = None
             result = dataclasses.replace(
                 result,
                 boot_id=_str(header, "bootID"),
-                mode=_enum(models.IMEXMode, header, "mode"),
-                isolation=_enum(models.Isolation, header, "isolation"),
-                extra={k: v for k, v in header.items() if k not in _TOP_FIELDS},
+                extra=_header_extra(header, version=cp.format_version),
             )
         except _ShapeError as err:
             raise _corrupt(f"journal header: {err}") from None
@@ -861,10 +772,12 @@ def _record(line: bytes) -> dict[str, Any] | None:
 
 
 def _apply(
-    record: Mapping[str, Any], entries: dict[names.ClaimUID, models.CheckpointEntry]
+    record: Mapping[str, Any],
+    entries: dict[names.ClaimUID, models.CheckpointEntry[P]],
+    snapshot: models.Checkpoint[P],
 ) -> dict[str, Any] | None:
     if "put" in record:
-        entry = _entry_from_json(record["put"])
+        entry = _entry_from_json(record["put"], snapshot.codec, version=snapshot.format_version)
         entries[entry.claim_uid] = entry
         return None
     if "base" in record:

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TypeVar
 
 from core import checkpoint as checkpoints
 from core import errors, models, names
 
+P = TypeVar("P")
+
 
 def reusable_devices(
-    checkpoint: models.Checkpoint, claim_uid: names.ClaimUID
+    checkpoint: models.Checkpoint[P], claim_uid: names.ClaimUID
 ) -> tuple[models.PreparedDevice, ...] | None:
     """The answer of a claim already completed with a full kubelet answer, else None."""
     entry = checkpoint.entries.get(claim_uid)

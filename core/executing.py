@@ -9,9 +9,12 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Mapping, Sequence
+from typing import TypeVar
 
 from core import checkpoint as checkpoint_codec
 from core import errors, models, ports
+
+P = TypeVar("P")
 
 
 def execute_cluster_actions(
@@ -70,7 +73,7 @@ def execute_cluster_actions(
 
 
 def execute_plugin_steps(
-    steps: Sequence[models.PluginAction],
+    steps: Sequence[models.PluginAction[P]],
     *,
     checkpoints: ports.CheckpointStore,
     cdi: ports.CDIStore,

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Hashable, Mapping
+from typing import Any, Generic, Protocol, TypeVar
 
 from core import names
 
@@ -328,52 +328,89 @@ class PreparedDevice:
     cdi_device_ids: tuple[str, ...]
 
 
+# A half's own record of one prepared claim (what it must remember beyond the shared fields):
+# `computedomain.checkpoint_records.ComputeDomainClaimRecord`,
+# `gpu.checkpoint_records.GpuClaimRecord`.
+P = TypeVar("P")
+
+
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class CheckpointEntry:
-    """One claim's prepare record. `extra` keeps fields a newer writer added (downgrade safety)."""
+class CheckpointEntry(Generic[P]):
+    """One claim's prepare record: the fields both halves share and the half's own `record`.
+
+    `extra` keeps fields a newer writer added (downgrade safety).
+    """
 
     claim_uid: names.ClaimUID
     namespace: str
     name: str
     state: ClaimState
-    mode: IMEXMode
-    isolation: Isolation
-    domain_id: str = ""
-    channel_ids: tuple[int, ...] = ()
+    record: P
     devices: tuple[PreparedDevice, ...] = ()
     # Epoch seconds of the last change, passed in by the caller (no clocks in core).
     updated_at: float = 0.0
     extra: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 
 
+class RecordCodec(Protocol[P]):
+    """How one half's records are written into, and read from, checkpoint entries.
+
+    `core.checkpoint` stays free of either half's fields: it calls these for the part of an
+    entry that belongs to the half. Decoders raise ValueError (or TypeError) on a bad shape.
+    """
+
+    @property
+    def key(self) -> str:
+        """The entry member that holds the record (format version 2)."""
+
+    @property
+    def legacy_fields(self) -> frozenset[str]:
+        """Entry members of format version 1 that `decode_legacy` reads."""
+
+    def encode(self, record: P) -> dict[str, Any]:
+        """The record as JSON (plain dicts, lists, strings, numbers, booleans)."""
+
+    def decode(self, raw: Any) -> P:
+        """The record from what `encode` wrote."""
+
+    def decode_legacy(self, entry: Mapping[str, Any]) -> P:
+        """The record from a format-version-1 entry (the whole entry object)."""
+
+    def tallies(self, record: P) -> tuple[Hashable, ...]:
+        """Keys counted in the checkpoint's index while an entry with this record holds
+        its devices (PrepareStarted/PrepareCompleted): the half's O(1) conflict checks."""
+
+
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class Checkpoint:
-    """The plugin's durable state on one node (DESIGN §5)."""
+class Checkpoint(Generic[P]):
+    """The plugin's durable state on one node (DESIGN §5), of one half (`codec`)."""
 
     boot_id: str
-    mode: IMEXMode
-    isolation: Isolation
-    entries: Mapping[names.ClaimUID, CheckpointEntry] = dataclasses.field(default_factory=dict)
+    codec: RecordCodec[P] = dataclasses.field(compare=False, repr=False)
+    entries: Mapping[names.ClaimUID, CheckpointEntry[P]] = dataclasses.field(
+        default_factory=dict
+    )
     extra: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    # The format version the file this was read from had (`checkpoint.VERSION` when built
+    # here): an older one is rewritten before anything is appended to its journal.
+    format_version: int = dataclasses.field(default=2, compare=False)
+    # Whether the snapshot this was read from says a journal follows it (see
+    # `checkpoint.JOURNALED_FIELD`); False for anything built here.
+    journal_expected: bool = dataclasses.field(default=False, compare=False, repr=False)
     # Summaries of `entries` kept up to date by the transitions in `core.checkpoint`, so the
     # planner's checks cost O(1) at any node size. Valid only while `index.entries is
     # entries` (a `dataclasses.replace` with new entries makes it stale; readers rebuild).
-    index: CheckpointIndex | None = dataclasses.field(default=None, compare=False, repr=False)
+    index: CheckpointIndex[P] | None = dataclasses.field(default=None, compare=False, repr=False)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class CheckpointIndex:
-    """Counts over the entries that hold channels (PrepareStarted/PrepareCompleted)."""
+class CheckpointIndex(Generic[P]):
+    """Counts over the entries."""
 
     # The mapping these counts describe (identity, not equality, is what makes them valid).
-    entries: Mapping[names.ClaimUID, CheckpointEntry]
-    # channel id -> ComputeDomain id ("" when unknown) -> holding entries.
-    channel_holders: Mapping[int, Mapping[str, int]]
-    # (mode, isolation) -> holding entries prepared under it.
-    holders_by_mode: Mapping[tuple[IMEXMode, Isolation], int]
-    # ComputeDomain id -> holding entries that hold channels: workload claims only (a daemon
-    # claim holds no channel), so the IMEX daemon's own claim never pins the node label.
-    channel_holders_by_domain: Mapping[str, int]
+    entries: Mapping[names.ClaimUID, CheckpointEntry[P]]
+    # The half's keys (`RecordCodec.tallies`) -> holding entries (PrepareStarted/Completed).
+    tallies: Mapping[Hashable, int]
     # Claims with a PrepareAborted tombstone.
     tombstones: frozenset[names.ClaimUID]
     # Devices of PrepareCompleted entries (the prepared-devices gauge).
@@ -384,8 +421,8 @@ class CheckpointIndex:
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class WriteCheckpoint:
-    checkpoint: Checkpoint
+class WriteCheckpoint(Generic[P]):
+    checkpoint: Checkpoint[P]
     # The claims whose entries this write changes, when the planner knows them (the store
     # then logs only those); None: compare with the stored state (O(claims)).
     # A hint about how to write, not part of what is written: equality ignores it.
@@ -409,15 +446,15 @@ class DeleteCDISpec:
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class ClaimOutcome:
+class ClaimOutcome(Generic[P]):
     """What prepare/unprepare of one claim decided: steps to run in order, then the answer.
 
     Exactly one of `devices` and `error` is meaningful: `error is None` means success.
     `checkpoint` is the state after all steps ran (feed it to the next claim's planner).
     """
 
-    steps: tuple[PluginAction, ...]
-    checkpoint: Checkpoint
+    steps: tuple[PluginAction[P], ...]
+    checkpoint: Checkpoint[P]
     devices: tuple[PreparedDevice, ...] = ()
     error: Exception | None = None
 
@@ -471,7 +508,11 @@ ClusterAction = CreateObject | PatchObject | DeleteObject | EmitEvent
 
 # Plugin steps: mostly node-local files; PatchObject/EmitEvent for the node label
 # (driver-managed) and the pod-facing events of permanent errors.
-PluginAction = WriteCheckpoint | WriteCDISpec | DeleteCDISpec | PatchObject | EmitEvent
+PluginAction = WriteCheckpoint[P] | WriteCDISpec | DeleteCDISpec | PatchObject | EmitEvent
+# The same, for isinstance checks (a parameterized alias cannot be one's second argument).
+PLUGIN_ACTION_TYPES: tuple[type, ...] = (
+    WriteCheckpoint, WriteCDISpec, DeleteCDISpec, PatchObject, EmitEvent,
+)
 
 
 # ---------------------------------------------------------------- kubelet calls

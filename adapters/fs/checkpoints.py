@@ -15,12 +15,15 @@ import fcntl
 import logging
 import os
 from collections.abc import Iterator
+from typing import TypeVar
 
 from adapters.fs import _atomic
 from core import checkpoint as checkpoint_codec
 from core import models
 
 logger = logging.getLogger(__name__)
+
+P = TypeVar("P")
 
 # Readable by the driver only: the checkpoint names claims and namespaces of the node.
 CHECKPOINT_FILE_MODE = 0o600
@@ -170,8 +173,11 @@ class FileCheckpointStore:
         os.makedirs(os.path.dirname(self.path), exist_ok=True)
 
 
-def read_checkpoint(path: str) -> models.Checkpoint | None:
-    """The checkpoint at `path` as the plugin sees it (snapshot + journal; None if absent).
+def read_checkpoint(
+    path: str, codec: models.RecordCodec[P]
+) -> models.Checkpoint[P] | None:
+    """The checkpoint at `path` of the half `codec` belongs to, as its plugin sees it
+    (snapshot + journal; None if absent).
 
     For tools and tests that inspect a node; raises CheckpointCorruptError like the plugin's
     own read. A torn journal tail is ignored, not cut; so is a journal that follows another
@@ -182,7 +188,7 @@ def read_checkpoint(path: str) -> models.Checkpoint | None:
     if raw is None:
         return None
     return checkpoint_codec.replay(
-        checkpoint_codec.decode(raw), store.read_journal(),
+        checkpoint_codec.decode(raw, codec), store.read_journal(),
         snapshot=checkpoint_codec.snapshot_id(raw),
     ).checkpoint
 

@@ -33,6 +33,7 @@ from apps.gpuplugin import settings as gpu_settings
 from apps.gpuplugin import wiring as gpu_wiring
 from core import errors, gates, kinds, models, names
 from core.gpu import cdi as gpu_cdi
+from core.gpu import checkpoint_records as gpu_records
 from core.gpu import deviceclasses
 
 DRIVER = gpu_settings.DRIVER_NAME
@@ -317,7 +318,7 @@ def run_story(node: GpuNode, *, say: Say) -> GpuReport:
         node.allocator.release_pod(pod.pod)
         cluster.delete(kinds.POD.kind, namespace=NAMESPACE, name=pod.pod["metadata"]["name"])
     report.leftover_cdi_files = len(cdi_dir.claim_uids())
-    current = fs_checkpoints.read_checkpoint(node.settings.checkpoint_path)
+    current = fs_checkpoints.read_checkpoint(node.settings.checkpoint_path, gpu_records.CODEC)
     report.leftover_checkpoint_entries = 0 if current is None else sum(
         1 for e in current.entries.values() if e.state is not models.ClaimState.PREPARE_ABORTED
     )

@@ -18,6 +18,7 @@ from adapters.memory import allocator as memory_allocator
 from apps.cli import daemon_fleet
 from apps.cli import embedded as embedded_mod
 from core import errors, kinds, models, names
+from core.computedomain import checkpoint_records as cd_records
 
 Say = Callable[[str], None]
 NAMESPACE = "demo"
@@ -381,7 +382,8 @@ def _leftovers(env: embedded_mod.Embedded) -> tuple[int, int]:
     files = entries = 0
     for node in env.nodes.values():
         files += len(fs_cdi.CDIDirectory(node.settings.cdi_root).claim_uids())
-        current = fs_checkpoints.read_checkpoint(node.settings.checkpoint_path)  # + journal
+        # snapshot + journal
+        current = fs_checkpoints.read_checkpoint(node.settings.checkpoint_path, cd_records.CODEC)
         if current is not None:
             entries += sum(
                 1 for e in current.entries.values()

@@ -15,6 +15,7 @@ from apps.pluginkit import metrics as plugin_metrics
 from apps.pluginkit.driver import ClaimDriver, Clock, PluginPorts
 from core import models, names, ports
 from core.gpu import actions, devices
+from core.gpu import checkpoint_records as records
 from core.gpu import preparing as gpu_preparing
 
 log = logging.getLogger(__name__)
@@ -23,7 +24,7 @@ log = logging.getLogger(__name__)
 VfioNodes = Callable[[], Mapping[str, Sequence[devices.DeviceNode]]]
 
 
-class GpuPluginDriver(ClaimDriver):
+class GpuPluginDriver(ClaimDriver[records.GpuClaimRecord]):
     """Prepares and unprepares `gpu.nvidia.com` claims on one node."""
 
     def __init__(
@@ -42,7 +43,8 @@ class GpuPluginDriver(ClaimDriver):
         retry_budget_s: float = 30.0,
     ) -> None:
         super().__init__(
-            ports=ports, node=node, clock=clock, metrics=metrics, retry_budget_s=retry_budget_s
+            ports=ports, codec=records.CODEC, node=node, clock=clock, metrics=metrics,
+            retry_budget_s=retry_budget_s,
         )
         self._gates = gates
         self._inventory = inventory
@@ -51,14 +53,14 @@ class GpuPluginDriver(ClaimDriver):
         self._vfio = vfio
         self._vfio_nodes = vfio_nodes or (lambda: {})
 
-    def _empty_checkpoint(self) -> models.Checkpoint:
+    def _empty_checkpoint(self) -> records.Checkpoint:
         return gpu_preparing.empty_gpu_checkpoint(boot_id=self._node.boot_id)
 
     def _rebuild(
         self,
         specs: Mapping[names.ClaimUID, Mapping[str, object]],
         unreadable: tuple[names.ClaimUID, ...],
-    ) -> models.Checkpoint:
+    ) -> records.Checkpoint:
         # NB: a spec that cannot be read proves nothing about which GPUs it held; its claim
         # is cleaned by the kubelet's unprepare (an unknown claim only loses its file).
         return gpu_preparing.gpu_checkpoint_from_cdi(
@@ -66,7 +68,7 @@ class GpuPluginDriver(ClaimDriver):
         )
 
     def _plan_prepare(
-        self, claim: models.ResourceClaim, *, checkpoint: models.Checkpoint, observed: object
+        self, claim: models.ResourceClaim, *, checkpoint: records.Checkpoint, observed: object
     ) -> gpu_preparing.GpuClaimOutcome:
         return gpu_preparing.plan_gpu_prepare(
             claim,
@@ -80,13 +82,13 @@ class GpuPluginDriver(ClaimDriver):
         )
 
     def _plan_unprepare(
-        self, ref: models.ClaimRef, *, checkpoint: models.Checkpoint
+        self, ref: models.ClaimRef, *, checkpoint: records.Checkpoint
     ) -> gpu_preparing.GpuClaimOutcome:
         return gpu_preparing.plan_gpu_unprepare(
             ref, checkpoint=checkpoint, inventory=self._inventory(), now=self._clock()
         )
 
-    def _plan_restore_spec(self, entry: models.CheckpointEntry) -> models.WriteCDISpec | None:
+    def _plan_restore_spec(self, entry: records.Entry) -> models.WriteCDISpec | None:
         return gpu_preparing.plan_gpu_restore_spec(
             entry, inventory=self._inventory(), files=self._files(),
             vfio_nodes=self._vfio_nodes(),
@@ -94,7 +96,7 @@ class GpuPluginDriver(ClaimDriver):
 
     def _undo_device_steps(
         self, done: tuple[object, ...], *, claim_uid: names.ClaimUID,
-        rollback_to: models.Checkpoint,
+        rollback_to: records.Checkpoint,
     ) -> tuple[object, ...]:
         return gpu_preparing.plan_gpu_rollback(claim_uid, done=done, rollback_to=rollback_to)
 

@@ -21,9 +21,9 @@ from apps.pluginkit.driver import (
     PluginPorts,
     api_unavailable,
 )
-from core import checkpoint as checkpoint_codec
 from core import decoding, errors, kinds, models, names
-from core.computedomain import preparing
+from core.computedomain import checkpoint_records as records
+from core.computedomain import preparing, recovery
 
 log = logging.getLogger(__name__)
 
@@ -41,7 +41,7 @@ class _Observed:
     node_labels: Mapping[str, str]
 
 
-class PluginDriver(ClaimDriver):
+class PluginDriver(ClaimDriver[records.ComputeDomainClaimRecord]):
     """Prepares and unprepares ComputeDomain claims on one node."""
 
     _unreadable_spec_action = "holding_every_channel"
@@ -59,7 +59,8 @@ class PluginDriver(ClaimDriver):
         domains: DomainsView | None = None,
     ) -> None:
         super().__init__(
-            ports=ports, node=node, clock=clock, metrics=metrics, retry_budget_s=retry_budget_s
+            ports=ports, codec=records.CODEC, node=node, clock=clock, metrics=metrics,
+            retry_budget_s=retry_budget_s,
         )
         self._config = config
         self._host_imex_probe = host_imex_probe
@@ -67,20 +68,20 @@ class PluginDriver(ClaimDriver):
 
     # ------------------------------------------------------------ device logic
 
-    def _empty_checkpoint(self) -> models.Checkpoint:
-        return checkpoint_codec.empty(boot_id=self._node.boot_id, config=self._config)
+    def _empty_checkpoint(self) -> records.Checkpoint:
+        return records.empty(boot_id=self._node.boot_id)
 
     def _rebuild(
         self,
         specs: Mapping[names.ClaimUID, Mapping[str, object]],
         unreadable: tuple[names.ClaimUID, ...],
-    ) -> models.Checkpoint:
-        return checkpoint_codec.rebuild_from_cdi(
+    ) -> records.Checkpoint:
+        return recovery.rebuild_from_cdi(
             boot_id=self._node.boot_id, config=self._config, claim_specs=specs,
             now=self._clock(), unreadable=unreadable,
         )
 
-    def _after_recover(self, current: models.Checkpoint) -> None:
+    def _after_recover(self, current: records.Checkpoint) -> None:
         self._report_other_mode_claims(current)
 
     def _observe(self, claim: models.ResourceClaim) -> _Observed:
@@ -89,8 +90,8 @@ class PluginDriver(ClaimDriver):
         )
 
     def _plan_prepare(
-        self, claim: models.ResourceClaim, *, checkpoint: models.Checkpoint, observed: object
-    ) -> models.ClaimOutcome:
+        self, claim: models.ResourceClaim, *, checkpoint: records.Checkpoint, observed: object
+    ) -> records.ClaimOutcome:
         assert isinstance(observed, _Observed)
         return preparing.plan_prepare(
             claim,
@@ -115,26 +116,26 @@ class PluginDriver(ClaimDriver):
         return f"labelling node {self._node.node_name}"  # the driver-managed node label
 
     def _plan_unprepare(
-        self, ref: models.ClaimRef, *, checkpoint: models.Checkpoint
-    ) -> models.ClaimOutcome:
+        self, ref: models.ClaimRef, *, checkpoint: records.Checkpoint
+    ) -> records.ClaimOutcome:
         return preparing.plan_unprepare(ref, checkpoint=checkpoint, now=self._clock())
 
     def _after_unprepare(
-        self, entry: models.CheckpointEntry, *, after: models.Checkpoint
+        self, entry: records.Entry, *, after: records.Checkpoint
     ) -> None:
-        if entry.mode is models.IMEXMode.DRIVER_MANAGED and entry.channel_ids:
+        if entry.record.mode is models.IMEXMode.DRIVER_MANAGED and entry.record.channel_ids:
             self._release_node_label(entry, after=after)
 
-    def _plan_restore_spec(self, entry: models.CheckpointEntry) -> models.WriteCDISpec | None:
+    def _plan_restore_spec(self, entry: records.Entry) -> models.WriteCDISpec | None:
         return preparing.plan_restore_spec(entry, node=self._node)
 
-    def _freed_by(self, entry: models.CheckpointEntry) -> str:
-        channels = ",".join(str(c) for c in entry.channel_ids[:8])
-        if len(entry.channel_ids) > 8:
-            channels += f",... ({len(entry.channel_ids)} in all)"
+    def _freed_by(self, entry: records.Entry) -> str:
+        channels = ",".join(str(c) for c in entry.record.channel_ids[:8])
+        if len(entry.record.channel_ids) > 8:
+            channels += f",... ({len(entry.record.channel_ids)} in all)"
         return f"IMEX channel(s) {channels or 'none'} on this node are free again"
 
-    def _report_other_mode_claims(self, current: models.Checkpoint) -> None:
+    def _report_other_mode_claims(self, current: records.Checkpoint) -> None:
         stale = preparing.claims_under_other_mode(current, config=self._config)
         if not stale:
             return
@@ -147,7 +148,7 @@ class PluginDriver(ClaimDriver):
         self._emit_node_event("ClaimsPreparedUnderOtherMode", message)
 
     def _release_node_label(
-        self, entry: models.CheckpointEntry, *, after: models.Checkpoint
+        self, entry: records.Entry, *, after: records.Checkpoint
     ) -> None:
         """Unpin the node from the entry's ComputeDomain if that was its last claim here.
 
@@ -166,11 +167,12 @@ class PluginDriver(ClaimDriver):
         except errors.ClusterError as exc:
             log.warning(
                 "event=node_label_release_failed node=%s domain=%s error=%r",
-                self._node.node_name, entry.domain_id, str(exc),
+                self._node.node_name, entry.record.domain_id, str(exc),
             )
             return
         log.info(
-            "event=node_label_released node=%s domain=%s", self._node.node_name, entry.domain_id
+            "event=node_label_released node=%s domain=%s", self._node.node_name,
+            entry.record.domain_id,
         )
 
     # ------------------------------------------------------------ observations

@@ -20,7 +20,7 @@ import threading
 import time
 import typing
 from collections.abc import Callable, Mapping
-from typing import Any, Protocol
+from typing import Any, Generic, Protocol, TypeVar
 
 import tenacity
 
@@ -30,6 +30,9 @@ from core import claims as claim_checks
 from core import decoding, errors, executing, kinds, models, names, ports
 
 log = logging.getLogger(__name__)
+
+# The half's checkpoint record (`models.RecordCodec`).
+P = TypeVar("P")
 
 Clock = Callable[[], float]
 # Leave the kubelet this long before its deadline to receive our answer.
@@ -45,14 +48,14 @@ def compaction_threshold(claims: int) -> int:
     return max(_COMPACT_MIN_RECORDS, claims // 4)
 
 
-class PlannedClaim(Protocol):
+class PlannedClaim(Protocol[P]):
     """What a half's planner returns for one claim (`models.ClaimOutcome` and the like)."""
 
     @property
     def steps(self) -> tuple[object, ...]: ...
 
     @property
-    def checkpoint(self) -> models.Checkpoint: ...
+    def checkpoint(self) -> models.Checkpoint[P]: ...
 
     @property
     def devices(self) -> tuple[models.PreparedDevice, ...]: ...
@@ -68,19 +71,21 @@ class PluginPorts:
     cdi: ports.CDIStore
 
 
-class ClaimDriver(abc.ABC):
+class ClaimDriver(abc.ABC, Generic[P]):
     """Prepares and unprepares claims on one node; safe to call from many gRPC threads."""
 
     def __init__(
         self,
         *,
         ports: PluginPorts,
+        codec: models.RecordCodec[P],
         node: models.NodeFacts,
         clock: Clock = time.time,
         metrics: plugin_metrics.PluginMetrics | None = None,
         retry_budget_s: float = 30.0,
     ) -> None:
         self._ports = ports
+        self._codec = codec
         self._node = node
         self._clock = clock
         self._metrics = metrics
@@ -88,13 +93,13 @@ class ClaimDriver(abc.ABC):
         # What the snapshot + journal on disk hold (indexed), and their stamps when we last
         # read or wrote them: equal stamps under the node lock mean no other process wrote,
         # so the state is served from memory (no re-read, no re-parse).
-        self._state: models.Checkpoint | None = None
+        self._state: models.Checkpoint[P] | None = None
         self._stamps: object = None
         self._journal_records = 0
         # The id of the snapshot on disk: the first record of a new journal names it.
         self._snapshot_id = ""
         self._in_flight = _InFlightPrepares()
-        self._degraded: _Degraded | None = None
+        self._degraded: _Degraded[P] | None = None
 
     @property
     def node(self) -> models.NodeFacts:
@@ -107,7 +112,7 @@ class ClaimDriver(abc.ABC):
 
     # ------------------------------------------------------------ startup
 
-    def load_checkpoint(self) -> models.Checkpoint:
+    def load_checkpoint(self) -> models.Checkpoint[P]:
         """Read the checkpoint; a corrupt one is moved aside and rebuilt from CDI files.
 
         Also applies the boot-ID rule (a reboot drops prepared state) and expires old
@@ -125,7 +130,7 @@ class ClaimDriver(abc.ABC):
             )
         return checkpoint_codec.expire_tombstones(fresh, now=self._clock())
 
-    def _read_checkpoint(self) -> models.Checkpoint:
+    def _read_checkpoint(self) -> models.Checkpoint[P]:
         store = self._ports.checkpoints
         if self._state is not None and store.stamps() == self._stamps:
             return self._state
@@ -140,7 +145,7 @@ class ClaimDriver(abc.ABC):
         snapshot = checkpoint_codec.snapshot_id(raw)
         try:
             with _collector_paused():
-                decoded = checkpoint_codec.decode(raw)
+                decoded = checkpoint_codec.decode(raw, self._codec)
                 if not journal and checkpoint_codec.expects_journal(decoded):
                     return self._recover_lost_journal(decoded)
                 replayed = checkpoint_codec.replay(decoded, journal, snapshot=snapshot)
@@ -174,17 +179,37 @@ class ClaimDriver(abc.ABC):
                     replayed.checkpoint, path=exc.filename, problem=problem, cause=exc
                 )
                 return replayed.checkpoint
+        if checkpoint_codec.needs_rewrite(replayed.checkpoint):
+            # Written by an older release: rewritten in this format before anything is
+            # appended, so the journal never mixes two formats.
+            try:
+                self._compact(dataclasses.replace(
+                    replayed.checkpoint, format_version=checkpoint_codec.VERSION
+                ))
+            except OSError as exc:
+                problem = f"it is in format version {replayed.checkpoint.format_version}"
+                self._enter_degraded(
+                    replayed.checkpoint, path=exc.filename, problem=problem, cause=exc
+                )
+                return replayed.checkpoint
+            log.info(
+                "event=checkpoint_format_upgraded node=%s from_version=%d to_version=%d "
+                "claims=%d", self._node.node_name, replayed.checkpoint.format_version,
+                checkpoint_codec.VERSION, len(replayed.checkpoint.entries),
+            )
+            assert self._state is not None
+            return self._state
         self._remember(replayed.checkpoint, records=replayed.records)
         assert self._state is not None
         return self._state
 
-    def _remember(self, cp: models.Checkpoint, *, records: int) -> None:
+    def _remember(self, cp: models.Checkpoint[P], *, records: int) -> None:
         """`cp` is what the snapshot + journal now hold."""
         self._state = checkpoint_codec.indexed(cp)
         self._journal_records = records
         self._stamps = self._ports.checkpoints.stamps()
 
-    def _compact(self, cp: models.Checkpoint, *, journaled: bool = True) -> None:
+    def _compact(self, cp: models.Checkpoint[P], *, journaled: bool = True) -> None:
         """Write `cp` as the new snapshot, then start the journal anew with its base record
         (`journaled`: the snapshot says so, see `checkpoint.expects_journal`) or empty it.
 
@@ -204,7 +229,7 @@ class ClaimDriver(abc.ABC):
             records = 1
         self._remember(cp, records=records)
 
-    def _persist(self, step: models.WriteCheckpoint) -> None:
+    def _persist(self, step: models.WriteCheckpoint[P]) -> None:
         """Make `step.checkpoint` durable: its changes appended to the journal, or a snapshot."""
         before, after = self._state, step.checkpoint
         if before is None:
@@ -224,7 +249,7 @@ class ClaimDriver(abc.ABC):
         self._ports.checkpoints.append(records, sync=step.durable)
         self._remember(after, records=self._journal_records + count)
 
-    def _recover_unreadable_checkpoint(self, exc: OSError) -> models.Checkpoint:
+    def _recover_unreadable_checkpoint(self, exc: OSError) -> models.Checkpoint[P]:
         """Same rule as a corrupt file: move it aside, rebuild from CDI files, keep serving.
 
         Where nothing can be moved or written, the rebuilt state is kept in memory and the
@@ -252,7 +277,7 @@ class ClaimDriver(abc.ABC):
         )
         return rebuilt
 
-    def _recover_lost_journal(self, snapshot: models.Checkpoint) -> models.Checkpoint:
+    def _recover_lost_journal(self, snapshot: models.Checkpoint[P]) -> models.Checkpoint[P]:
         """The snapshot says a journal follows it, but there is none or it is empty: someone
         else deleted or emptied it, and with it every claim acknowledged since the snapshot.
         As for a lost snapshot: rebuild from the CDI specs (never delete them as orphans), and
@@ -287,7 +312,7 @@ class ClaimDriver(abc.ABC):
         return rebuilt
 
     def _enter_degraded(
-        self, current: models.Checkpoint, *, path: object, problem: str, cause: OSError
+        self, current: models.Checkpoint[P], *, path: object, problem: str, cause: OSError
     ) -> None:
         where = path or "the plugin checkpoint"
         reason = (
@@ -304,7 +329,7 @@ class ClaimDriver(abc.ABC):
         )
         self._emit_node_event("CheckpointUnwritable", reason)
 
-    def _start_without_checkpoint(self) -> models.Checkpoint:
+    def _start_without_checkpoint(self) -> models.Checkpoint[P]:
         # No file: a first start, unless CDI specs of ours exist (the file was deleted or lost),
         # in which case the prepared state they prove is rebuilt, never forgotten.
         if not self._ports.cdi.claim_uids():
@@ -323,7 +348,7 @@ class ClaimDriver(abc.ABC):
 
     def _recover_corrupt_checkpoint(
         self, exc: errors.CheckpointCorruptError
-    ) -> models.Checkpoint:
+    ) -> models.Checkpoint[P]:
         # NB: rebuild before moving the file aside: if reading the CDI root fails, the corrupt
         # checkpoint stays in place and the next call tries again instead of starting empty.
         rebuilt, unreadable = self._rebuild_from_cdi()
@@ -345,7 +370,7 @@ class ClaimDriver(abc.ABC):
         )
         return rebuilt
 
-    def _rebuild_from_cdi(self) -> tuple[models.Checkpoint, tuple[names.ClaimUID, ...]]:
+    def _rebuild_from_cdi(self) -> tuple[models.Checkpoint[P], tuple[names.ClaimUID, ...]]:
         """The checkpoint the CDI root proves, and the spec files of ours it could not read."""
         specs: dict[names.ClaimUID, Mapping[str, object]] = {}
         unreadable: list[names.ClaimUID] = []
@@ -368,7 +393,7 @@ class ClaimDriver(abc.ABC):
     def _emit_node_event(self, reason: str, message: str) -> None:
         emit_node_event(self._ports.cluster, self._node.node_name, reason, message)
 
-    def recover(self) -> models.Checkpoint:
+    def recover(self) -> models.Checkpoint[P]:
         """Startup pass: load (and repair) the checkpoint, persist it, drop orphan CDI specs.
 
         A CDI spec of ours that no PrepareStarted/Completed entry holds (its entry was dropped
@@ -413,7 +438,7 @@ class ClaimDriver(abc.ABC):
 
     # ------------------------------------------------------------ stale entries
 
-    def clean_stale_claims(self) -> tuple[checkpoint_codec.StaleEntry, ...]:
+    def clean_stale_claims(self) -> tuple[checkpoint_codec.StaleEntry[P], ...]:
         """One clean-up round: drop entries whose claims the API server says are gone.
 
         A PrepareStarted or PrepareCompleted entry whose ResourceClaim was deleted, recreated
@@ -449,11 +474,11 @@ class ClaimDriver(abc.ABC):
         return plan.removed
 
     def _find_stale(
-        self, entries: tuple[models.CheckpointEntry, ...]
-    ) -> tuple[checkpoint_codec.StaleEntry, ...]:
+        self, entries: tuple[models.CheckpointEntry[P], ...]
+    ) -> tuple[checkpoint_codec.StaleEntry[P], ...]:
         """Ask the API server about each entry's claim; raises ClusterError if it cannot."""
         by_uid: dict[str, models.ResourceClaim] | None = None
-        found: list[checkpoint_codec.StaleEntry] = []
+        found: list[checkpoint_codec.StaleEntry[P]] = []
         for entry in entries:
             if entry.name:
                 claim = self._lookup_claim(entry.namespace, entry.name)
@@ -463,7 +488,7 @@ class ClaimDriver(abc.ABC):
                 claim = by_uid.get(entry.claim_uid)
             reason = checkpoint_codec.stale_reason(entry, claim)
             if reason is not None:
-                found.append(checkpoint_codec.StaleEntry(entry=entry, reason=reason))
+                found.append(checkpoint_codec.StaleEntry[P](entry=entry, reason=reason))
         return tuple(found)
 
     def _lookup_claim(self, namespace: str, name: str) -> models.ResourceClaim | None:
@@ -480,7 +505,7 @@ class ClaimDriver(abc.ABC):
         )
         return {claim.uid: claim for claim in claims}
 
-    def _report_stale(self, item: checkpoint_codec.StaleEntry) -> None:
+    def _report_stale(self, item: checkpoint_codec.StaleEntry[P]) -> None:
         entry = item.entry
         who = f"{entry.namespace}/{entry.name}" if entry.name else "(name unknown)"
         log.warning(
@@ -501,7 +526,7 @@ class ClaimDriver(abc.ABC):
     _unreadable_spec_action = "kept_until_unprepared"
 
     @abc.abstractmethod
-    def _empty_checkpoint(self) -> models.Checkpoint:
+    def _empty_checkpoint(self) -> models.Checkpoint[P]:
         """The checkpoint of a node with nothing prepared (a first start)."""
         ...
 
@@ -510,11 +535,11 @@ class ClaimDriver(abc.ABC):
         self,
         specs: Mapping[names.ClaimUID, Mapping[str, object]],
         unreadable: tuple[names.ClaimUID, ...],
-    ) -> models.Checkpoint:
+    ) -> models.Checkpoint[P]:
         """The checkpoint the readable CDI specs (and the unreadable ones' UIDs) prove."""
         ...
 
-    def _after_recover(self, current: models.Checkpoint) -> None:
+    def _after_recover(self, current: models.Checkpoint[P]) -> None:
         """Start-up reports about the recovered checkpoint (none by default)."""
         return None
 
@@ -524,12 +549,12 @@ class ClaimDriver(abc.ABC):
 
     @abc.abstractmethod
     def _plan_prepare(
-        self, claim: models.ResourceClaim, *, checkpoint: models.Checkpoint, observed: object
-    ) -> PlannedClaim:
+        self, claim: models.ResourceClaim, *, checkpoint: models.Checkpoint[P], observed: object
+    ) -> PlannedClaim[P]:
         """The steps that prepare `claim` (called under the node-wide lock)."""
         ...
 
-    def _check_before_steps(self, outcome: PlannedClaim) -> None:
+    def _check_before_steps(self, outcome: PlannedClaim[P]) -> None:
         """Raise a RetryableError when the node cannot take the planned steps yet."""
         return None
 
@@ -539,30 +564,30 @@ class ClaimDriver(abc.ABC):
 
     @abc.abstractmethod
     def _plan_unprepare(
-        self, ref: models.ClaimRef, *, checkpoint: models.Checkpoint
-    ) -> PlannedClaim:
+        self, ref: models.ClaimRef, *, checkpoint: models.Checkpoint[P]
+    ) -> PlannedClaim[P]:
         """The steps that undo the claim's entry (called under the node-wide lock)."""
         ...
 
     def _after_unprepare(
-        self, entry: models.CheckpointEntry, *, after: models.Checkpoint
+        self, entry: models.CheckpointEntry[P], *, after: models.Checkpoint[P]
     ) -> None:
         """Best-effort follow-up once the claim's entry is gone (none by default)."""
         return None
 
     @abc.abstractmethod
-    def _plan_restore_spec(self, entry: models.CheckpointEntry) -> models.WriteCDISpec | None:
+    def _plan_restore_spec(self, entry: models.CheckpointEntry[P]) -> models.WriteCDISpec | None:
         """The write that brings back the entry's lost CDI spec, or None if it cannot."""
         ...
 
-    def _freed_by(self, entry: models.CheckpointEntry) -> str:
+    def _freed_by(self, entry: models.CheckpointEntry[P]) -> str:
         """What a stale entry's clean-up set free, for the Node event."""
         names_ = ",".join(d.device_name for d in entry.devices[:8]) or "none"
         return f"device(s) {names_} on this node are free again"
 
     def _undo_device_steps(
         self, done: tuple[object, ...], *, claim_uid: names.ClaimUID,
-        rollback_to: models.Checkpoint,
+        rollback_to: models.Checkpoint[P],
     ) -> tuple[object, ...]:
         """Steps that undo the half's own steps in `done` (an abandoned prepare's rollback to
         `rollback_to`), as the half's core planner decides them."""
@@ -672,7 +697,7 @@ class ClaimDriver(abc.ABC):
                 return self._prepare_one(flight)
         raise AssertionError("unreachable: tenacity reraises")
 
-    def _ensure_spec_file(self, entry: models.CheckpointEntry) -> None:
+    def _ensure_spec_file(self, entry: models.CheckpointEntry[P]) -> None:
         """An answer must have its CDI file: write back a lost or unreadable one from the entry.
 
         Call with the checkpoint lock held.
@@ -832,7 +857,7 @@ class ClaimDriver(abc.ABC):
         steps: tuple[object, ...],
         *,
         flight: _InFlight | None = None,
-        rollback_to: models.Checkpoint | None = None,
+        rollback_to: models.Checkpoint[P] | None = None,
     ) -> None:
         """Run planned steps in order; for a prepare, check before each that it still counts.
 
@@ -892,7 +917,7 @@ class ClaimDriver(abc.ABC):
             )
         raise error
 
-    def _publish_prepared_count(self, current: models.Checkpoint) -> None:
+    def _publish_prepared_count(self, current: models.Checkpoint[P]) -> None:
         if self._metrics is None:
             return
         self._metrics.set_prepared_devices(checkpoint_codec.index_of(current).prepared_devices)
@@ -972,18 +997,15 @@ def _unreadable_note(unreadable: tuple[names.ClaimUID, ...]) -> str:
 
 
 # The steps `core.executing` (or the checkpoint store) runs; anything else is the half's own.
-_PLUGIN_ACTIONS: tuple[type, ...] = typing.get_args(models.PluginAction)
-
-
-def _is_plugin_action(step: object) -> typing.TypeGuard[models.PluginAction]:
-    return isinstance(step, _PLUGIN_ACTIONS)
+def _is_plugin_action(step: object) -> typing.TypeGuard[models.PluginAction[Any]]:
+    return isinstance(step, models.PLUGIN_ACTION_TYPES)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class _Degraded:
+class _Degraded(Generic[P]):
     """The checkpoint cannot be written: its state in memory, and why no prepare is served."""
 
-    checkpoint: models.Checkpoint
+    checkpoint: models.Checkpoint[P]
     reason: str
 
 

@@ -10,7 +10,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from typing import Protocol
+from typing import Any, Protocol
 
 from adapters.fs import cdi as fs_cdi
 from adapters.fs import checkpoints as fs_checkpoints
@@ -126,7 +126,7 @@ class StaleClaimCleanup:
 class Plugin:
     """A served plugin: what stops it, and what tests and the demo look at."""
 
-    driver: claim_driver.ClaimDriver
+    driver: claim_driver.ClaimDriver[Any]
     server: grpc_server.PluginServer
     metrics: plugin_metrics.PluginMetrics
     node: models.NodeFacts
@@ -181,7 +181,7 @@ def open_stores(
 
 
 def serve(
-    driver: claim_driver.ClaimDriver,
+    driver: claim_driver.ClaimDriver[Any],
     settings: ServedSettings,
     *,
     driver_name: str,

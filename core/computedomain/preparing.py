@@ -15,6 +15,7 @@ from core import cdi, decoding, errors, models, names
 from core import checkpoint as checkpoints
 from core.checkpoint import HOLDING_STATES
 from core.computedomain import allocation_mode, channel_prepare, daemon_claim, modeswitch
+from core.computedomain import checkpoint_records as records
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -42,13 +43,13 @@ class _Validated:
 def plan_prepare(
     claim: models.ResourceClaim,
     *,
-    checkpoint: models.Checkpoint,
+    checkpoint: records.Checkpoint,
     node: models.NodeFacts,
     config: models.DriverConfig,
     domains: Mapping[names.ComputeDomainUID, models.ComputeDomain],
     node_labels: Mapping[str, str],
     now: float,
-) -> models.ClaimOutcome:
+) -> records.ClaimOutcome:
     """Decide how to prepare `claim` on this node; never raises for a bad claim.
 
     Idempotent: a claim already completed gets the same devices and no steps. On error no
@@ -58,7 +59,7 @@ def plan_prepare(
     entry = checkpoint.entries.get(claim.uid)
     if entry is not None and checkpoints.is_reusable(entry):
         return models.ClaimOutcome(steps=(), checkpoint=checkpoint, devices=entry.devices)
-    label_steps: tuple[models.PluginAction, ...] = ()
+    label_steps: tuple[records.PluginAction, ...] = ()
     try:
         checkpoints.check_not_aborted(entry, now=now)
         requests = _requests(claim, config=config)
@@ -208,7 +209,7 @@ def _check_admitted_mode(
 def _check_mode_switch(
     claim: models.ResourceClaim,
     *,
-    checkpoint: models.Checkpoint,
+    checkpoint: records.Checkpoint,
     config: models.DriverConfig,
     node: models.NodeFacts,
 ) -> None:
@@ -220,28 +221,33 @@ def _check_mode_switch(
 
 
 def claims_under_other_mode(
-    checkpoint: models.Checkpoint, *, config: models.DriverConfig
-) -> tuple[models.CheckpointEntry, ...]:
+    checkpoint: records.Checkpoint, *, config: models.DriverConfig
+) -> tuple[records.Entry, ...]:
     """Claims the node still holds that were prepared under another IMEX mode/isolation."""
-    held = checkpoints.index_of(checkpoint).holders_by_mode
-    if all(key == (config.mode, config.isolation) for key in held):
+    others = sum(
+        records.holders_under(checkpoint, mode=mode, isolation=isolation)
+        for mode in models.IMEXMode for isolation in models.Isolation
+        if (mode, isolation) != (config.mode, config.isolation)
+    )
+    if not others:
         return ()  # the common case, without a scan of every entry
     return tuple(
         e for _, e in sorted(checkpoint.entries.items())
-        if e.state in HOLDING_STATES and (e.mode, e.isolation) != (config.mode, config.isolation)
+        if e.state in HOLDING_STATES
+        and (e.record.mode, e.record.isolation) != (config.mode, config.isolation)
     )
 
 
 def mode_switch_message(
-    stale: Sequence[models.CheckpointEntry],
+    stale: Sequence[records.Entry],
     *,
     config: models.DriverConfig,
     node: models.NodeFacts,
 ) -> str:
     """What blocks new prepares after a mode switch, and the drain procedure that clears it."""
     listed = ", ".join(sorted(
-        f"{e.namespace}/{e.name} ({e.mode.value}/{e.isolation.value})" if e.name
-        else f"claim {e.claim_uid} ({e.mode.value}/{e.isolation.value})"
+        f"{e.namespace}/{e.name} ({e.record.mode.value}/{e.record.isolation.value})" if e.name
+        else f"claim {e.claim_uid} ({e.record.mode.value}/{e.record.isolation.value})"
         for e in stale
     ))
     return (
@@ -269,35 +275,31 @@ def _channel_ids(
 def _check_channel_conflict(
     claim: models.ResourceClaim,
     *,
-    checkpoint: models.Checkpoint,
+    checkpoint: records.Checkpoint,
     domain: models.ComputeDomain,
     channel_ids: tuple[int, ...],
 ) -> None:
-    holders = checkpoints.index_of(checkpoint).channel_holders
     own = checkpoint.entries.get(claim.uid)
     # The claim's own entry (a retried prepare) is counted in the index; it is no conflict.
-    own_held = own.channel_ids if own is not None and own.state in HOLDING_STATES else ()
-    own_domain = own.domain_id if own is not None else None
-
-    def others(channel: int, domain_id: str) -> int:
-        count = holders.get(channel, {}).get(domain_id, 0)
-        return count - 1 if channel in own_held and domain_id == own_domain else count
+    own_held: frozenset[int] = frozenset()
+    if own is not None and own.state in HOLDING_STATES and own.record.domain_id != domain.uid:
+        own_held = frozenset(own.record.channel_ids)
 
     if not any(
-        others(channel, domain_id) > 0
+        records.channel_holders_besides(checkpoint, channel=channel, domain_id=domain.uid)
+        > (channel in own_held)
         for channel in channel_ids
-        for domain_id in holders.get(channel, {})
-        if domain_id != domain.uid
     ):
         return  # no other domain holds a wanted channel: no scan of every entry
     wanted = set(channel_ids)
     for uid, entry in sorted(checkpoint.entries.items()):
-        if uid == claim.uid or entry.state not in HOLDING_STATES or entry.domain_id == domain.uid:
+        held = entry.record
+        if uid == claim.uid or entry.state not in HOLDING_STATES or held.domain_id == domain.uid:
             continue
-        shared = sorted(wanted.intersection(entry.channel_ids))
+        shared = sorted(wanted.intersection(held.channel_ids))
         if shared:
             holder = f"{entry.namespace}/{entry.name}" if entry.name else f"claim {uid}"
-            other = entry.domain_id or "unknown (recovered from its CDI spec)"
+            other = held.domain_id or "unknown (recovered from its CDI spec)"
             raise errors.RetryableError(
                 f"IMEX channel {shared[0]} on this node is held by {holder} of another "
                 f"ComputeDomain ({other}); waiting until that claim is unprepared"
@@ -320,7 +322,7 @@ def _node_label_steps(
     config: models.DriverConfig,
     domain: models.ComputeDomain,
     labels: Mapping[str, str],
-) -> tuple[models.PluginAction, ...]:
+) -> tuple[records.PluginAction, ...]:
     if config.host_managed:
         return ()
     label = labels.get(names.COMPUTE_DOMAIN_LABEL)
@@ -361,30 +363,31 @@ def _prepare_steps(
     claim: models.ResourceClaim,
     *,
     validated: _Validated,
-    checkpoint: models.Checkpoint,
+    checkpoint: records.Checkpoint,
     node: models.NodeFacts,
     config: models.DriverConfig,
-    label_steps: tuple[models.PluginAction, ...],
+    label_steps: tuple[records.PluginAction, ...],
     now: float,
-) -> models.ClaimOutcome:
+) -> records.ClaimOutcome:
     devices = tuple(_prepared_device(claim, r, validated=validated) for r in validated.requests)
-    started = models.CheckpointEntry(
+    started = records.Entry(
         claim_uid=claim.uid,
         namespace=claim.namespace,
         name=claim.name,
         state=models.ClaimState.PREPARE_STARTED,
-        mode=config.mode,
-        isolation=config.isolation,
-        domain_id=validated.domain.uid,
-        channel_ids=validated.channel_ids,
+        record=records.ComputeDomainClaimRecord(
+            mode=config.mode,
+            isolation=config.isolation,
+            domain_id=validated.domain.uid,
+            channel_ids=validated.channel_ids,
+        ),
         updated_at=now,
     )
     completed = dataclasses.replace(
         started, state=models.ClaimState.PREPARE_COMPLETED, devices=devices
     )
     writes = checkpoints.prepare_writes(
-        dataclasses.replace(checkpoint, mode=config.mode, isolation=config.isolation),
-        started=started, completed=completed, now=now,
+        checkpoint, started=started, completed=completed, now=now
     )
     spec = _cdi_spec(claim, validated=validated, node=node)
     steps = (
@@ -434,8 +437,8 @@ def _cdi_spec(
 
 
 def plan_unprepare(
-    ref: models.ClaimRef, *, checkpoint: models.Checkpoint, now: float
-) -> models.ClaimOutcome:
+    ref: models.ClaimRef, *, checkpoint: records.Checkpoint, now: float
+) -> records.ClaimOutcome:
     """Undo what the claim's checkpoint entry says was done, whatever the current mode.
 
     An unknown claim succeeds with only the (idempotent) deletion of its CDI spec, so a file
@@ -466,9 +469,9 @@ def plan_unprepare(
 
 
 def plan_label_release(
-    entry: models.CheckpointEntry,
+    entry: records.Entry,
     *,
-    after: models.Checkpoint,
+    after: records.Checkpoint,
     node: models.NodeFacts,
     node_labels: Mapping[str, str],
     resource_version: str,
@@ -483,20 +486,21 @@ def plan_label_release(
     node forever. Removing the label is what ends the daemon pod and then its claim.
     `resource_version` makes the patch fail rather than remove a label changed meanwhile.
     """
+    record = entry.record
     if (
-        entry.mode is not models.IMEXMode.DRIVER_MANAGED
-        or not entry.channel_ids
-        or not entry.domain_id
-        or node_labels.get(names.COMPUTE_DOMAIN_LABEL) != entry.domain_id
+        record.mode is not models.IMEXMode.DRIVER_MANAGED
+        or not record.channel_ids
+        or not record.domain_id
+        or node_labels.get(names.COMPUTE_DOMAIN_LABEL) != record.domain_id
     ):
         return None
-    others = checkpoints.index_of(after).channel_holders_by_domain.get(entry.domain_id, 0)
+    others = records.channel_claims_of(after, domain_id=record.domain_id)
     held = after.entries.get(entry.claim_uid)
     if (
         held is not None
         and held.state in HOLDING_STATES
-        and held.channel_ids
-        and held.domain_id == entry.domain_id
+        and held.record.channel_ids
+        and held.record.domain_id == record.domain_id
     ):
         others -= 1
     if others > 0:
@@ -511,7 +515,7 @@ def plan_label_release(
 
 
 def plan_restore_spec(
-    entry: models.CheckpointEntry, *, node: models.NodeFacts
+    entry: records.Entry, *, node: models.NodeFacts
 ) -> models.WriteCDISpec | None:
     """The CDI spec a completed channel claim's entry proves, to write back if it was lost.
 
@@ -522,15 +526,15 @@ def plan_restore_spec(
     channel_prefix = f"{names.DEVICE_TYPE_CHANNEL}-"
     if (
         entry.state is not models.ClaimState.PREPARE_COMPLETED
-        or not entry.channel_ids
+        or not entry.record.channel_ids
         or not entry.devices
         or not all(d.device_name.startswith(channel_prefix) for d in entry.devices)
     ):
         return None
     devices = cdi.channel_devices(
         claim_uid=entry.claim_uid,
-        channel_ids=entry.channel_ids,
+        channel_ids=entry.record.channel_ids,
         major=node.channel_major,
-        domain_id=entry.domain_id,
+        domain_id=entry.record.domain_id,
     )
     return models.WriteCDISpec(claim_uid=entry.claim_uid, spec=cdi.spec_with_devices(devices))

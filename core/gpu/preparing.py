@@ -8,9 +8,8 @@ an unprepare of a started claim leaves a PrepareAborted tombstone so a late retr
 prepare cannot resurrect it.
 
 What the GPU half must remember about a claim beyond the shared entry fields (which devices
-it holds, whether they may be shared, what was done to the GPUs) is kept under the entry's
-`gpu` key: the checkpoint codec carries fields it does not know in `extra` and writes them
-back unchanged.
+it holds, whether they may be shared, what was done to the GPUs) is the entry's typed
+`gpu.checkpoint_records.GpuClaimRecord`.
 """
 
 from __future__ import annotations
@@ -24,20 +23,10 @@ from core import errors, models, names
 from core import gates as feature_gates
 from core.gpu import actions, configs, devices
 from core.gpu import cdi as gpu_cdi
+from core.gpu import checkpoint_records as records
 
 DRIVER_NAME: Final = configs.DRIVER_NAME
-# NB: `mode`/`isolation` of the checkpoint header and entries are read only by the
-# ComputeDomain half. The GPU half writes these constants there so that its file has the
-# shared format; their values mean nothing for GPU claims.
-CHECKPOINT_MODE: Final = models.IMEXMode.DRIVER_MANAGED
-CHECKPOINT_ISOLATION: Final = models.Isolation.DOMAIN
-# The key under which an entry keeps the GPU half's own record (see `_Record`).
-ENTRY_KEY: Final = "gpu"
-
-_GPU_PREFIX = "gpu-"
-_VFIO_PREFIX = "gpu-vfio-"
-
-Step = models.PluginAction | actions.GpuAction
+Step = records.PluginAction | actions.GpuAction
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -47,118 +36,15 @@ class GpuClaimOutcome:
     `error is None` means success. `checkpoint` is the state after all steps ran.
     """
 
-    steps: tuple[models.PluginAction | actions.GpuAction, ...]
-    checkpoint: models.Checkpoint
+    steps: tuple[Step, ...]
+    checkpoint: records.Checkpoint
     devices: tuple[models.PreparedDevice, ...] = ()
     error: Exception | None = None
 
 
-def empty_gpu_checkpoint(*, boot_id: str) -> models.Checkpoint:
+def empty_gpu_checkpoint(*, boot_id: str) -> records.Checkpoint:
     """A fresh GPU-plugin checkpoint for this boot."""
-    return models.Checkpoint(boot_id=boot_id, mode=CHECKPOINT_MODE, isolation=CHECKPOINT_ISOLATION)
-
-
-# ---------------------------------------------------------------- the entry's GPU record
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class _Held:
-    """One device a claim holds on the node, as its entry records it."""
-
-    name: str
-    kind: str
-    # Minor of the physical GPU the device lives on (None: unknown, e.g. a VFIO function).
-    gpu_minor: int | None = None
-    # Full GPUs: the UUID a time-slice was set on.
-    uuid: str = ""
-    # VFIO functions: the PCI address bound to vfio-pci.
-    pci_bus_id: str = ""
-    shared: bool = False
-
-    def to_json(self) -> dict[str, Any]:
-        raw: dict[str, Any] = {"name": self.name, "type": self.kind, "shared": self.shared}
-        if self.gpu_minor is not None:
-            raw["gpuMinor"] = self.gpu_minor
-        if self.uuid:
-            raw["uuid"] = self.uuid
-        if self.pci_bus_id:
-            raw["pciBusID"] = self.pci_bus_id
-        return raw
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class _Record:
-    """The GPU half's part of a checkpoint entry (`entry.extra["gpu"]`)."""
-
-    held: tuple[_Held, ...] = ()
-    # Full GPUs whose time-slice this claim set (reset on unprepare, as upstream does).
-    time_sliced: tuple[str, ...] = ()
-    # The IOMMU API device the claim's spec gives ("" none, /dev/vfio/vfio or /dev/iommu).
-    vfio_api: str = ""
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "devices": [h.to_json() for h in self.held],
-            "timeSliced": list(self.time_sliced),
-            "vfioAPIDevice": self.vfio_api,
-        }
-
-
-def _record_of(entry: models.CheckpointEntry) -> _Record:
-    """The entry's GPU record; one missing or malformed (hand-edited) reads as the names
-    in its devices, each held exclusively: the safe reading for conflict checks."""
-    raw = entry.extra.get(ENTRY_KEY)
-    if isinstance(raw, Mapping):
-        listed = raw.get("devices")
-        if isinstance(listed, list):
-            held = tuple(h for h in (_held_from_json(item) for item in listed) if h is not None)
-            sliced = raw.get("timeSliced")
-            return _Record(
-                held=held,
-                time_sliced=tuple(
-                    str(u) for u in sliced if isinstance(u, str)
-                ) if isinstance(sliced, list) else (),
-                vfio_api=str(raw.get("vfioAPIDevice") or ""),
-            )
-    return _Record(held=tuple(
-        _held_from_name(d.device_name) for d in entry.devices if d.device_name
-    ))
-
-
-def _held_from_json(raw: Any) -> _Held | None:
-    if not isinstance(raw, Mapping) or not isinstance(raw.get("name"), str):
-        return None
-    name = str(raw["name"])
-    guessed = _held_from_name(name)
-    minor = raw.get("gpuMinor")
-    return _Held(
-        name=name,
-        kind=str(raw.get("type") or guessed.kind),
-        gpu_minor=minor if type(minor) is int else guessed.gpu_minor,
-        uuid=str(raw.get("uuid") or ""),
-        pci_bus_id=str(raw.get("pciBusID") or ""),
-        shared=raw.get("shared") is True,
-    )
-
-
-def _held_from_name(name: str) -> _Held:
-    """What a slice device name alone tells: its kind and physical GPU (never shared)."""
-    if name.startswith(_VFIO_PREFIX):
-        return _Held(name=name, kind=devices.VFIO_TYPE)
-    mig = devices.parse_mig_name(name)
-    if mig is not None:
-        return _Held(name=name, kind=devices.MIG_TYPE, gpu_minor=mig[0])
-    suffix = name.removeprefix(_GPU_PREFIX)
-    if suffix != name and suffix.isascii() and suffix.isdigit():
-        return _Held(name=name, kind=devices.GPU_TYPE, gpu_minor=int(suffix))
-    return _Held(name=name, kind="")
-
-
-def _with_record(entry: models.CheckpointEntry, record: _Record | None) -> models.CheckpointEntry:
-    extra = {k: v for k, v in entry.extra.items() if k != ENTRY_KEY}
-    if record is not None:
-        extra[ENTRY_KEY] = record.to_json()
-    return dataclasses.replace(entry, extra=extra)
+    return records.empty(boot_id=boot_id)
 
 
 # ---------------------------------------------------------------- prepare
@@ -180,23 +66,29 @@ class _Planned:
             return devices.GPU_TYPE
         return devices.MIG_TYPE if self.mig is not None else devices.VFIO_TYPE
 
-    def held(self) -> _Held:
+    def held(self) -> records.HeldDevice:
         shared = self.vfio is None and configs.allows_sharing(self.config)
         if self.gpu is not None:
-            return _Held(name=self.gpu.name, kind=self.kind, gpu_minor=self.gpu.minor,
-                         uuid=self.gpu.uuid, shared=shared)
+            return records.HeldDevice(
+                name=self.gpu.name, kind=self.kind, gpu_minor=self.gpu.minor,
+                uuid=self.gpu.uuid, shared=shared,
+            )
         if self.mig is not None:
-            return _Held(name=self.mig.name, kind=self.kind, gpu_minor=self.mig.parent_minor,
-                         shared=shared)
+            return records.HeldDevice(
+                name=self.mig.name, kind=self.kind, gpu_minor=self.mig.parent_minor,
+                shared=shared,
+            )
         assert self.vfio is not None
-        return _Held(name=self.vfio.name, kind=self.kind, gpu_minor=self.vfio.parent_minor,
-                     pci_bus_id=self.vfio.pci_bus_id)
+        return records.HeldDevice(
+            name=self.vfio.name, kind=self.kind, gpu_minor=self.vfio.parent_minor,
+            pci_bus_id=self.vfio.pci_bus_id,
+        )
 
 
 def plan_gpu_prepare(
     claim: models.ResourceClaim,
     *,
-    checkpoint: models.Checkpoint,
+    checkpoint: records.Checkpoint,
     inventory: devices.GpuInventory,
     files: devices.DriverFiles,
     gates: models.FeatureGates,
@@ -223,7 +115,9 @@ def plan_gpu_prepare(
     except errors.PermanentError as err:
         return GpuClaimOutcome(steps=(), checkpoint=checkpoint, error=err)
     gpu_steps, sliced = _gpu_steps(planned, gates=gates)
-    record = _Record(held=tuple(p.held() for p in planned), time_sliced=sliced, vfio_api=vfio_api)
+    record = records.GpuClaimRecord(
+        held=tuple(p.held() for p in planned), time_sliced=sliced, vfio_api=vfio_api
+    )
     prepared = tuple(
         models.PreparedDevice(
             request_names=(p.result.request,),
@@ -233,16 +127,15 @@ def plan_gpu_prepare(
         )
         for p in planned
     )
-    started = _with_record(models.CheckpointEntry(
+    started = models.CheckpointEntry(
         claim_uid=claim.uid,
         namespace=claim.namespace,
         name=claim.name,
         state=models.ClaimState.PREPARE_STARTED,
-        mode=CHECKPOINT_MODE,
-        isolation=CHECKPOINT_ISOLATION,
+        record=record,
         updated_at=now,
         extra=entry.extra if entry is not None else {},
-    ), record)
+    )
     completed = dataclasses.replace(
         started, state=models.ClaimState.PREPARE_COMPLETED, devices=prepared
     )
@@ -396,7 +289,7 @@ def _names_request(requests: Sequence[str], request: str) -> bool:
 
 
 def _check_conflicts(
-    claim: models.ResourceClaim, planned: Sequence[_Planned], *, checkpoint: models.Checkpoint
+    claim: models.ResourceClaim, planned: Sequence[_Planned], *, checkpoint: records.Checkpoint
 ) -> None:
     """A device held by another claim is refused unless both claims allow sharing it.
 
@@ -408,13 +301,13 @@ def _check_conflicts(
     for uid, entry in sorted(checkpoint.entries.items()):
         if uid == claim.uid or entry.state not in checkpoints.HOLDING_STATES:
             continue
-        for theirs in _record_of(entry).held:
+        for theirs in entry.record.held:
             for mine in wanted:
                 if _clash(mine, theirs):
                     raise errors.PermanentError(_conflict_message(mine, theirs, entry))
 
 
-def _clash(mine: _Held, theirs: _Held) -> bool:
+def _clash(mine: records.HeldDevice, theirs: records.HeldDevice) -> bool:
     if mine.name == theirs.name:
         return not (mine.shared and theirs.shared)
     vfio = devices.VFIO_TYPE in (mine.kind, theirs.kind)
@@ -424,7 +317,9 @@ def _clash(mine: _Held, theirs: _Held) -> bool:
     return same_gpu and (vfio or whole)
 
 
-def _conflict_message(mine: _Held, theirs: _Held, entry: models.CheckpointEntry) -> str:
+def _conflict_message(
+    mine: records.HeldDevice, theirs: records.HeldDevice, entry: records.Entry
+) -> str:
     holder = (
         f"claim {entry.namespace}/{entry.name}" if entry.name
         else f"claim {entry.claim_uid} (recovered from its CDI spec)"
@@ -532,7 +427,7 @@ def _spec_of(
 def plan_gpu_unprepare(
     ref: models.ClaimRef,
     *,
-    checkpoint: models.Checkpoint,
+    checkpoint: records.Checkpoint,
     inventory: devices.GpuInventory,
     now: float,
 ) -> GpuClaimOutcome:
@@ -554,9 +449,10 @@ def plan_gpu_unprepare(
     if entry.state is models.ClaimState.PREPARE_ABORTED:
         return GpuClaimOutcome(steps=(), checkpoint=checkpoint)
     if entry.state is models.ClaimState.PREPARE_STARTED:
-        tombstone = _with_record(dataclasses.replace(
-            entry, state=models.ClaimState.PREPARE_ABORTED, devices=(), updated_at=now
-        ), None)
+        tombstone = dataclasses.replace(
+            entry, state=models.ClaimState.PREPARE_ABORTED, devices=(), updated_at=now,
+            record=records.GpuClaimRecord(),
+        )
         after = checkpoints.with_entry(checkpoint, tombstone)
     else:
         after = checkpoints.without_entry(checkpoint, ref.uid)
@@ -568,12 +464,12 @@ def plan_gpu_unprepare(
 
 
 def _undo_steps(
-    entry: models.CheckpointEntry,
+    entry: records.Entry,
     *,
-    after: models.Checkpoint,
+    after: records.Checkpoint,
     inventory: devices.GpuInventory,
 ) -> tuple[actions.GpuAction, ...]:
-    record = _record_of(entry)
+    record = entry.record
     by_name = {v.name: v for v in inventory.vfios}
     unbinds: set[str] = set()
     for held in record.held:
@@ -590,7 +486,7 @@ def _undo_steps(
 
 
 def _time_slice_resets(
-    uuids: Sequence[str], *, claim_uid: names.ClaimUID, after: models.Checkpoint
+    uuids: Sequence[str], *, claim_uid: names.ClaimUID, after: records.Checkpoint
 ) -> tuple[actions.SetTimeSlice, ...]:
     """Default again on the GPUs of `uuids` that no other claim in `after` still holds (a
     shared GPU's time-slice is the remaining holders' as much as this claim's)."""
@@ -598,7 +494,7 @@ def _time_slice_resets(
         h.uuid
         for uid, other in after.entries.items()
         if uid != claim_uid and other.state in checkpoints.HOLDING_STATES
-        for h in _record_of(other).held
+        for h in other.record.held
         if h.uuid
     }
     reset = tuple(sorted({u for u in uuids if u not in still_held}))
@@ -608,7 +504,7 @@ def _time_slice_resets(
 
 
 def plan_gpu_rollback(
-    claim_uid: names.ClaimUID, *, done: Sequence[object], rollback_to: models.Checkpoint
+    claim_uid: names.ClaimUID, *, done: Sequence[object], rollback_to: records.Checkpoint
 ) -> tuple[actions.GpuAction, ...]:
     """The steps that undo the GPU steps an abandoned prepare of `claim_uid` already ran
     (`done`, in the order run), before the checkpoint goes back to `rollback_to`.
@@ -631,7 +527,7 @@ def plan_gpu_rollback(
 
 
 def plan_gpu_restore_spec(
-    entry: models.CheckpointEntry,
+    entry: records.Entry,
     *,
     inventory: devices.GpuInventory,
     files: devices.DriverFiles,
@@ -645,7 +541,7 @@ def plan_gpu_restore_spec(
     """
     if entry.state is not models.ClaimState.PREPARE_COMPLETED:
         return None
-    record = _record_of(entry)
+    record = entry.record
     if not record.held:
         return None
     by_name = _inventory_by_name(inventory)
@@ -667,7 +563,7 @@ def gpu_checkpoint_from_cdi(
     *,
     boot_id: str,
     now: float = 0.0,
-) -> models.Checkpoint:
+) -> records.Checkpoint:
     """Entries provable from the GPU claims' CDI specs after the checkpoint was lost.
 
     Each spec proves a PrepareCompleted claim holding the devices it names (and whether it
@@ -677,14 +573,14 @@ def gpu_checkpoint_from_cdi(
     time-slice is known to have been set (none is reset). A VFIO function's address is
     looked up in the inventory at unprepare.
     """
-    entries: dict[names.ClaimUID, models.CheckpointEntry] = {}
+    entries: dict[names.ClaimUID, records.Entry] = {}
     for uid, spec in sorted(specs.items()):
         device_names = [
             name for name in (
                 gpu_cdi.slice_device_of(uid, cdi_name) for cdi_name in gpu_cdi.spec_devices(spec)
             ) if name is not None
         ]
-        held = tuple(_held_from_name(name) for name in device_names)
+        held = tuple(records.held_from_name(name) for name in device_names)
         prepared = tuple(
             models.PreparedDevice(
                 request_names=(), pool_name="", device_name=name,
@@ -692,15 +588,12 @@ def gpu_checkpoint_from_cdi(
             )
             for name in device_names
         )
-        entry = models.CheckpointEntry(
+        entries[uid] = models.CheckpointEntry(
             claim_uid=uid, namespace="", name="", state=models.ClaimState.PREPARE_COMPLETED,
-            mode=CHECKPOINT_MODE, isolation=CHECKPOINT_ISOLATION, devices=prepared,
-            updated_at=now,
+            record=records.GpuClaimRecord(held=held, vfio_api=_gives_vfio_api(spec)),
+            devices=prepared, updated_at=now,
         )
-        entries[uid] = _with_record(entry, _Record(held=held, vfio_api=_gives_vfio_api(spec)))
-    return models.Checkpoint(
-        boot_id=boot_id, mode=CHECKPOINT_MODE, isolation=CHECKPOINT_ISOLATION, entries=entries
-    )
+    return models.Checkpoint(boot_id=boot_id, codec=records.CODEC, entries=entries)
 
 
 def _gives_vfio_api(spec: Mapping[str, Any]) -> str:

@@ -28,6 +28,7 @@ from adapters.memory import apiserver
 from adapters.memory import cluster as memory_cluster
 from adapters.nvml import simulated
 from core import kinds, models, names
+from core.computedomain import checkpoint_records as cd_records
 
 pytestmark = pytest.mark.slow
 
@@ -72,7 +73,8 @@ def cdi_ids(result: models.ClaimResult) -> tuple[str, ...]:
 
 
 def checkpoint_entries(paths: PluginPaths) -> dict[names.ClaimUID, models.CheckpointEntry]:
-    current = fs_checkpoints.read_checkpoint(str(paths.checkpoint))  # snapshot + journal
+    # snapshot + journal
+    current = fs_checkpoints.read_checkpoint(str(paths.checkpoint), cd_records.CODEC)
     assert current is not None
     return {
         uid: entry

@@ -22,7 +22,8 @@ import pytest
 import referencing
 import referencing.jsonschema
 
-from core import cdi, checkpoint, models, names
+from core import cdi, models, names
+from core.computedomain import recovery
 
 _SHARED = Path(os.environ.get("SHARED_DIR", Path(__file__).parents[3] / ".." / "shared"))
 _CDI_DIR = _SHARED / "reference" / "cdi"
@@ -93,7 +94,7 @@ def test_cdi_spec_from_a_prepare_validates() -> None:
     assert spec["cdiVersion"] == "0.5.0"
     assert spec["kind"] == names.CDI_KIND_CLAIM
     _check(spec)
-    rebuilt = checkpoint.rebuild_from_cdi(
+    rebuilt = recovery.rebuild_from_cdi(
         boot_id="b",
         config=models.DriverConfig(
             mode=models.IMEXMode.HOST_MANAGED, isolation=models.Isolation.NONE,
@@ -102,7 +103,7 @@ def test_cdi_spec_from_a_prepare_validates() -> None:
         claim_specs={names.ClaimUID(UIDS[0]): json.loads(json.dumps(spec))},
         now=0.0,
     )
-    assert rebuilt.entries[names.ClaimUID(UIDS[0])].channel_ids == (0,)
+    assert rebuilt.entries[names.ClaimUID(UIDS[0])].record.channel_ids == (0,)
 
 
 def test_corrected_schema_rejects_a_bad_file_mode() -> None:

@@ -27,6 +27,7 @@ from adapters.nvsmi import simulated as nvsmi_simulated
 from apps.cli import gpu_demo
 from core import kinds, models, names
 from core.gpu import cdi as gpu_cdi
+from core.gpu import checkpoint_records as gpu_records
 from core.gpu import devices as gpu_devices
 
 DRIVER = "gpu.nvidia.com"
@@ -292,7 +293,7 @@ def spec_env(spec: Mapping[str, Any]) -> list[str]:
 
 def checkpoint_uids(path: pathlib.Path) -> set[str]:
     """Claims a plugin's checkpoint holds as prepared or being prepared."""
-    current = fs_checkpoints.read_checkpoint(str(path))  # snapshot + journal
+    current = fs_checkpoints.read_checkpoint(str(path), gpu_records.CODEC)  # snapshot + journal
     if current is None:
         return set()
     return {

@@ -18,6 +18,7 @@ from apps.kubeletplugin import driver as plugin_driver
 from apps.pluginkit import driver as claim_driver
 from core import checkpoint as checkpoint_codec
 from core import kinds, models
+from core.computedomain import checkpoint_records as cd_records
 
 
 @pytest.fixture
@@ -71,7 +72,7 @@ def test_a_node_with_todays_checkpoint_file_keeps_every_claim_after_the_upgrade(
     refs = [create_claim(env, name, domain_id=domain) for name in ("a", "b", "c")]
     first = {ref.uid: prepare(env, ref) for ref in refs}
     snapshot, journal = _paths(env)
-    current = fs_checkpoints.read_checkpoint(snapshot)
+    current = fs_checkpoints.read_checkpoint(snapshot, cd_records.CODEC)
     assert current is not None
     node(env).plugin.stop(grace_s=0)
     # What the previous release leaves: checkpoint.json alone, in the same format.
@@ -117,7 +118,7 @@ def test_a_torn_journal_tail_is_cut_and_every_acknowledged_claim_kept(
     assert ref.uid in driver.recover().entries
     assert os.path.getsize(journal) == valid
     assert not driver.node_prepare((later,))[later.uid].error
-    current = fs_checkpoints.read_checkpoint(_paths(env)[0])
+    current = fs_checkpoints.read_checkpoint(_paths(env)[0], cd_records.CODEC)
     assert current is not None and {ref.uid, later.uid} <= set(current.entries)
 
 
@@ -197,7 +198,7 @@ def test_a_journal_left_beside_a_snapshot_rewritten_by_an_older_plugin_is_not_re
     with open(journal, "rb") as f:
         assert f.read() == b"", "compacted at the stop"
     # A downgrade: the older plugin unprepares the claim in the snapshot alone...
-    current = fs_checkpoints.read_checkpoint(snapshot)
+    current = fs_checkpoints.read_checkpoint(snapshot, cd_records.CODEC)
     assert current is not None
     # ... while a journal of this release, following an earlier snapshot, is still there.
     earlier = checkpoint_codec.snapshot_id(b"an earlier snapshot")
@@ -208,7 +209,7 @@ def test_a_journal_left_beside_a_snapshot_rewritten_by_an_older_plugin_is_not_re
     with open(snapshot, "wb") as f:
         f.write(checkpoint_codec.encode(dataclasses.replace(current, entries={})))
     # The inspection tool reads it as the plugin does: the stale journal is not applied.
-    inspected = fs_checkpoints.read_checkpoint(snapshot)
+    inspected = fs_checkpoints.read_checkpoint(snapshot, cd_records.CODEC)
     assert inspected is not None
     assert ref.uid not in inspected.entries, "read_checkpoint replayed the stale journal"
     recovered = _fresh_driver(env).recover()
@@ -260,7 +261,7 @@ def test_a_journal_lost_while_the_plugin_runs_is_noticed_on_the_next_call(
     assert not again.error
     events = env.cluster.list(kinds.EVENT.kind, namespace="default").items
     assert [e["reason"] for e in events].count("CheckpointJournalLost") == 1
-    current = fs_checkpoints.read_checkpoint(_paths(env)[0])
+    current = fs_checkpoints.read_checkpoint(_paths(env)[0], cd_records.CODEC)
     assert current is not None and ref.uid in current.entries
 
 

@@ -25,6 +25,7 @@ from adapters.fs import checkpoints as fs_checkpoints
 from apps.cli import embedded
 from core import checkpoint as checkpoint_codec
 from core import kinds, names
+from core.computedomain import checkpoint_records as cd_records
 from core.computedomain import modes
 
 
@@ -35,7 +36,7 @@ def env() -> Iterator[embedded.Embedded]:
 
 
 def _prepared_uids(env: embedded.Embedded) -> set[str]:
-    current = fs_checkpoints.read_checkpoint(node(env).settings.checkpoint_path)
+    current = fs_checkpoints.read_checkpoint(node(env).settings.checkpoint_path, cd_records.CODEC)
     assert current is not None
     return set(current.entries)
 
@@ -164,7 +165,7 @@ def test_a_checkpoint_changed_behind_the_plugins_back_is_read_again(
     ref = create_claim(env, "a", domain_id=create_domain(env))
     assert not prepare(env, ref).error
     path = node(env).settings.checkpoint_path
-    current = fs_checkpoints.read_checkpoint(path)
+    current = fs_checkpoints.read_checkpoint(path, cd_records.CODEC)
     assert current is not None
     with open(path, "wb") as f:  # e.g. an operator restoring an older copy
         f.write(checkpoint_codec.encode(dataclasses.replace(current, entries={})))

@@ -20,6 +20,7 @@ from apps.cli import embedded
 from apps.kubeletplugin import driver as plugin_driver
 from apps.pluginkit import driver as claim_driver
 from core import models, names
+from core.computedomain import checkpoint_records as cd_records
 
 
 @pytest.fixture
@@ -43,7 +44,7 @@ def _cdi(env: embedded.Embedded) -> fs_cdi.CDIDirectory:
 
 
 def _entries(env: embedded.Embedded) -> Mapping[names.ClaimUID, models.CheckpointEntry]:
-    current = fs_checkpoints.read_checkpoint(node(env).settings.checkpoint_path)
+    current = fs_checkpoints.read_checkpoint(node(env).settings.checkpoint_path, cd_records.CODEC)
     assert current is not None
     return current.entries
 

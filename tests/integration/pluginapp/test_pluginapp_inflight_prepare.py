@@ -27,6 +27,7 @@ from apps.cli import embedded
 from apps.kubeletplugin import driver as plugin_driver
 from apps.pluginkit import driver as claim_driver
 from core import kinds, models, names, ports
+from core.computedomain import checkpoint_records as cd_records
 
 HOLD_TIMEOUT_S = 30.0
 # Every point a fresh host-managed prepare passes, in order: (what, occurrence).
@@ -171,7 +172,7 @@ def served(env: embedded.Embedded, hold: Hold) -> Iterator[tuple[ObservedService
 
 
 def holding_entries(env: embedded.Embedded) -> dict[names.ClaimUID, models.ClaimState]:
-    current = fs_checkpoints.read_checkpoint(node(env).settings.checkpoint_path)
+    current = fs_checkpoints.read_checkpoint(node(env).settings.checkpoint_path, cd_records.CODEC)
     assert current is not None
     entries = current.entries
     return {

@@ -23,6 +23,7 @@ from apps.kubeletplugin import domains as plugin_domains
 from apps.kubeletplugin import driver as plugin_driver
 from apps.pluginkit import driver as claim_driver
 from core import cdi, errors, kinds, models, names
+from core.computedomain import checkpoint_records as cd_records
 
 
 @pytest.fixture
@@ -105,7 +106,9 @@ def _driver(
 
 
 def _entries(env: embedded.Embedded) -> Mapping[names.ClaimUID, models.CheckpointEntry]:
-    current = fs_checkpoints.read_checkpoint(node(env).settings.checkpoint_path)
+    current = fs_checkpoints.read_checkpoint(
+        node(env).settings.checkpoint_path, cd_records.CODEC
+    )
     assert current is not None
     return current.entries
 
@@ -139,7 +142,7 @@ def test_unreadable_cdi_spec_during_rebuild_holds_every_channel_instead_of_losin
     restart(env)
     entries = _entries(env)
     assert ref.uid in entries
-    assert entries[bad].channel_ids == tuple(range(names.MAX_CHANNEL_ID + 1))
+    assert entries[bad].record.channel_ids == tuple(range(names.MAX_CHANNEL_ID + 1))
     events = env.cluster.list(kinds.EVENT.kind, namespace="default").items
     assert any(e["reason"] == "CheckpointCorrupt" and bad in e["message"] for e in events)
 
@@ -188,7 +191,7 @@ def test_a_rebuilt_claim_shares_channel_zero_with_its_own_compute_domain(
     assert f"{cdi.DOMAIN_ENV}={domain}" in spec["devices"][0]["containerEdits"]["env"]
     _corrupt_checkpoint(env)
     restart(env)
-    assert _entries(env)[first.uid].domain_id == domain
+    assert _entries(env)[first.uid].record.domain_id == domain
     second = create_claim(env, "b", domain_id=domain)
     assert not prepare(env, second).error
 

@@ -25,6 +25,7 @@ from apps.pluginkit import metrics as plugin_metrics
 from apps.pluginkit import serving
 from core import checkpoint as checkpoint_codec
 from core import errors, kinds, models, names
+from core.computedomain import checkpoint_records as cd_records
 
 
 @pytest.fixture
@@ -67,7 +68,7 @@ def _driver(
 
 
 def _entries(env: embedded.Embedded) -> Mapping[names.ClaimUID, models.CheckpointEntry]:
-    current = fs_checkpoints.read_checkpoint(node(env).settings.checkpoint_path)
+    current = fs_checkpoints.read_checkpoint(node(env).settings.checkpoint_path, cd_records.CODEC)
     assert current is not None
     return current.entries
 
@@ -114,7 +115,7 @@ def test_a_started_entry_left_by_a_crash_is_cleaned_when_its_claim_is_gone(
     ref = create_claim(env, "a", domain_id=create_domain(env))
     assert not prepare(env, ref).error
     path = node(env).settings.checkpoint_path
-    current = fs_checkpoints.read_checkpoint(path)
+    current = fs_checkpoints.read_checkpoint(path, cd_records.CODEC)
     assert current is not None
     started = dataclasses.replace(
         current.entries[ref.uid], state=models.ClaimState.PREPARE_STARTED, devices=()
@@ -204,7 +205,7 @@ def test_an_entry_changed_while_the_api_was_asked_is_kept_for_the_next_round(
 ) -> None:
     ref = create_claim(env, "a", domain_id=create_domain(env))
     assert not prepare(env, ref).error
-    current = fs_checkpoints.read_checkpoint(node(env).settings.checkpoint_path)
+    current = fs_checkpoints.read_checkpoint(node(env).settings.checkpoint_path, cd_records.CODEC)
     assert current is not None
     seen = current.entries[ref.uid]
     newer = dataclasses.replace(seen, updated_at=seen.updated_at + 1)

@@ -21,6 +21,7 @@ from adapters.fs import checkpoints
 from adapters.grpc import client as grpc_client
 from adapters.kube import KubeCluster
 from core import kinds, names
+from core.computedomain import checkpoint_records as cd_records
 
 pytestmark = [
     pytest.mark.slow,
@@ -82,6 +83,8 @@ def test_a_prepare_the_kubelet_gave_up_on_is_not_completed_after_the_unprepare(
     )
     assert "prepare_failed" in finished.group(0), plugin.output()[-4000:]
     assert not node.cdi_file(ref.uid).exists()
-    state = checkpoints.read_checkpoint(str(node.root / "plugin" / "checkpoint.json"))
+    state = checkpoints.read_checkpoint(
+        str(node.root / "plugin" / "checkpoint.json"), cd_records.CODEC
+    )
     assert state is None or ref.uid not in state.entries
     plugin.stop()

@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from core import checkpoint as checkpoints
 from core import models
 from core.gpu import actions, devices
+from core.gpu import checkpoint_records as records
 from core.gpu import preparing as p
 
 
@@ -85,4 +86,4 @@ def test_prepare_gives_only_node_devices_in_the_fixed_step_order(
     ref = models.ClaimRef(uid=claim.uid, namespace=claim.namespace, name=claim.name)
     gone = p.plan_gpu_unprepare(ref, checkpoint=outcome.checkpoint, inventory=inventory, now=3.0)
     assert claim.uid not in gone.checkpoint.entries
-    assert checkpoints.decode(checkpoints.encode(gone.checkpoint)) == gone.checkpoint
+    assert records.decode(checkpoints.encode(gone.checkpoint)) == gone.checkpoint

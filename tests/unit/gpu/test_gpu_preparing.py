@@ -18,6 +18,7 @@ from core import checkpoint as checkpoints
 from core import errors, models, names
 from core.gpu import actions, configs, devices
 from core.gpu import cdi as gpu_cdi
+from core.gpu import checkpoint_records as records
 from core.gpu import preparing as p
 
 EMPTY = p.empty_gpu_checkpoint(boot_id="boot-1")
@@ -411,12 +412,12 @@ def test_a_started_claim_is_planned_again_from_the_start() -> None:
 def test_the_checkpoint_survives_its_codec_with_the_gpu_record() -> None:
     cfg = f.config(f.time_slicing("Long"))
     outcome = ok(prepare(f.claim("gpu-0", "gpu-vfio-0", configs=[cfg])))
-    decoded = checkpoints.decode(checkpoints.encode(outcome.checkpoint))
+    decoded = records.decode(checkpoints.encode(outcome.checkpoint))
     assert decoded == outcome.checkpoint
-    assert decoded.mode is p.CHECKPOINT_MODE and decoded.isolation is p.CHECKPOINT_ISOLATION
+    assert decoded.entries[f.claim().uid].record.time_sliced != ()
     undo = p.plan_gpu_unprepare(ref(f.claim()), checkpoint=decoded, inventory=f.INVENTORY,
                                 now=1.0)
-    assert [s for s in undo.steps if not isinstance(s, models.PluginAction)] == [
+    assert [s for s in undo.steps if not isinstance(s, models.PLUGIN_ACTION_TYPES)] == [
         actions.UnbindVfio(pci_bus_id=f.vfio(0).pci_bus_id),
         actions.SetTimeSlice(gpu_uuids=(f.gpu(0).uuid,),
                              interval=configs.TimeSliceInterval.DEFAULT),
@@ -452,7 +453,7 @@ def test_unprepare_of_a_started_claim_leaves_a_tombstone() -> None:
                                    inventory=f.INVENTORY, now=7.0)
     tomb = outcome.checkpoint.entries[claim.uid]
     assert tomb.state is models.ClaimState.PREPARE_ABORTED and tomb.updated_at == 7.0
-    assert tomb.devices == () and p.ENTRY_KEY not in tomb.extra
+    assert tomb.devices == () and tomb.record == records.GpuClaimRecord()
     again = p.plan_gpu_unprepare(ref(claim), checkpoint=outcome.checkpoint,
                                  inventory=f.INVENTORY, now=8.0)
     assert again.steps == () and again.checkpoint is outcome.checkpoint
@@ -510,7 +511,7 @@ def test_restore_spec_is_none_when_a_device_left_the_node_or_the_entry_is_not_co
     assert p.plan_gpu_restore_spec(entry, inventory=smaller, files=f.FILES) is None
     started = dataclasses.replace(entry, state=models.ClaimState.PREPARE_STARTED)
     assert p.plan_gpu_restore_spec(started, inventory=f.INVENTORY, files=f.FILES) is None
-    bare = dataclasses.replace(entry, extra={}, devices=())
+    bare = dataclasses.replace(entry, record=records.GpuClaimRecord(), devices=())
     assert p.plan_gpu_restore_spec(bare, inventory=f.INVENTORY, files=f.FILES) is None
 
 
@@ -530,7 +531,7 @@ def test_rebuild_from_cdi_proves_the_devices_and_nothing_more() -> None:
     entry = rebuilt.entries[claim.uid]
     assert entry.state is models.ClaimState.PREPARE_COMPLETED and entry.name == ""
     assert [d.device_name for d in entry.devices] == ["gpu-0", f.mig(3, 0).name, "gpu-vfio-0"]
-    assert checkpoints.decode(checkpoints.encode(rebuilt)) == rebuilt
+    assert records.decode(checkpoints.encode(rebuilt)) == rebuilt
     # Not reusable (no allocation known): a repeated prepare is planned afresh.
     assert ok(prepare(claim, checkpoint=rebuilt)).steps != ()
     # Sharing is not proven: another claim on gpu-0 waits.
@@ -550,15 +551,19 @@ def test_rebuild_from_cdi_keeps_the_api_device_and_skips_foreign_devices() -> No
             "containerEdits": {"deviceNodes": [{"path": "/dev/iommu"}]}}
     entry = p.gpu_checkpoint_from_cdi({uid: spec}, boot_id="b").entries[uid]
     assert [d.device_name for d in entry.devices] == ["gpu-1"]
-    assert entry.extra[p.ENTRY_KEY]["vfioAPIDevice"] == "/dev/iommu"
+    assert entry.record.vfio_api == "/dev/iommu"
     empty = p.gpu_checkpoint_from_cdi({uid: {"devices": "nope"}}, boot_id="b").entries[uid]
     assert empty.devices == ()
 
 
-def test_an_entry_without_a_gpu_record_holds_its_devices_exclusively() -> None:
+def test_a_version_1_entry_without_a_gpu_record_holds_its_devices_exclusively() -> None:
     claim = f.claim("gpu-0")
-    entry = ok(prepare(f.claim("gpu-0", uid=OTHER_UID, name="other"))).checkpoint.entries[
-        names.ClaimUID(OTHER_UID)
-    ]
-    bare = checkpoints.with_entry(EMPTY, dataclasses.replace(entry, extra={"gpu": "garbage"}))
-    assert "ml/other" in error_of(prepare(claim, checkpoint=bare))
+    shared = f.config(f.time_slicing())
+    entry = ok(prepare(f.claim("gpu-0", uid=OTHER_UID, name="other", configs=[shared])))\
+        .checkpoint.entries[names.ClaimUID(OTHER_UID)]
+    written = {"devices": [{"deviceName": d.device_name} for d in entry.devices], "gpu": "junk"}
+    legacy = dataclasses.replace(entry, record=records.CODEC.decode_legacy(written))
+    assert legacy.record.held == (records.held_from_name("gpu-0"),)  # never shared
+    bare = checkpoints.with_entry(EMPTY, legacy)
+    assert "ml/other" in error_of(prepare(f.claim("gpu-0", configs=[shared]), checkpoint=bare))
+    assert claim.uid not in bare.entries

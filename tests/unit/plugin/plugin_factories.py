@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from core import models, names
+from core.computedomain import checkpoint_records as cd_records
 from core.computedomain import preparing
 
 CD_UID = names.ComputeDomainUID("5b2f0e1c-cd01-4b7a-9d3e-000000000001")
@@ -126,8 +127,10 @@ def daemon_claim(
     )
 
 
-def empty_checkpoint(config: models.DriverConfig = HOST) -> models.Checkpoint:
-    return models.Checkpoint(boot_id=NODE.boot_id, mode=config.mode, isolation=config.isolation)
+def empty_checkpoint(config: models.DriverConfig = HOST) -> cd_records.Checkpoint:
+    """A node with nothing prepared (the checkpoint no longer records the mode: `config` is
+    what the plugin runs with)."""
+    return cd_records.empty(boot_id=NODE.boot_id)
 
 
 def prepare(

@@ -13,6 +13,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from core import cdi, checkpoint, errors, models, names
+from core.computedomain import checkpoint_records as cd_records
+from core.computedomain import recovery
+from core.gpu import checkpoint_records as gpu_records
 
 
 def _entry(
@@ -26,10 +29,10 @@ def _entry(
         namespace="ns",
         name="c",
         state=state,
-        mode=models.IMEXMode.HOST_MANAGED,
-        isolation=models.Isolation.NONE,
-        domain_id="cd",
-        channel_ids=(0,),
+        record=cd_records.ComputeDomainClaimRecord(
+            mode=models.IMEXMode.HOST_MANAGED, isolation=models.Isolation.NONE,
+            domain_id="cd", channel_ids=(0,),
+        ),
         devices=(
             models.PreparedDevice(
                 request_names=("channel",),
@@ -44,76 +47,75 @@ def _entry(
 
 def _small() -> models.Checkpoint:
     return models.Checkpoint(
+        codec=cd_records.CODEC,
         boot_id="b",
-        mode=models.IMEXMode.HOST_MANAGED,
-        isolation=models.Isolation.NONE,
         entries={names.ClaimUID("u"): _entry("u", updated_at=1.5)},
     )
 
 
 def test_checkpoint_round_trips() -> None:
     cp = models.Checkpoint(
+        codec=cd_records.CODEC,
         boot_id="b-1",
-        mode=models.IMEXMode.HOST_MANAGED,
-        isolation=models.Isolation.NONE,
         entries={f.CLAIM_UID: _entry(), f.OTHER_CLAIM_UID: _entry(f.OTHER_CLAIM_UID)},
     )
-    assert checkpoint.decode(checkpoint.encode(cp)) == cp
+    assert cd_records.decode(checkpoint.encode(cp)) == cp
 
 
-def test_checkpoint_file_carries_version_checksum_boot_and_mode() -> None:
+def test_checkpoint_file_carries_version_checksum_boot_and_the_half_record() -> None:
     doc = json.loads(checkpoint.encode(_small()))
-    assert doc["version"] == 1
+    assert doc["version"] == 2
     assert doc["bootID"] == "b"
-    assert doc["mode"] == "hostManaged"
-    assert doc["isolation"] == "none"
+    assert "mode" not in doc and "isolation" not in doc  # the shared header knows no IMEX
     assert len(doc["checksum"]) == 64
     assert set(doc["entries"][0]) == {
-        "uid", "namespace", "name", "state", "mode", "isolation", "domainID", "channelIDs",
-        "devices", "updatedAt",
+        "uid", "namespace", "name", "state", "devices", "updatedAt", "computeDomain",
+    }
+    assert doc["entries"][0]["computeDomain"] == {
+        "mode": "hostManaged", "isolation": "none", "domainID": "cd", "channelIDs": [0],
     }
 
 
 def test_every_single_byte_corruption_is_detected() -> None:
     data = checkpoint.encode(_small())
-    assert checkpoint.decode(data) == _small()
+    assert cd_records.decode(data) == _small()
     for position in range(len(data)):
         for value in range(256):
             if value == data[position]:
                 continue
             corrupted = data[:position] + bytes([value]) + data[position + 1 :]
             with pytest.raises(errors.CheckpointCorruptError):
-                checkpoint.decode(corrupted)
+                cd_records.decode(corrupted)
 
 
 def test_corruption_that_parses_to_equal_values_is_detected() -> None:
     cp = models.Checkpoint(
-        boot_id="b", mode=models.IMEXMode.HOST_MANAGED, isolation=models.Isolation.NONE,
-        entries={names.ClaimUID("u"): _entry("u", updated_at=1e16)},
+        codec=cd_records.CODEC,
+        boot_id="b", entries={names.ClaimUID("u"): _entry("u", updated_at=1e16)},
     )
     data = checkpoint.encode(cp)
     assert b"1e+16" in data
     for same_value in (b"1E+16", b"1e016"):
         with pytest.raises(errors.CheckpointCorruptError):
-            checkpoint.decode(data.replace(b"1e+16", same_value))
+            cd_records.decode(data.replace(b"1e+16", same_value))
 
 
 def test_truncated_checkpoint_is_corrupt() -> None:
     data = checkpoint.encode(_small())
     for end in range(len(data)):
         with pytest.raises(errors.CheckpointCorruptError):
-            checkpoint.decode(data[:end])
+            cd_records.decode(data[:end])
 
 
 def test_corrupt_message_says_the_file_will_be_moved_aside() -> None:
     with pytest.raises(errors.CheckpointCorruptError) as err:
-        checkpoint.decode(b"{not json")
+        cd_records.decode(b"{not json")
     assert "corrupt" in err.value.message
     assert "moved aside" in err.value.message
 
 
 def _rewrite(doc: dict[str, Any]) -> bytes:
-    """What a newer writer of format version 1 would produce for `doc`."""
+    """What a newer writer of format version 2 would produce for `doc`."""
     content = {k: v for k, v in doc.items() if k != "checksum"}
     canonical = json.dumps(content, sort_keys=True, separators=(",", ":"))
     doc = {**content, "checksum": hashlib.sha256(canonical.encode()).hexdigest()}
@@ -122,30 +124,35 @@ def _rewrite(doc: dict[str, Any]) -> bytes:
 
 def test_unsupported_version_is_corrupt() -> None:
     doc = json.loads(checkpoint.encode(_small()))
-    doc["version"] = 2
+    doc["version"] = 3
     with pytest.raises(errors.CheckpointCorruptError) as err:
-        checkpoint.decode(_rewrite(doc))
-    assert "version" in err.value.message
+        cd_records.decode(_rewrite(doc))
+    assert "version 3" in err.value.message and "reads versions 1, 2" in err.value.message
 
 
 def test_wrong_shape_with_valid_checksum_is_corrupt() -> None:
     doc = json.loads(checkpoint.encode(_small()))
-    doc["entries"][0]["channelIDs"] = ["zero"]
-    with pytest.raises(errors.CheckpointCorruptError):
-        checkpoint.decode(_rewrite(doc))
+    doc["entries"][0]["computeDomain"]["channelIDs"] = ["zero"]
+    with pytest.raises(errors.CheckpointCorruptError, match=r"computeDomain\.channelIDs"):
+        cd_records.decode(_rewrite(doc))
+
+
+def test_a_file_of_the_other_half_is_corrupt_for_this_one() -> None:
+    with pytest.raises(errors.CheckpointCorruptError, match="no 'gpu' record"):
+        gpu_records.decode(checkpoint.encode(_small()))
 
 
 def test_unknown_fields_survive_a_read_write_cycle() -> None:
     doc = json.loads(checkpoint.encode(_small()))
     doc["nodeLease"] = {"holder": "x", "ttl": 1.25}
     doc["entries"][0]["healthChecks"] = [1, 2]
-    cp = checkpoint.decode(_rewrite(doc))
+    cp = cd_records.decode(_rewrite(doc))
     assert cp.extra == {"nodeLease": {"holder": "x", "ttl": 1.25}}
     assert cp.entries[names.ClaimUID("u")].extra == {"healthChecks": [1, 2]}
     again = json.loads(checkpoint.encode(cp))
     assert again["nodeLease"] == {"holder": "x", "ttl": 1.25}
     assert again["entries"][0]["healthChecks"] == [1, 2]
-    assert checkpoint.decode(checkpoint.encode(cp)) == cp
+    assert cd_records.decode(checkpoint.encode(cp)) == cp
 
 
 def test_reboot_drops_prepared_state() -> None:
@@ -156,17 +163,16 @@ def test_reboot_drops_prepared_state() -> None:
     assert rebooted.boot_id == "b-2"
 
 
-def test_empty_checkpoint_takes_the_configured_mode() -> None:
-    cp = checkpoint.empty(boot_id="b", config=f.DRIVER)
-    assert (cp.mode, cp.isolation, cp.entries) == (
-        models.IMEXMode.DRIVER_MANAGED, models.Isolation.DOMAIN, {},
-    )
+def test_an_empty_checkpoint_is_of_its_half_and_has_no_entries() -> None:
+    cp = cd_records.empty(boot_id="b")
+    assert (cp.boot_id, cp.codec, cp.entries) == ("b", cd_records.CODEC, {})
+    assert not checkpoint.needs_rewrite(cp)
 
 
 def test_tombstones_expire_after_their_ttl() -> None:
     tomb = _entry("t", state=models.ClaimState.PREPARE_ABORTED, updated_at=100.0)
     cp = models.Checkpoint(
-        boot_id="b", mode=models.IMEXMode.HOST_MANAGED, isolation=models.Isolation.NONE,
+        codec=cd_records.CODEC, boot_id="b",
         entries={names.ClaimUID("t"): tomb, names.ClaimUID("u"): _entry("u", updated_at=0.0)},
     )
     assert checkpoint.expire_tombstones(cp, now=399.0) is cp
@@ -175,14 +181,14 @@ def test_tombstones_expire_after_their_ttl() -> None:
 
 def test_rebuild_from_cdi_proves_completed_channel_claims() -> None:
     spec = cdi.claim_spec(claim_uid=f.CLAIM_UID, channel_ids=[0, 1], major=242, domain_id="cd-7")
-    cp = checkpoint.rebuild_from_cdi(
+    cp = recovery.rebuild_from_cdi(
         boot_id="b", config=f.HOST, claim_specs={f.CLAIM_UID: spec}, now=5.0
     )
     entry = cp.entries[f.CLAIM_UID]
     assert entry.state is models.ClaimState.PREPARE_COMPLETED
     assert (entry.namespace, entry.name) == ("", "")
-    assert entry.domain_id == "cd-7"  # from the channel devices' COMPUTE_DOMAIN_UUID
-    assert entry.channel_ids == (0, 1)
+    assert entry.record.domain_id == "cd-7"  # from the channel devices' COMPUTE_DOMAIN_UUID
+    assert entry.record.channel_ids == (0, 1)
     assert entry.devices[0].cdi_device_ids == (
         cdi.qualified_device_id(f.CLAIM_UID, 0), cdi.qualified_device_id(f.CLAIM_UID, 1),
     )
@@ -191,12 +197,12 @@ def test_rebuild_from_cdi_proves_completed_channel_claims() -> None:
 
 def test_rebuild_from_cdi_recognises_driver_managed_daemon_claims() -> None:
     spec = cdi.daemon_claim_spec(claim_uid="d", domain_id="cd-9")
-    cp = checkpoint.rebuild_from_cdi(
+    cp = recovery.rebuild_from_cdi(
         boot_id="b", config=f.HOST, claim_specs={names.ClaimUID("d"): spec}, now=5.0
     )
     entry = cp.entries[names.ClaimUID("d")]
-    assert entry.mode is models.IMEXMode.DRIVER_MANAGED
-    assert entry.domain_id == "cd-9"
+    assert entry.record.mode is models.IMEXMode.DRIVER_MANAGED
+    assert entry.record.domain_id == "cd-9"
     assert entry.devices[0].cdi_device_ids == (cdi.qualified_daemon_id("d"),)
 
 
@@ -209,9 +215,8 @@ _JSON = st.recursive(
     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(_TEXT, inner, max_size=3),
     max_leaves=8,
 )
-_ENTRY_KEYS = {"uid", "namespace", "name", "state", "mode", "isolation", "domainID",
-               "channelIDs", "devices", "updatedAt"}
-_TOP_KEYS = {"version", "checksum", "bootID", "mode", "isolation", "entries"}
+_ENTRY_KEYS = {"uid", "namespace", "name", "state", "devices", "updatedAt", "computeDomain"}
+_TOP_KEYS = {"version", "checksum", "bootID", "entries"}
 
 _devices = st.builds(
     models.PreparedDevice,
@@ -226,10 +231,12 @@ def _entries(draw: st.DrawFn, uid: str) -> models.CheckpointEntry:
         claim_uid=names.ClaimUID(uid),
         namespace=draw(_TEXT), name=draw(_TEXT),
         state=draw(st.sampled_from(models.ClaimState)),
-        mode=draw(st.sampled_from(models.IMEXMode)),
-        isolation=draw(st.sampled_from(models.Isolation)),
-        domain_id=draw(_TEXT),
-        channel_ids=tuple(draw(st.lists(st.integers(0, 2047), max_size=4))),
+        record=cd_records.ComputeDomainClaimRecord(
+            mode=draw(st.sampled_from(models.IMEXMode)),
+            isolation=draw(st.sampled_from(models.Isolation)),
+            domain_id=draw(_TEXT),
+            channel_ids=tuple(draw(st.lists(st.integers(0, 2047), max_size=4))),
+        ),
         devices=tuple(draw(st.lists(_devices, max_size=2))),
         updated_at=draw(_FINITE),
         extra=draw(st.dictionaries(_TEXT.filter(lambda k: k not in _ENTRY_KEYS), _JSON,
@@ -241,9 +248,8 @@ def _entries(draw: st.DrawFn, uid: str) -> models.CheckpointEntry:
 def checkpoints(draw: st.DrawFn) -> models.Checkpoint:
     uids = draw(st.lists(_TEXT, max_size=4, unique=True))
     return models.Checkpoint(
+        codec=cd_records.CODEC,
         boot_id=draw(_TEXT),
-        mode=draw(st.sampled_from(models.IMEXMode)),
-        isolation=draw(st.sampled_from(models.Isolation)),
         entries={names.ClaimUID(u): draw(_entries(u)) for u in uids},
         extra=draw(st.dictionaries(_TEXT.filter(lambda k: k not in _TOP_KEYS), _JSON,
                                    max_size=2)),
@@ -253,8 +259,8 @@ def checkpoints(draw: st.DrawFn) -> models.Checkpoint:
 @given(checkpoints())
 def test_property_any_checkpoint_round_trips(cp: models.Checkpoint) -> None:
     data = checkpoint.encode(cp)
-    assert checkpoint.decode(data) == cp
-    assert checkpoint.encode(checkpoint.decode(data)) == data
+    assert cd_records.decode(data) == cp
+    assert checkpoint.encode(cd_records.decode(data)) == data
 
 
 @given(checkpoints(), st.data())
@@ -264,40 +270,40 @@ def test_property_any_byte_change_is_detected(cp: models.Checkpoint, data: st.Da
     position = data.draw(st.integers(0, len(encoded) - 1))
     value = data.draw(st.integers(0, 255).filter(lambda v: v != encoded[position]))
     with pytest.raises(errors.CheckpointCorruptError):
-        checkpoint.decode(encoded[:position] + bytes([value]) + encoded[position + 1 :])
+        cd_records.decode(encoded[:position] + bytes([value]) + encoded[position + 1 :])
 
 
 @given(st.binary(max_size=200) | _JSON.map(lambda v: json.dumps(v).encode()))
 def test_property_decode_raises_only_its_typed_error(data: bytes) -> None:
     with contextlib.suppress(errors.CheckpointCorruptError):
-        checkpoint.decode(data)
+        cd_records.decode(data)
 
 
 def test_rebuild_from_cdi_of_a_channel_spec_without_domain_env_leaves_the_domain_empty() -> None:
     spec = cdi.claim_spec(claim_uid=f.CLAIM_UID, channel_ids=[0], major=242, domain_id="x")
     for device in spec["devices"]:
         del device["containerEdits"]["env"]
-    cp = checkpoint.rebuild_from_cdi(
+    cp = recovery.rebuild_from_cdi(
         boot_id="b", config=f.HOST, claim_specs={f.CLAIM_UID: spec}, now=5.0
     )
-    assert cp.entries[f.CLAIM_UID].domain_id == ""
+    assert cp.entries[f.CLAIM_UID].record.domain_id == ""
 
 
 def test_rebuild_from_cdi_holds_every_channel_for_an_unreadable_spec() -> None:
-    cp = checkpoint.rebuild_from_cdi(
+    cp = recovery.rebuild_from_cdi(
         boot_id="b", config=f.HOST, claim_specs={}, now=5.0, unreadable=(f.CLAIM_UID,)
     )
     entry = cp.entries[f.CLAIM_UID]
     assert entry.state is models.ClaimState.PREPARE_COMPLETED
-    assert entry.channel_ids == tuple(range(names.MAX_CHANNEL_ID + 1))
-    assert entry.domain_id == "" and entry.devices == ()
+    assert entry.record.channel_ids == tuple(range(names.MAX_CHANNEL_ID + 1))
+    assert entry.record.domain_id == "" and entry.devices == ()
 
 
 def test_orphan_cdi_specs_are_those_without_a_holding_entry() -> None:
     tomb = _entry("t", state=models.ClaimState.PREPARE_ABORTED)
     started = _entry("s", state=models.ClaimState.PREPARE_STARTED)
     cp = models.Checkpoint(
-        boot_id="b", mode=models.IMEXMode.HOST_MANAGED, isolation=models.Isolation.NONE,
+        codec=cd_records.CODEC, boot_id="b",
         entries={names.ClaimUID(e.claim_uid): e for e in (tomb, started, _entry("u"))},
     )
     uids = [names.ClaimUID(u) for u in ("z", "u", "t", "s", "a")]
@@ -312,4 +318,4 @@ def test_huge_integer_timestamp_with_a_valid_checksum_is_corrupt() -> None:
     document["checksum"] = hashlib.sha256(canonical.encode("ascii")).hexdigest()
     data = (json.dumps(document, sort_keys=True, separators=(",", ":")) + "\n").encode("ascii")
     with pytest.raises(errors.CheckpointCorruptError, match="cannot be read"):
-        checkpoint.decode(data)
+        cd_records.decode(data)

@@ -16,6 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from core import checkpoint, errors, models, names, slices
+from core.computedomain import checkpoint_records as cd_records
 from core.computedomain import preparing
 
 _DOMAINS = {
@@ -37,7 +38,7 @@ class _FakeNode:
         for step in steps:
             match step:
                 case models.WriteCheckpoint(checkpoint=cp):
-                    self.cp = checkpoint.decode(checkpoint.encode(cp))
+                    self.cp = cd_records.decode(checkpoint.encode(cp))
                 case models.WriteCDISpec(claim_uid=uid, spec=spec):
                     self.cdi_files[uid] = spec
                 case models.DeleteCDISpec(claim_uid=uid):
@@ -107,12 +108,13 @@ def _check_invariants(node: _FakeNode) -> None:
     completed = {u for u, e in entries.items() if e.state is models.ClaimState.PREPARE_COMPLETED}
     holding = {u for u, e in entries.items() if e.state is not models.ClaimState.PREPARE_ABORTED}
     assert completed <= set(node.cdi_files) <= holding
-    modes = {(e.mode, e.isolation) for u, e in entries.items() if u in holding}
+    modes = {(e.record.mode, e.record.isolation) for u, e in entries.items() if u in holding}
     assert len(modes) <= 1, "claims of two modes on one node"
     owners: dict[int, str] = {}
     for uid in sorted(completed):
-        for channel in entries[uid].channel_ids:
-            assert owners.setdefault(channel, entries[uid].domain_id) == entries[uid].domain_id
+        record = entries[uid].record
+        for channel in record.channel_ids:
+            assert owners.setdefault(channel, record.domain_id) == record.domain_id
 
 
 _device = st.builds(

@@ -11,8 +11,9 @@ import dataclasses
 import plugin_factories as f
 import pytest
 
-from core import cdi, checkpoint, errors, models, names
-from core.computedomain import daemon_claim, preparing
+from core import cdi, errors, models, names
+from core.computedomain import checkpoint_records as cd_records
+from core.computedomain import daemon_claim, preparing, recovery
 
 
 def _permanent(outcome: models.ClaimOutcome) -> str:
@@ -52,8 +53,11 @@ def test_host_managed_prepare_writes_started_then_cdi_then_completed() -> None:
     assert isinstance(completed, models.WriteCheckpoint)
     entry = started.checkpoint.entries[f.CLAIM_UID]
     assert entry.state is models.ClaimState.PREPARE_STARTED
-    assert (entry.mode, entry.isolation) == (models.IMEXMode.HOST_MANAGED, models.Isolation.NONE)
-    assert (entry.domain_id, entry.channel_ids, entry.updated_at) == (f.CD_UID, (0,), f.NOW)
+    assert entry.record == cd_records.ComputeDomainClaimRecord(
+        mode=models.IMEXMode.HOST_MANAGED, isolation=models.Isolation.NONE,
+        domain_id=f.CD_UID, channel_ids=(0,),
+    )
+    assert entry.updated_at == f.NOW
     assert spec.spec == cdi.claim_spec(
         claim_uid=f.CLAIM_UID, channel_ids=[0], major=242, domain_id=f.CD_UID
     )
@@ -234,7 +238,7 @@ def test_driver_managed_allocation_mode_all_injects_every_channel() -> None:
     assert outcome.error is None
     ids = outcome.devices[0].cdi_device_ids
     assert len(ids) == names.MAX_CHANNEL_ID + 1
-    assert outcome.checkpoint.entries[f.CLAIM_UID].channel_ids == tuple(range(2048))
+    assert outcome.checkpoint.entries[f.CLAIM_UID].record.channel_ids == tuple(range(2048))
 
 
 def test_driver_managed_daemon_claim_gets_the_daemon_device() -> None:
@@ -274,14 +278,14 @@ def test_unprepare_of_an_unknown_claim_succeeds_deleting_only_its_cdi_spec() -> 
 
 
 def test_unprepare_undoes_a_driver_managed_entry_as_recorded_under_host_managed_mode() -> None:
+    # NB: unprepare takes no mode: it undoes what the entry records, whatever the plugin
+    # runs now.
     prepared = f.prepare(
         f.claim(), config=f.DRIVER, labels={names.COMPUTE_DOMAIN_LABEL: f.CD_UID}
     ).checkpoint
-    now_host = dataclasses.replace(
-        prepared, mode=models.IMEXMode.HOST_MANAGED, isolation=models.Isolation.NONE
-    )
-    outcome = preparing.plan_unprepare(f.ref(f.claim()), checkpoint=now_host, now=f.NOW)
-    after = dataclasses.replace(now_host, entries={})
+    assert prepared.entries[f.CLAIM_UID].record.mode is models.IMEXMode.DRIVER_MANAGED
+    outcome = preparing.plan_unprepare(f.ref(f.claim()), checkpoint=prepared, now=f.NOW)
+    after = dataclasses.replace(prepared, entries={})
     assert outcome.error is None
     assert outcome.steps == (
         models.WriteCheckpoint(checkpoint=after),
@@ -350,7 +354,7 @@ def test_unprepare_of_a_tombstone_is_a_no_op() -> None:
 
 def _rebuilt(domain_id: str = f.CD_UID) -> models.Checkpoint:
     spec = cdi.claim_spec(claim_uid=f.CLAIM_UID, channel_ids=[0], major=242, domain_id=domain_id)
-    return checkpoint.rebuild_from_cdi(
+    return recovery.rebuild_from_cdi(
         boot_id=f.NODE.boot_id, config=f.HOST, claim_specs={f.CLAIM_UID: spec}, now=f.NOW
     )
 

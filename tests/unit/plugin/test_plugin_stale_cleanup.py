@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from core import checkpoint as checkpoint_codec
 from core import models, names
+from core.computedomain import checkpoint_records as cd_records
 
 STATES = (models.ClaimState.PREPARE_STARTED, models.ClaimState.PREPARE_COMPLETED,
           models.ClaimState.PREPARE_ABORTED)
@@ -17,9 +18,12 @@ STATES = (models.ClaimState.PREPARE_STARTED, models.ClaimState.PREPARE_COMPLETED
 
 def _entry(i: int, state: models.ClaimState) -> models.CheckpointEntry:
     return models.CheckpointEntry(
+        record=cd_records.ComputeDomainClaimRecord(
+            mode=models.IMEXMode.HOST_MANAGED, isolation=models.Isolation.NONE,
+            domain_id="cd", channel_ids=(0,),
+        ),
         claim_uid=names.ClaimUID(f"uid-{i}"), namespace="ns", name=f"c-{i}", state=state,
-        mode=models.IMEXMode.HOST_MANAGED, isolation=models.Isolation.NONE,
-        domain_id="cd", channel_ids=(0,), updated_at=float(i),
+        updated_at=float(i),
     )
 
 

@@ -1,0 +1,162 @@
+"""What the GPU half records about a prepared claim, and how it is written.
+
+An entry of the GPU plugin's checkpoint holds the shared fields (`core.checkpoint`) and a
+`GpuClaimRecord`: which devices the claim holds (and whether they may be shared), what was
+done to the GPUs (time-slices set, the IOMMU API device given). Entry member `gpu` (format
+version 2). Version 1 kept the same JSON under the entry's `gpu` member beside ComputeDomain
+fields that meant nothing for GPU claims; a missing or malformed one (hand-edited) reads as
+the device names of the entry, each held exclusively: the safe reading for conflict checks.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Hashable, Mapping
+from typing import Any, Final
+
+from core import checkpoint as checkpoints
+from core import models
+from core.gpu import devices
+
+KEY: Final = "gpu"
+
+_GPU_PREFIX = "gpu-"
+_VFIO_PREFIX = "gpu-vfio-"
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class HeldDevice:
+    """One device a claim holds on the node."""
+
+    name: str
+    # devices.GPU_TYPE, MIG_TYPE or VFIO_TYPE ("" when a name tells nothing).
+    kind: str
+    # Minor of the physical GPU the device lives on (None: unknown, e.g. a VFIO function).
+    gpu_minor: int | None = None
+    # Full GPUs: the UUID a time-slice was set on.
+    uuid: str = ""
+    # VFIO functions: the PCI address bound to vfio-pci.
+    pci_bus_id: str = ""
+    shared: bool = False
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class GpuClaimRecord:
+    """The GPU half's part of a checkpoint entry."""
+
+    held: tuple[HeldDevice, ...] = ()
+    # Full GPUs whose time-slice this claim set (reset on unprepare, as upstream does).
+    time_sliced: tuple[str, ...] = ()
+    # The IOMMU API device the claim's spec gives ("" none, /dev/vfio/vfio or /dev/iommu).
+    vfio_api: str = ""
+
+
+Entry = models.CheckpointEntry[GpuClaimRecord]
+Checkpoint = models.Checkpoint[GpuClaimRecord]
+PluginAction = models.PluginAction[GpuClaimRecord]
+
+
+class _Codec:
+    """The `models.RecordCodec` of `GpuClaimRecord`."""
+
+    key: Final = KEY
+    legacy_fields: Final = frozenset({"mode", "isolation", "domainID", "channelIDs", KEY})
+
+    def encode(self, record: GpuClaimRecord) -> dict[str, Any]:
+        return {
+            "devices": [_held_to_json(h) for h in record.held],
+            "timeSliced": list(record.time_sliced),
+            "vfioAPIDevice": record.vfio_api,
+        }
+
+    def decode(self, raw: Any) -> GpuClaimRecord:
+        if not isinstance(raw, dict):
+            raise ValueError(f"an entry's {KEY!r} record is not a JSON object")
+        listed, sliced, api = raw.get("devices"), raw.get("timeSliced"), raw.get("vfioAPIDevice")
+        if not isinstance(listed, list):
+            raise ValueError(f"'{KEY}.devices' is not a list")
+        if not isinstance(sliced, list) or any(not isinstance(u, str) for u in sliced):
+            raise ValueError(f"'{KEY}.timeSliced' is not a list of strings")
+        if not isinstance(api, str):
+            raise ValueError(f"'{KEY}.vfioAPIDevice' is not a string")
+        held = tuple(_held_from_json(item) for item in listed)
+        if any(h is None for h in held):
+            raise ValueError(f"'{KEY}.devices' holds an item without a name")
+        return GpuClaimRecord(
+            held=tuple(h for h in held if h is not None), time_sliced=tuple(sliced), vfio_api=api
+        )
+
+    def decode_legacy(self, entry: Mapping[str, Any]) -> GpuClaimRecord:
+        raw = entry.get(KEY)
+        if isinstance(raw, Mapping):
+            listed = raw.get("devices")
+            if isinstance(listed, list):
+                sliced = raw.get("timeSliced")
+                return GpuClaimRecord(
+                    held=tuple(h for h in (_held_from_json(i) for i in listed) if h is not None),
+                    time_sliced=tuple(
+                        str(u) for u in sliced if isinstance(u, str)
+                    ) if isinstance(sliced, list) else (),
+                    vfio_api=str(raw.get("vfioAPIDevice") or ""),
+                )
+        named = entry.get("devices")
+        return GpuClaimRecord(held=tuple(
+            held_from_name(str(d["deviceName"])) for d in (named if isinstance(named, list) else ())
+            if isinstance(d, Mapping) and d.get("deviceName")
+        ))
+
+    def tallies(self, record: GpuClaimRecord) -> tuple[Hashable, ...]:
+        return ()
+
+
+CODEC: Final[models.RecordCodec[GpuClaimRecord]] = _Codec()
+
+
+def empty(*, boot_id: str) -> Checkpoint:
+    """A fresh GPU-plugin checkpoint for this boot."""
+    return checkpoints.empty(boot_id=boot_id, codec=CODEC)
+
+
+def decode(data: bytes) -> Checkpoint:
+    """`checkpoint.decode` for the GPU plugin's file."""
+    return checkpoints.decode(data, CODEC)
+
+
+def _held_to_json(held: HeldDevice) -> dict[str, Any]:
+    raw: dict[str, Any] = {"name": held.name, "type": held.kind, "shared": held.shared}
+    if held.gpu_minor is not None:
+        raw["gpuMinor"] = held.gpu_minor
+    if held.uuid:
+        raw["uuid"] = held.uuid
+    if held.pci_bus_id:
+        raw["pciBusID"] = held.pci_bus_id
+    return raw
+
+
+def _held_from_json(raw: Any) -> HeldDevice | None:
+    if not isinstance(raw, Mapping) or not isinstance(raw.get("name"), str):
+        return None
+    name = str(raw["name"])
+    guessed = held_from_name(name)
+    minor = raw.get("gpuMinor")
+    return HeldDevice(
+        name=name,
+        kind=str(raw.get("type") or guessed.kind),
+        gpu_minor=minor if type(minor) is int else guessed.gpu_minor,
+        uuid=str(raw.get("uuid") or ""),
+        pci_bus_id=str(raw.get("pciBusID") or ""),
+        shared=raw.get("shared") is True,
+    )
+
+
+def held_from_name(name: str) -> HeldDevice:
+    """What a slice device name alone tells: its kind and physical GPU (never shared)."""
+    if name.startswith(_VFIO_PREFIX):
+        return HeldDevice(name=name, kind=devices.VFIO_TYPE)
+    mig = devices.parse_mig_name(name)
+    if mig is not None:
+        return HeldDevice(name=name, kind=devices.MIG_TYPE, gpu_minor=mig[0])
+    suffix = name.removeprefix(_GPU_PREFIX)
+    if suffix != name and suffix.isascii() and suffix.isdigit():
+        return HeldDevice(name=name, kind=devices.GPU_TYPE, gpu_minor=int(suffix))
+    return HeldDevice(name=name, kind="")
