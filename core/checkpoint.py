@@ -85,20 +85,30 @@ def empty(*, boot_id: str, codec: models.RecordCodec[P]) -> models.Checkpoint[P]
     return models.Checkpoint(boot_id=boot_id, codec=codec)
 
 
-def encode(cp: models.Checkpoint[P], *, journaled: bool | None = None) -> bytes:
+def encode(
+    cp: models.Checkpoint[P], *, journaled: bool | None = None, version: int = VERSION
+) -> bytes:
     """Canonical bytes of `cp`, checksummed; `decode(encode(cp), cp.codec) == cp`.
 
     `journaled` sets (True) or drops (False) the `JOURNALED_FIELD` mark; None keeps `cp`'s.
+    `version` 1 writes what the release before this format reads (the snapshot of a graceful
+    stop, so that a downgrade keeps every claim); it never carries the journal mark.
     """
+    if version not in READABLE_VERSIONS:
+        raise ValueError(f"cannot write checkpoint format version {version}")
     extra = dict(cp.extra)
-    if journaled is not None:
+    if journaled is not None or version == 1:
         extra.pop(JOURNALED_FIELD, None)
-    entries = [_entry_to_json(cp.entries[uid], cp.codec) for uid in sorted(cp.entries)]
-    if journaled:
+    entries = [
+        _entry_to_json(cp.entries[uid], cp.codec, version=version) for uid in sorted(cp.entries)
+    ]
+    if journaled and version == VERSION:
         extra[JOURNALED_FIELD] = _journal_mark(cp.boot_id, entries)
     content: dict[str, Any] = {
         **extra,
-        "version": VERSION,
+        **(cp.codec.legacy_header([cp.entries[uid].record for uid in sorted(cp.entries)])
+           if version == 1 else {}),
+        "version": version,
         "bootID": cp.boot_id,
         "entries": entries,
     }
@@ -188,8 +198,12 @@ def _checksum(content: Mapping[str, Any]) -> str:
 
 
 def _entry_to_json(
-    entry: models.CheckpointEntry[P], codec: models.RecordCodec[P]
+    entry: models.CheckpointEntry[P], codec: models.RecordCodec[P], *, version: int = VERSION
 ) -> dict[str, Any]:
+    record = (
+        codec.encode_legacy(entry.record) if version == 1
+        else {codec.key: codec.encode(entry.record)}
+    )
     known = {
         "uid": entry.claim_uid,
         "namespace": entry.namespace,
@@ -197,7 +211,7 @@ def _entry_to_json(
         "state": entry.state.value,
         "devices": [_device_to_json(d) for d in entry.devices],
         "updatedAt": entry.updated_at,
-        codec.key: codec.encode(entry.record),
+        **record,
     }
     return {**{k: v for k, v in entry.extra.items() if k not in known}, **known}
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-from collections.abc import Hashable, Mapping
+from collections.abc import Hashable, Mapping, Sequence
 from typing import Any, Generic, Protocol, TypeVar
 
 from core import names
@@ -375,6 +375,13 @@ class RecordCodec(Protocol[P]):
 
     def decode_legacy(self, entry: Mapping[str, Any]) -> P:
         """The record from a format-version-1 entry (the whole entry object)."""
+
+    def encode_legacy(self, record: P) -> dict[str, Any]:
+        """The entry members format version 1 wrote for the record (for a downgrade)."""
+
+    def legacy_header(self, records: Sequence[P]) -> Mapping[str, Any]:
+        """The header members format version 1 requires beside `bootID` and `entries`, for
+        a checkpoint holding `records` (in entry order)."""
 
     def tallies(self, record: P) -> tuple[Hashable, ...]:
         """Keys counted in the checkpoint's index while an entry with this record holds

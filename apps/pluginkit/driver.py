@@ -209,9 +209,13 @@ class ClaimDriver(abc.ABC, Generic[P]):
         self._journal_records = records
         self._stamps = self._ports.checkpoints.stamps()
 
-    def _compact(self, cp: models.Checkpoint[P], *, journaled: bool = True) -> None:
+    def _compact(
+        self, cp: models.Checkpoint[P], *, journaled: bool = True,
+        version: int = checkpoint_codec.VERSION,
+    ) -> None:
         """Write `cp` as the new snapshot, then start the journal anew with its base record
         (`journaled`: the snapshot says so, see `checkpoint.expects_journal`) or empty it.
+        `version` 1: the format the previous release reads (a graceful stop's snapshot).
 
         A kill in between leaves the new snapshot and the old journal, whose records hold
         absolute values the snapshot already has: replaying them changes nothing.
@@ -219,7 +223,7 @@ class ClaimDriver(abc.ABC, Generic[P]):
         at the next start: state is rebuilt from the CDI specs, as complete as the snapshot.
         """
         store = self._ports.checkpoints
-        data = checkpoint_codec.encode(cp, journaled=journaled)
+        data = checkpoint_codec.encode(cp, journaled=journaled, version=version)
         store.write(data)
         self._snapshot_id = checkpoint_codec.snapshot_id(data)
         store.truncate_journal(0)
@@ -227,13 +231,13 @@ class ClaimDriver(abc.ABC, Generic[P]):
         if journaled:
             store.append(checkpoint_codec.base_record(self._snapshot_id))
             records = 1
-        self._remember(cp, records=records)
+        self._remember(dataclasses.replace(cp, format_version=version), records=records)
 
     def _persist(self, step: models.WriteCheckpoint[P]) -> None:
         """Make `step.checkpoint` durable: its changes appended to the journal, or a snapshot."""
         before, after = self._state, step.checkpoint
-        if before is None:
-            self._compact(after)
+        if before is None or checkpoint_codec.needs_rewrite(before):
+            self._compact(after)  # one journal never mixes two formats
             return
         records = checkpoint_codec.encode_records(before, after, changed=step.changed)
         count = records.count(b"\n")
@@ -422,15 +426,19 @@ class ClaimDriver(abc.ABC, Generic[P]):
     def compact(self) -> None:
         """Fold the journal into the snapshot (at a graceful stop).
 
-        Afterwards `checkpoint.json` alone holds every claim, in the format plugins before
-        the journal read: what makes a downgrade after a clean stop keep every claim.
+        Afterwards `checkpoint.json` alone holds every claim, in the format the previous
+        release reads (version 1, without the journal): what makes a downgrade after a
+        clean stop keep every claim. The next start rewrites it in this release's format.
         """
         with self._ports.checkpoints.locked():
             if self._degraded is not None:
                 return
             current = self._read_checkpoint()
-            if self._journal_records or self._ports.checkpoints.read_journal():
-                self._compact(current, journaled=False)
+            if (
+                self._journal_records or self._ports.checkpoints.read_journal()
+                or current.format_version != 1
+            ):
+                self._compact(current, journaled=False, version=1)
                 log.info(
                     "event=checkpoint_compacted node=%s claims=%d",
                     self._node.node_name, len(current.entries),

@@ -14,7 +14,7 @@ planner's checks read these in O(1) (`holders_under`, `channel_holders_besides`,
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Hashable, Mapping
+from collections.abc import Hashable, Mapping, Sequence
 from typing import Any, Final
 
 from core import checkpoint as checkpoints
@@ -70,6 +70,17 @@ class _Codec:
 
     def decode_legacy(self, entry: Mapping[str, Any]) -> ComputeDomainClaimRecord:
         return _record_from(entry, where="")
+
+    def encode_legacy(self, record: ComputeDomainClaimRecord) -> dict[str, Any]:
+        return self.encode(record)  # version 1 had these four as the entry's own members
+
+    def legacy_header(self, records: Sequence[ComputeDomainClaimRecord]) -> Mapping[str, Any]:
+        # Version 1's header held the plugin's mode. Nothing read it back (each entry holds
+        # its own), so the entries' mode does, or any valid pair on a node with none.
+        first = records[0] if records else ComputeDomainClaimRecord(
+            mode=models.IMEXMode.DRIVER_MANAGED, isolation=models.Isolation.DOMAIN
+        )
+        return {"mode": first.mode.value, "isolation": first.isolation.value}
 
     def tallies(self, record: ComputeDomainClaimRecord) -> tuple[Hashable, ...]:
         keys: list[Hashable] = [("mode", record.mode, record.isolation)]

@@ -11,7 +11,7 @@ the device names of the entry, each held exclusively: the safe reading for confl
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Hashable, Mapping
+from collections.abc import Hashable, Mapping, Sequence
 from typing import Any, Final
 
 from core import checkpoint as checkpoints
@@ -54,6 +54,10 @@ class GpuClaimRecord:
 Entry = models.CheckpointEntry[GpuClaimRecord]
 Checkpoint = models.Checkpoint[GpuClaimRecord]
 PluginAction = models.PluginAction[GpuClaimRecord]
+
+
+# Version 1 wrote ComputeDomain fields with these constant values beside the GPU record.
+_LEGACY_MODE: Final[Mapping[str, Any]] = {"mode": "driverManaged", "isolation": "domain"}
 
 
 class _Codec:
@@ -104,6 +108,12 @@ class _Codec:
             held_from_name(str(d["deviceName"])) for d in (named if isinstance(named, list) else ())
             if isinstance(d, Mapping) and d.get("deviceName")
         ))
+
+    def encode_legacy(self, record: GpuClaimRecord) -> dict[str, Any]:
+        return {**_LEGACY_MODE, "domainID": "", "channelIDs": [], KEY: self.encode(record)}
+
+    def legacy_header(self, records: Sequence[GpuClaimRecord]) -> Mapping[str, Any]:
+        return _LEGACY_MODE
 
     def tallies(self, record: GpuClaimRecord) -> tuple[Hashable, ...]:
         return ()

@@ -291,9 +291,12 @@ def spec_env(spec: Mapping[str, Any]) -> list[str]:
     return [v for e in spec_edits(spec) for v in e.get("env", ())]
 
 
-def checkpoint_uids(path: pathlib.Path) -> set[str]:
-    """Claims a plugin's checkpoint holds as prepared or being prepared."""
-    current = fs_checkpoints.read_checkpoint(str(path), gpu_records.CODEC)  # snapshot + journal
+def checkpoint_uids(
+    path: pathlib.Path, codec: models.RecordCodec[Any] = gpu_records.CODEC
+) -> set[str]:
+    """Claims a plugin's checkpoint holds as prepared or being prepared (the GPU plugin's
+    unless `codec` names the other half)."""
+    current = fs_checkpoints.read_checkpoint(str(path), codec)  # snapshot + journal
     if current is None:
         return set()
     return {

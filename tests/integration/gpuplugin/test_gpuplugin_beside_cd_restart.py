@@ -21,6 +21,7 @@ from gpuplugin_env import GpuNode
 
 from adapters.grpc import client as grpc_client
 from core import kinds, models
+from core.computedomain import checkpoint_records as cd_records
 from core.gpu import cdi as gpu_cdi
 
 pytestmark = [
@@ -107,7 +108,8 @@ def test_gpu_claim_survives_kill_and_restart_of_both_halves_untouched_by_the_oth
         gpu_spec_file.name, cd_spec_file.name
     }
     assert gpuplugin_env.checkpoint_uids(gpu.checkpoint) == {str(gpu_ref.uid)}
-    assert gpuplugin_env.checkpoint_uids(cd_paths.checkpoint) == {str(channel.uid)}
+    cd_held = gpuplugin_env.checkpoint_uids(cd_paths.checkpoint, cd_records.CODEC)
+    assert cd_held == {str(channel.uid)}
     again = gpuplugin_env.prepare(gpu.dra_socket, gpu_ref)
     assert again == prepared
     assert gpuplugin_env.read_spec(gpu_spec_file) == gpu_spec
@@ -117,4 +119,5 @@ def test_gpu_claim_survives_kill_and_restart_of_both_halves_untouched_by_the_oth
 
     assert not gpu_spec_file.exists()
     assert cd_spec_file.exists()
-    assert gpuplugin_env.checkpoint_uids(cd_paths.checkpoint) == {str(channel.uid)}
+    cd_held = gpuplugin_env.checkpoint_uids(cd_paths.checkpoint, cd_records.CODEC)
+    assert cd_held == {str(channel.uid)}

@@ -97,9 +97,11 @@ def test_a_graceful_stop_leaves_every_claim_in_the_snapshot_for_a_downgrade(
     assert not prepare(env, ref).error
     snapshot, journal = _paths(env)
     node(env).plugin.stop(grace_s=0)
-    # An older plugin reads checkpoint.json only: it must find the claim there.
+    # An older plugin reads checkpoint.json only, in format version 1: it must find the
+    # claim there.
     with open(snapshot, "rb") as f:
-        assert ref.uid in checkpoint_codec.decode(f.read()).entries
+        written = checkpoint_codec.decode(f.read(), cd_records.CODEC)
+    assert written.format_version == 1 and ref.uid in written.entries
     assert os.path.getsize(journal) == 0
 
 
@@ -228,7 +230,8 @@ def test_a_journal_lost_to_someone_else_is_rebuilt_from_the_cdi_specs_with_an_ev
     first = {ref.uid: prepare(env, ref) for ref in refs}
     snapshot, journal = _paths(env)
     with open(snapshot, "rb") as f:
-        assert not set(checkpoint_codec.decode(f.read()).entries) & {r.uid for r in refs}
+        in_snapshot = set(checkpoint_codec.decode(f.read(), cd_records.CODEC).entries)
+    assert not in_snapshot & {r.uid for r in refs}
     if how == "deleted":
         os.unlink(journal)
     else:

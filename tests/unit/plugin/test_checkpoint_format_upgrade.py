@@ -111,7 +111,7 @@ def test_a_version_1_checkpoint_written_again_is_version_2_and_equal(
     assert checkpoint.encode(again) == data
 
 
-def test_a_version_1_journal_header_record_drops_the_mode_it_carried() -> None:
+def test_a_journal_header_record_carries_no_mode() -> None:
     cp = _read("cd-host-managed", cd_records.CODEC)
     header = checkpoint.encode_records(
         cp, models.Checkpoint(codec=cd_records.CODEC, boot_id=cp.boot_id, entries=cp.entries,
@@ -119,3 +119,25 @@ def test_a_version_1_journal_header_record_drops_the_mode_it_carried() -> None:
     )
     record = json.loads(header.split(b" ", 1)[1])
     assert record == {"header": {"bootID": cp.boot_id, "note": 1}}
+
+
+@pytest.mark.parametrize(("case", "codec"), [
+    ("cd-host-managed", cd_records.CODEC), ("cd-driver-managed", cd_records.CODEC),
+    ("gpu", gpu_records.CODEC),
+])
+def test_a_snapshot_written_as_version_1_is_byte_for_byte_what_that_release_wrote(
+    case: str, codec: models.RecordCodec[Any]
+) -> None:
+    """What a graceful stop leaves for a downgrade: the previous release reads it as its own."""
+    written = (FIXTURES / case / "checkpoint.json").read_bytes()
+    assert checkpoint.encode(checkpoint.decode(written, codec), version=1) == written
+
+
+def test_version_1_is_written_without_a_journal_mark_and_no_other_version_at_all() -> None:
+    cp = checkpoint.decode((FIXTURES / "cd-host-managed-channel" / "checkpoint.json")
+                           .read_bytes(), cd_records.CODEC)
+    assert checkpoint.expects_journal(cp)
+    legacy = checkpoint.decode(checkpoint.encode(cp, journaled=True, version=1), cd_records.CODEC)
+    assert legacy.format_version == 1 and not checkpoint.expects_journal(legacy)
+    with pytest.raises(ValueError, match="version 3"):
+        checkpoint.encode(cp, version=3)
