@@ -9,10 +9,17 @@ from __future__ import annotations
 import threading
 from typing import TYPE_CHECKING, Any
 
-from core import names
+from core import checkpoint as checkpoint_codec
+from core import models, names
 
 if TYPE_CHECKING:
     import prometheus_client
+
+
+def publish_prepared_devices(metrics: PluginMetrics | None, current: models.Checkpoint) -> None:
+    """Set the prepared-devices gauge from `current` (a driver without metrics skips it)."""
+    if metrics is not None:
+        metrics.set_prepared_devices(checkpoint_codec.index_of(current).prepared_devices)
 
 
 class PluginMetrics:
