@@ -19,7 +19,7 @@ from apps.cli import embedded
 from apps.controller import running as controller_running
 from bench import floor, stats
 from core import checkpoint as checkpoint_codec
-from core import decoding, errors, kinds, models, names
+from core import compaction, decoding, errors, kinds, models, names
 from core.computedomain import checkpoint_records as cd_records
 from core.computedomain import controlling, modes
 
@@ -174,7 +174,7 @@ def _startup(env: embedded.Embedded, node: embedded.SimulatedNode, *, runs: int)
     from apps.pluginkit import driver as claim_driver
 
     def fresh() -> plugin_driver.PluginDriver:
-        return plugin_driver.PluginDriver(
+        return plugin_driver.new_driver(
             ports=claim_driver.PluginPorts(
                 cluster=env.cluster,
                 checkpoints=fs_checkpoints.FileCheckpointStore(node.settings.checkpoint_path),
@@ -191,7 +191,7 @@ def _startup(env: embedded.Embedded, node: embedded.SimulatedNode, *, runs: int)
             # A journal as full as the plugin lets it grow: the most a start-up replays.
             driver = fresh()
             current = driver.recover()
-            most = claim_driver.compaction_threshold(len(current.entries))
+            most = compaction.compaction_threshold(len(current.entries))
             kept = dict(list(current.entries.items())[:most])
             with open(journal, "ab") as f:
                 f.write(checkpoint_codec.encode_records(

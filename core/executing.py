@@ -8,13 +8,19 @@ cluster, and tests run them against fakes.
 from __future__ import annotations
 
 import contextlib
+import typing
 from collections.abc import Mapping, Sequence
 from typing import TypeVar
 
-from core import checkpoint as checkpoint_codec
 from core import errors, models, ports
+from core.gpu import actions as gpu_actions
 
-P = TypeVar("P")
+# A half's own device action (`core.gpu.actions.GpuAction`; `typing.Never` for none).
+ActionT = TypeVar("ActionT")
+
+
+# The half's checkpoint record (`models.RecordCodec`).
+RecordT = TypeVar("RecordT")
 
 
 def execute_cluster_actions(
@@ -72,25 +78,57 @@ def execute_cluster_actions(
                 )
 
 
-def execute_plugin_steps(
-    steps: Sequence[models.PluginAction[P]],
+def execute_claim_steps(
+    steps: Sequence[models.PluginAction[RecordT] | ActionT],
     *,
-    checkpoints: ports.CheckpointStore,
+    checkpoint: ports.CheckpointRecorder[RecordT],
     cdi: ports.CDIStore,
     cluster: ports.Cluster,
+    devices: ports.DeviceActuator[ActionT],
 ) -> None:
-    """Run a prepare/unprepare plan's steps in order (checkpoint, CDI, node label, event).
+    """Run a prepare/unprepare plan's steps in order: checkpoint, CDI, API, and the half's own.
 
     Each step is durable before the next starts, so a crash leaves the checkpoint saying
     at most "started" for work that may be half done, never "completed" for work not done.
+    A step that is not a shared plugin step is the half's (`ActionT`): `devices` runs it.
     """
     for step in steps:
         match step:
-            case models.WriteCheckpoint(checkpoint=current):
-                checkpoints.write(checkpoint_codec.encode(current))
+            case models.WriteCheckpoint():
+                checkpoint.record(step)
             case models.WriteCDISpec(claim_uid=uid, spec=spec):
                 cdi.write(uid, spec)
             case models.DeleteCDISpec(claim_uid=uid):
                 cdi.delete(uid)
             case models.PatchObject() | models.EmitEvent():
                 execute_cluster_actions(cluster, (step,))
+            case _:
+                devices.apply(step)
+
+
+def execute_gpu_actions(
+    actions: Sequence[gpu_actions.GpuAction],
+    *,
+    time_slicer: ports.TimeSlicer | None,
+    vfio: ports.VfioBinder | None,
+) -> None:
+    """Carry out the GPU half's device actions in order through their ports.
+
+    A port left unwired (None) for an action the planner asked for is a wiring bug: TypeError.
+    """
+    for action in actions:
+        match action:
+            case gpu_actions.SetTimeSlice(gpu_uuids=uuids, interval=interval):
+                if time_slicer is None:
+                    raise TypeError("a time-slice step was planned but no time slicer is wired")
+                time_slicer.set_time_slice(uuids, interval)
+            case gpu_actions.BindVfio(pci_bus_id=bus_id):
+                if vfio is None:
+                    raise TypeError("a vfio step was planned but no vfio binder is wired")
+                vfio.bind_vfio(bus_id)
+            case gpu_actions.UnbindVfio(pci_bus_id=bus_id):
+                if vfio is None:
+                    raise TypeError("a vfio step was planned but no vfio binder is wired")
+                vfio.unbind_vfio(bus_id)
+            case _:
+                typing.assert_never(action)

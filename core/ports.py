@@ -11,11 +11,14 @@ import contextlib
 import dataclasses
 import enum
 from collections.abc import Iterator, Mapping
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from core import models, names
 from core.gpu import configs as gpu_configs
 from core.gpu import devices as gpu_devices
+
+# The half's checkpoint record (`models.RecordCodec`).
+RecordT = TypeVar("RecordT")
 
 
 class WatchEventType(enum.StrEnum):
@@ -138,6 +141,32 @@ class CheckpointJournal(CheckpointStore, Protocol):
 
     def stamps(self) -> object:
         """A cheap value that changes whenever the snapshot or journal is written."""
+        ...
+
+
+class CheckpointRecorder(Protocol[RecordT]):
+    """Makes a planned checkpoint write durable (or keeps it in memory while it cannot be).
+
+    The kubelet plugin's checkpoint keeper implements it over a `CheckpointJournal`.
+    """
+
+    def record(self, step: models.WriteCheckpoint[RecordT]) -> None:
+        """Persist `step.checkpoint`; raises OSError when the write fails."""
+        ...
+
+
+# The device actions one half plans beside the shared plugin steps.
+DeviceActionT_contra = TypeVar("DeviceActionT_contra", contravariant=True)
+
+
+class DeviceActuator(Protocol[DeviceActionT_contra]):
+    """Carries out a half's own device actions (GPU time-slices, vfio binding), one at a time.
+
+    `executing.execute_claim_steps` hands it every step that is not a shared plugin step.
+    """
+
+    def apply(self, action: DeviceActionT_contra) -> None:
+        """Carry out `action` (idempotent); raises what its port raises."""
         ...
 
 

@@ -1,125 +1,192 @@
-"""The GPU half's device logic on the shared claim driver (`apps.pluginkit`).
+"""The GPU half's device logic, plugged into the shared claim driver (`apps.pluginkit`).
 
-`GpuPluginDriver` plans with `core.gpu.preparing` against the node's discovered devices
-and the driver's host files, and carries out the GPU steps (time-slices, vfio binding)
-through their ports.
+`GpuHalf` plans with `core.gpu.preparing` against the node's discovered devices and the
+driver's host files. Its own device actions (time-slices, vfio binding) are carried out by
+`core.executing.execute_gpu_actions` through their ports. `new_driver` builds the claim driver
+with it.
 """
 
 from __future__ import annotations
 
-import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
 
+from apps.gpuplugin import logged_ports
+from apps.pluginkit import claim_half
+from apps.pluginkit import driver as claim_driver
 from apps.pluginkit import metrics as plugin_metrics
-from apps.pluginkit.driver import ClaimDriver, Clock, PluginPorts
-from core import models, names, ports
+from core import executing, models, names, ports
 from core.gpu import actions, devices
-from core.gpu import checkpoint_records as records
+from core.gpu import checkpoint_records as gpu_records
 from core.gpu import preparing as gpu_preparing
-
-log = logging.getLogger(__name__)
 
 # The vfio device nodes of each passthrough-ready function, by PCI address.
 VfioNodes = Callable[[], Mapping[str, Sequence[devices.DeviceNode]]]
 
+# The claim driver of `gpu.nvidia.com` claims (it reads nothing from the API before planning).
+GpuPluginDriver = claim_driver.ClaimDriver[gpu_records.GpuClaimRecord, None, actions.GpuAction]
 
-class GpuPluginDriver(ClaimDriver[records.GpuClaimRecord]):
-    """Prepares and unprepares `gpu.nvidia.com` claims on one node."""
+
+def new_driver(
+    *,
+    ports: claim_driver.PluginPorts,
+    node: models.NodeFacts,
+    gates: models.FeatureGates,
+    inventory: Callable[[], devices.GpuInventory],
+    files: Callable[[], devices.DriverFiles],
+    time_slicer: ports.TimeSlicer | None = None,
+    vfio: ports.VfioBinder | None = None,
+    vfio_nodes: VfioNodes | None = None,
+    clock: claim_driver.Clock = time.time,
+    metrics: plugin_metrics.PluginMetrics | None = None,
+    retry_budget_s: float = 30.0,
+) -> GpuPluginDriver:
+    """The claim driver that prepares and unprepares `gpu.nvidia.com` claims on one node."""
+    half = GpuHalf(
+        gates=gates, inventory=inventory, files=files,
+        time_slicer=(
+            logged_ports.LoggedTimeSlicer(time_slicer, node_name=node.node_name)
+            if time_slicer is not None else None
+        ),
+        vfio=(
+            logged_ports.LoggedVfioBinder(vfio, node_name=node.node_name)
+            if vfio is not None else None
+        ),
+        vfio_nodes=vfio_nodes or (lambda: {}),
+    )
+    return claim_driver.ClaimDriver(
+        half=half, ports=ports, node=node, clock=clock, metrics=metrics,
+        retry_budget_s=retry_budget_s,
+    )
+
+
+class GpuHalf:
+    """`claim_half.ClaimHalf[GpuClaimRecord, None, GpuAction]` for `gpu.nvidia.com` claims."""
+
+    # NB: a spec that cannot be read proves nothing about which GPUs it held; its claim
+    # is cleaned by the kubelet's unprepare (an unknown claim only loses its file).
+    unreadable_spec_action = "kept_until_unprepared"
+    codec = gpu_records.CODEC
 
     def __init__(
         self,
         *,
-        ports: PluginPorts,
-        node: models.NodeFacts,
         gates: models.FeatureGates,
         inventory: Callable[[], devices.GpuInventory],
         files: Callable[[], devices.DriverFiles],
-        time_slicer: ports.TimeSlicer | None = None,
-        vfio: ports.VfioBinder | None = None,
-        vfio_nodes: VfioNodes | None = None,
-        clock: Clock = time.time,
-        metrics: plugin_metrics.PluginMetrics | None = None,
-        retry_budget_s: float = 30.0,
+        time_slicer: ports.TimeSlicer | None,
+        vfio: ports.VfioBinder | None,
+        vfio_nodes: VfioNodes,
     ) -> None:
-        super().__init__(
-            ports=ports, codec=records.CODEC, node=node, clock=clock, metrics=metrics,
-            retry_budget_s=retry_budget_s,
-        )
         self._gates = gates
         self._inventory = inventory
         self._files = files
         self._time_slicer = time_slicer
         self._vfio = vfio
-        self._vfio_nodes = vfio_nodes or (lambda: {})
+        self._vfio_nodes = vfio_nodes
 
-    def _empty_checkpoint(self) -> records.Checkpoint:
-        return gpu_preparing.empty_gpu_checkpoint(boot_id=self._node.boot_id)
+    # ------------------------------------------------------------ its checkpoint
 
-    def _rebuild(
+    def empty_checkpoint(self, *, boot_id: str) -> gpu_records.Checkpoint:
+        """A GPU-plugin checkpoint with no claim."""
+        return gpu_preparing.empty_gpu_checkpoint(boot_id=boot_id)
+
+    def rebuild_from_cdi(
         self,
         specs: Mapping[names.ClaimUID, Mapping[str, object]],
+        *,
         unreadable: tuple[names.ClaimUID, ...],
-    ) -> records.Checkpoint:
-        # NB: a spec that cannot be read proves nothing about which GPUs it held; its claim
-        # is cleaned by the kubelet's unprepare (an unknown claim only loses its file).
-        return gpu_preparing.gpu_checkpoint_from_cdi(
-            specs, boot_id=self._node.boot_id, now=self._clock()
+        boot_id: str,
+        now: float,
+    ) -> gpu_records.Checkpoint:
+        """The GPU claims the readable specs prove; unreadable ones get no entry."""
+        return gpu_preparing.gpu_checkpoint_from_cdi(specs, boot_id=boot_id, now=now)
+
+    def plan_restore_spec(
+        self, entry: gpu_records.Entry, *, node: models.NodeFacts
+    ) -> models.WriteCDISpec | None:
+        """The spec a completed entry proves, from the devices discovered now."""
+        return gpu_preparing.plan_gpu_restore_spec(
+            entry, inventory=self._inventory(), files=self._files(),
+            vfio_nodes=self._vfio_nodes(),
         )
 
-    def _plan_prepare(
-        self, claim: models.ResourceClaim, *, checkpoint: records.Checkpoint, observed: object
+    def freed_by(self, entry: gpu_records.Entry) -> str:
+        """The devices the entry held."""
+        names_ = ",".join(d.device_name for d in entry.devices[:8]) or "none"
+        return f"device(s) {names_} on this node are free again"
+
+    # ------------------------------------------------------------ planning a claim
+
+    def observe(self, claim: models.ResourceClaim, *, node: models.NodeFacts) -> None:
+        """Nothing: the GPU planner needs no API read."""
+        return None
+
+    def plan_prepare(
+        self,
+        claim: models.ResourceClaim,
+        *,
+        checkpoint: gpu_records.Checkpoint,
+        observed: None,
+        node: models.NodeFacts,
+        now: float,
     ) -> gpu_preparing.GpuClaimOutcome:
+        """Plan against the devices and driver files discovered now (the pool is the node)."""
         return gpu_preparing.plan_gpu_prepare(
             claim,
             checkpoint=checkpoint,
             inventory=self._inventory(),
             files=self._files(),
             gates=self._gates,
-            now=self._clock(),
-            pool=self._node.node_name,
+            now=now,
+            pool=node.node_name,
             vfio_nodes=self._vfio_nodes(),
         )
 
-    def _plan_unprepare(
-        self, ref: models.ClaimRef, *, checkpoint: records.Checkpoint
+    def check_before_steps(
+        self, outcome: claim_half.PlannedClaim[gpu_records.GpuClaimRecord, actions.GpuAction]
+    ) -> None:
+        """Nothing to wait for: the planner already checked the devices."""
+        return None
+
+    def plan_unprepare(
+        self, ref: models.ClaimRef, *, checkpoint: gpu_records.Checkpoint, now: float
     ) -> gpu_preparing.GpuClaimOutcome:
+        """Undo the claim's GPU changes (vfio functions, time-slices) and its entry."""
         return gpu_preparing.plan_gpu_unprepare(
-            ref, checkpoint=checkpoint, inventory=self._inventory(), now=self._clock()
+            ref, checkpoint=checkpoint, inventory=self._inventory(), now=now
         )
 
-    def _plan_restore_spec(self, entry: records.Entry) -> models.WriteCDISpec | None:
-        return gpu_preparing.plan_gpu_restore_spec(
-            entry, inventory=self._inventory(), files=self._files(),
-            vfio_nodes=self._vfio_nodes(),
+    def api_steps_doing(self, *, node: models.NodeFacts) -> str:
+        """Generic wording: a GPU plan has no API write of its own."""
+        return f"writing to the API server for node {node.node_name}"
+
+    # ------------------------------------------------------------ its device actions
+
+    def apply(self, action: actions.GpuAction) -> None:
+        """Carry out a time-slice or vfio action through its port."""
+        executing.execute_gpu_actions(
+            (action,), time_slicer=self._time_slicer, vfio=self._vfio
         )
 
-    def _undo_device_steps(
-        self, done: tuple[object, ...], *, claim_uid: names.ClaimUID,
-        rollback_to: records.Checkpoint,
-    ) -> tuple[object, ...]:
+    def plan_rollback(
+        self,
+        done: Sequence[gpu_records.PluginAction | actions.GpuAction],
+        *,
+        claim_uid: names.ClaimUID,
+        rollback_to: gpu_records.Checkpoint,
+    ) -> tuple[actions.GpuAction, ...]:
+        """Unbind what the prepare bound; reset time-slices no claim in `rollback_to` holds."""
         return gpu_preparing.plan_gpu_rollback(claim_uid, done=done, rollback_to=rollback_to)
 
-    def _execute_device_step(self, step: object) -> None:
-        if isinstance(step, actions.SetTimeSlice):
-            if self._time_slicer is None:
-                raise TypeError("a time-slice step was planned but no time slicer is wired")
-            self._time_slicer.set_time_slice(step.gpu_uuids, step.interval)
-            log.info(
-                "event=time_slice_set node=%s gpus=%s interval=%s",
-                self._node.node_name, ",".join(step.gpu_uuids), step.interval.value,
-            )
-        elif isinstance(step, actions.BindVfio | actions.UnbindVfio):
-            if self._vfio is None:
-                raise TypeError("a vfio step was planned but no vfio binder is wired")
-            if isinstance(step, actions.BindVfio):
-                self._vfio.bind_vfio(step.pci_bus_id)
-            else:
-                self._vfio.unbind_vfio(step.pci_bus_id)
-            log.info(
-                "event=%s node=%s pci_bus_id=%s",
-                "vfio_bound" if isinstance(step, actions.BindVfio) else "vfio_unbound",
-                self._node.node_name, step.pci_bus_id,
-            )
-        else:
-            super()._execute_device_step(step)
+    # ------------------------------------------------------------ follow-ups (none)
+
+    def after_recover(self, current: gpu_records.Checkpoint, *, node: models.NodeFacts) -> None:
+        """Nothing to report at start-up."""
+        return None
+
+    def after_unprepare(
+        self, entry: gpu_records.Entry, *, after: gpu_records.Checkpoint, node: models.NodeFacts
+    ) -> None:
+        """Nothing to release: the unprepare's steps undid everything."""
+        return None

@@ -11,9 +11,9 @@ from collections.abc import Callable, Mapping, Sequence
 from adapters.kube import slices as kube_slices
 from apps.gpuplugin import driver as gpu_driver
 from apps.gpuplugin import settings as gpu_settings
+from apps.pluginkit import driver as claim_driver
 from apps.pluginkit import metrics as plugin_metrics
 from apps.pluginkit import serving
-from apps.pluginkit.driver import PluginPorts
 from apps.pluginkit.serving import Plugin
 
 __all__ = ["DeviceCache", "Plugin", "start_gpu_plugin"]
@@ -81,8 +81,8 @@ def start_gpu_plugin(
     checkpoint_store, cdi_dir = serving.open_stores(
         settings, cdi_file_name=gpu_cdi.spec_file_name
     )
-    driver = gpu_driver.GpuPluginDriver(
-        ports=PluginPorts(cluster=cluster, checkpoints=checkpoint_store, cdi=cdi_dir),
+    driver = gpu_driver.new_driver(
+        ports=claim_driver.PluginPorts(cluster=cluster, checkpoints=checkpoint_store, cdi=cdi_dir),
         node=node,
         gates=gates,
         inventory=found.current,

@@ -13,7 +13,7 @@ import logging
 from collections.abc import Callable
 
 from apps.kubeletplugin import driver as plugin_driver
-from apps.pluginkit import driver as claim_driver
+from apps.pluginkit import node_events
 from core import errors, models, ports, slices
 
 log = logging.getLogger(__name__)
@@ -80,7 +80,7 @@ class NodeDevices:
 
     def _emit(self, node: models.NodeFacts, reason: str, message: str) -> None:
         try:
-            claim_driver.emit_node_event(
+            node_events.emit_node_event(
                 self._cluster, node.node_name, reason, message,
                 warning=reason == "NoNVLinkClique",
             )

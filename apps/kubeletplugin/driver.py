@@ -1,9 +1,11 @@
-"""The ComputeDomain half's device logic on the shared claim driver (`apps.pluginkit`).
+"""The ComputeDomain half's device logic, plugged into the shared claim driver (`apps.pluginkit`).
 
-`PluginDriver` plans with `computedomain.preparing`: it reads the claim's ComputeDomains and the
-node's labels before the lock, probes the host IMEX daemon before a CDI spec is written,
-releases the driver-managed node label with a domain's last claim, and reports claims left
-from the other IMEX mode at start-up.
+`ComputeDomainHalf` plans with `computedomain.preparing`: it reads the claim's ComputeDomains
+and the node's labels before the lock, probes the host IMEX daemon before a CDI spec is
+written, releases the driver-managed node label with a domain's last claim, and reports claims
+left from the other IMEX mode at start-up. It has no device actions of its own (its steps are
+all shared plugin steps), so its action type is `Never`. `new_driver` builds the claim driver
+with it.
 """
 
 from __future__ import annotations
@@ -11,18 +13,16 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
-from collections.abc import Callable, Mapping
+import typing
+from collections.abc import Callable, Mapping, Sequence
+from typing import Never
 
 from apps.kubeletplugin import domains as plugin_domains
+from apps.pluginkit import claim_half, claim_reads, node_events
+from apps.pluginkit import driver as claim_driver
 from apps.pluginkit import metrics as plugin_metrics
-from apps.pluginkit.driver import (
-    ClaimDriver,
-    Clock,
-    PluginPorts,
-    api_unavailable,
-)
-from core import decoding, errors, kinds, models, names
-from core.computedomain import checkpoint_records as records
+from core import decoding, errors, executing, kinds, models, names, ports
+from core.computedomain import checkpoint_records as cd_records
 from core.computedomain import preparing, recovery
 
 log = logging.getLogger(__name__)
@@ -34,121 +34,182 @@ HostIMEXProbe = Callable[[], errors.RetryableError | None]
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class _Observed:
+class Observed:
     """What a prepare read from the API server before taking the node lock."""
 
     domains: Mapping[names.ComputeDomainUID, models.ComputeDomain]
     node_labels: Mapping[str, str]
 
 
-class PluginDriver(ClaimDriver[records.ComputeDomainClaimRecord]):
-    """Prepares and unprepares ComputeDomain claims on one node."""
+# The claim driver of ComputeDomain claims.
+PluginDriver = claim_driver.ClaimDriver[cd_records.ComputeDomainClaimRecord, Observed, Never]
 
-    _unreadable_spec_action = "holding_every_channel"
+
+def new_driver(
+    *,
+    ports: claim_driver.PluginPorts,
+    node: models.NodeFacts,
+    config: models.DriverConfig,
+    clock: claim_driver.Clock = time.time,
+    metrics: plugin_metrics.PluginMetrics | None = None,
+    host_imex_probe: HostIMEXProbe | None = None,
+    retry_budget_s: float = 30.0,
+    domains: DomainsView | None = None,
+) -> PluginDriver:
+    """The claim driver that prepares and unprepares ComputeDomain claims on one node."""
+    half = ComputeDomainHalf(
+        cluster=ports.cluster, config=config, host_imex_probe=host_imex_probe,
+        domains=domains or (lambda: plugin_domains.list_domains(ports.cluster)),
+    )
+    return claim_driver.ClaimDriver(
+        half=half, ports=ports, node=node, clock=clock, metrics=metrics,
+        retry_budget_s=retry_budget_s,
+    )
+
+
+class ComputeDomainHalf:
+    """`claim_half.ClaimHalf[ComputeDomainClaimRecord, Observed, Never]` for
+    `compute-domain.nvidia.com` claims."""
+
+    # A spec that cannot be read may have held any channel: its rebuilt entry holds them all.
+    unreadable_spec_action = "holding_every_channel"
+    codec = cd_records.CODEC
 
     def __init__(
         self,
         *,
-        ports: PluginPorts,
-        node: models.NodeFacts,
+        cluster: ports.Cluster,
         config: models.DriverConfig,
-        clock: Clock = time.time,
-        metrics: plugin_metrics.PluginMetrics | None = None,
-        host_imex_probe: HostIMEXProbe | None = None,
-        retry_budget_s: float = 30.0,
-        domains: DomainsView | None = None,
+        host_imex_probe: HostIMEXProbe | None,
+        domains: DomainsView,
     ) -> None:
-        super().__init__(
-            ports=ports, codec=records.CODEC, node=node, clock=clock, metrics=metrics,
-            retry_budget_s=retry_budget_s,
-        )
+        self._cluster = cluster
         self._config = config
         self._host_imex_probe = host_imex_probe
-        self._domains = domains or (lambda: plugin_domains.list_domains(ports.cluster))
+        self._domains = domains
 
-    # ------------------------------------------------------------ device logic
+    # ------------------------------------------------------------ its checkpoint
 
-    def _empty_checkpoint(self) -> records.Checkpoint:
-        return records.empty(boot_id=self._node.boot_id)
+    def empty_checkpoint(self, *, boot_id: str) -> cd_records.Checkpoint:
+        """A checkpoint with no claim."""
+        return cd_records.empty(boot_id=boot_id)
 
-    def _rebuild(
+    def rebuild_from_cdi(
         self,
         specs: Mapping[names.ClaimUID, Mapping[str, object]],
+        *,
         unreadable: tuple[names.ClaimUID, ...],
-    ) -> records.Checkpoint:
+        boot_id: str,
+        now: float,
+    ) -> cd_records.Checkpoint:
+        """The channels each spec names; an unreadable spec's claim holds every channel."""
         return recovery.rebuild_from_cdi(
-            boot_id=self._node.boot_id, config=self._config, claim_specs=specs,
-            now=self._clock(), unreadable=unreadable,
+            boot_id=boot_id, config=self._config, claim_specs=specs, now=now,
+            unreadable=unreadable,
         )
 
-    def _after_recover(self, current: records.Checkpoint) -> None:
-        self._report_other_mode_claims(current)
+    def plan_restore_spec(
+        self, entry: cd_records.Entry, *, node: models.NodeFacts
+    ) -> models.WriteCDISpec | None:
+        """A channel claim's spec, rebuilt from its entry (a daemon claim's cannot be)."""
+        return preparing.plan_restore_spec(entry, node=node)
 
-    def _observe(self, claim: models.ResourceClaim) -> _Observed:
-        return _Observed(
-            domains=self._resolved_domains(claim), node_labels=self._fetch_node_labels()
-        )
-
-    def _plan_prepare(
-        self, claim: models.ResourceClaim, *, checkpoint: records.Checkpoint, observed: object
-    ) -> records.ClaimOutcome:
-        assert isinstance(observed, _Observed)
-        return preparing.plan_prepare(
-            claim,
-            checkpoint=checkpoint,
-            node=self._node,
-            config=self._config,
-            domains=observed.domains,
-            node_labels=observed.node_labels,
-            now=self._clock(),
-        )
-
-    def _check_before_steps(self, outcome: object) -> None:
-        steps: tuple[object, ...] = getattr(outcome, "steps", ())
-        if self._host_imex_probe is not None and any(
-            isinstance(step, models.WriteCDISpec) for step in steps
-        ):
-            not_ready = self._host_imex_probe()
-            if not_ready is not None:
-                raise not_ready
-
-    def _api_steps_doing(self) -> str:
-        return f"labelling node {self._node.node_name}"  # the driver-managed node label
-
-    def _plan_unprepare(
-        self, ref: models.ClaimRef, *, checkpoint: records.Checkpoint
-    ) -> records.ClaimOutcome:
-        return preparing.plan_unprepare(ref, checkpoint=checkpoint, now=self._clock())
-
-    def _after_unprepare(
-        self, entry: records.Entry, *, after: records.Checkpoint
-    ) -> None:
-        if entry.record.mode is models.IMEXMode.DRIVER_MANAGED and entry.record.channel_ids:
-            self._release_node_label(entry, after=after)
-
-    def _plan_restore_spec(self, entry: records.Entry) -> models.WriteCDISpec | None:
-        return preparing.plan_restore_spec(entry, node=self._node)
-
-    def _freed_by(self, entry: records.Entry) -> str:
+    def freed_by(self, entry: cd_records.Entry) -> str:
+        """The IMEX channels the entry held (the first eight)."""
         channels = ",".join(str(c) for c in entry.record.channel_ids[:8])
         if len(entry.record.channel_ids) > 8:
             channels += f",... ({len(entry.record.channel_ids)} in all)"
         return f"IMEX channel(s) {channels or 'none'} on this node are free again"
 
-    def _report_other_mode_claims(self, current: records.Checkpoint) -> None:
+    # ------------------------------------------------------------ planning a claim
+
+    def observe(self, claim: models.ResourceClaim, *, node: models.NodeFacts) -> Observed:
+        """The claim's ComputeDomains and this node's labels."""
+        return Observed(
+            domains=self._resolved_domains(claim), node_labels=self._fetch_node_labels(node)
+        )
+
+    def plan_prepare(
+        self,
+        claim: models.ResourceClaim,
+        *,
+        checkpoint: cd_records.Checkpoint,
+        observed: Observed,
+        node: models.NodeFacts,
+        now: float,
+    ) -> cd_records.ClaimOutcome:
+        """Plan with the configured IMEX mode and what `observe` read."""
+        return preparing.plan_prepare(
+            claim,
+            checkpoint=checkpoint,
+            node=node,
+            config=self._config,
+            domains=observed.domains,
+            node_labels=observed.node_labels,
+            now=now,
+        )
+
+    def check_before_steps(
+        self, outcome: claim_half.PlannedClaim[cd_records.ComputeDomainClaimRecord, Never]
+    ) -> None:
+        """The host IMEX daemon must be ready before a channel's CDI spec is written."""
+        if self._host_imex_probe is not None and any(
+            isinstance(step, models.WriteCDISpec) for step in outcome.steps
+        ):
+            not_ready = self._host_imex_probe()
+            if not_ready is not None:
+                raise not_ready
+
+    def plan_unprepare(
+        self, ref: models.ClaimRef, *, checkpoint: cd_records.Checkpoint, now: float
+    ) -> cd_records.ClaimOutcome:
+        """Undo the entry, whatever the IMEX mode it was prepared under."""
+        return preparing.plan_unprepare(ref, checkpoint=checkpoint, now=now)
+
+    def api_steps_doing(self, *, node: models.NodeFacts) -> str:
+        """The only API write a ComputeDomain plan makes: the driver-managed node label."""
+        return f"labelling node {node.node_name}"
+
+    # ------------------------------------------------------------ its device actions (none)
+
+    def apply(self, action: Never) -> None:
+        """Never called: the half plans no device action."""
+        typing.assert_never(action)
+
+    def plan_rollback(
+        self,
+        done: Sequence[cd_records.PluginAction],
+        *,
+        claim_uid: names.ClaimUID,
+        rollback_to: cd_records.Checkpoint,
+    ) -> tuple[Never, ...]:
+        """Nothing of its own to undo."""
+        return ()
+
+    # ------------------------------------------------------------ follow-ups
+
+    def after_recover(self, current: cd_records.Checkpoint, *, node: models.NodeFacts) -> None:
+        """Report claims prepared under the other IMEX mode (they block a mode switch)."""
         stale = preparing.claims_under_other_mode(current, config=self._config)
         if not stale:
             return
-        message = preparing.mode_switch_message(stale, config=self._config, node=self._node)
+        message = preparing.mode_switch_message(stale, config=self._config, node=node)
         log.warning(
             "event=claims_prepared_under_other_mode node=%s claims=%d mode=%s/%s",
-            self._node.node_name, len(stale), self._config.mode.value,
-            self._config.isolation.value,
+            node.node_name, len(stale), self._config.mode.value, self._config.isolation.value,
         )
-        self._emit_node_event("ClaimsPreparedUnderOtherMode", message)
+        events = node_events.NodeEvents(self._cluster, node_name=node.node_name)
+        events.emit("ClaimsPreparedUnderOtherMode", message)
+
+    def after_unprepare(
+        self, entry: cd_records.Entry, *, after: cd_records.Checkpoint, node: models.NodeFacts
+    ) -> None:
+        """Release the driver-managed node label with the domain's last claim here."""
+        if entry.record.mode is models.IMEXMode.DRIVER_MANAGED and entry.record.channel_ids:
+            self._release_node_label(entry, after=after, node=node)
 
     def _release_node_label(
-        self, entry: records.Entry, *, after: records.Checkpoint
+        self, entry: cd_records.Entry, *, after: cd_records.Checkpoint, node: models.NodeFacts
     ) -> None:
         """Unpin the node from the entry's ComputeDomain if that was its last claim here.
 
@@ -156,22 +217,22 @@ class PluginDriver(ClaimDriver[records.ComputeDomainClaimRecord]):
         conflicting change) is the controller's stale-label clean-up's to remove.
         """
         try:
-            labels, resource_version = self._read_node()
+            labels, resource_version = self._read_node(node)
             patch = preparing.plan_label_release(
-                entry, after=after, node=self._node,
+                entry, after=after, node=node,
                 node_labels=labels, resource_version=resource_version,
             )
             if patch is None:
                 return
-            self._execute((patch,))
+            executing.execute_cluster_actions(self._cluster, (patch,))
         except errors.ClusterError as exc:
             log.warning(
                 "event=node_label_release_failed node=%s domain=%s error=%r",
-                self._node.node_name, entry.record.domain_id, str(exc),
+                node.node_name, entry.record.domain_id, str(exc),
             )
             return
         log.info(
-            "event=node_label_released node=%s domain=%s", self._node.node_name,
+            "event=node_label_released node=%s domain=%s", node.node_name,
             entry.record.domain_id,
         )
 
@@ -191,24 +252,24 @@ class PluginDriver(ClaimDriver[records.ComputeDomainClaimRecord]):
             for domain_id in _claim_domain_ids(claim):
                 domains.get(domain_id)
         except errors.ClusterError as exc:
-            raise api_unavailable("listing ComputeDomains", exc) from exc
+            raise claim_reads.api_unavailable("listing ComputeDomains", exc) from exc
         return domains
 
-    def _fetch_node_labels(self) -> Mapping[str, str]:
+    def _fetch_node_labels(self, node: models.NodeFacts) -> Mapping[str, str]:
         if self._config.host_managed:
             return {}  # host-managed never labels nodes
         try:
-            labels, _ = self._read_node()
+            labels, _ = self._read_node(node)
         except errors.NotFoundError:
             return {}
         except errors.ClusterError as exc:
-            raise api_unavailable(f"reading Node {self._node.node_name}", exc) from exc
+            raise claim_reads.api_unavailable(f"reading Node {node.node_name}", exc) from exc
         return labels
 
-    def _read_node(self) -> tuple[dict[str, str], str]:
+    def _read_node(self, node: models.NodeFacts) -> tuple[dict[str, str], str]:
         """This node's labels and resourceVersion; raises ClusterError (NotFoundError if gone)."""
-        node = self._ports.cluster.get(kinds.NODE.kind, namespace="", name=self._node.node_name)
-        meta = node.get("metadata") or {}
+        found = self._cluster.get(kinds.NODE.kind, namespace="", name=node.node_name)
+        meta = found.get("metadata") or {}
         labels = meta.get("labels") or {}
         return (
             dict(labels) if isinstance(labels, Mapping) else {},

@@ -127,7 +127,7 @@ def start_plugin(
             driver_root=settings.nvidia_driver_root, socket_path=settings.imex_host_socket
         ).check
     checkpoint_store, cdi_dir = serving.open_stores(settings)
-    driver = plugin_driver.PluginDriver(
+    driver = plugin_driver.new_driver(
         ports=claim_driver.PluginPorts(
             cluster=cluster,
             checkpoints=checkpoint_store,

@@ -7,12 +7,25 @@ one process without colliding in the global registry.
 from __future__ import annotations
 
 import threading
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
-from core import names
+from core import checkpoint as checkpoint_codec
+from core import models, names
 
 if TYPE_CHECKING:
     import prometheus_client
+
+
+# The half's checkpoint record (`models.RecordCodec`).
+RecordT = TypeVar("RecordT")
+
+
+def publish_prepared_devices(
+    metrics: PluginMetrics | None, current: models.Checkpoint[RecordT]
+) -> None:
+    """Set the prepared-devices gauge from `current` (a driver without metrics skips it)."""
+    if metrics is not None:
+        metrics.set_prepared_devices(checkpoint_codec.index_of(current).prepared_devices)
 
 
 class PluginMetrics:

@@ -10,14 +10,17 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Protocol, TypeVar
 
 from adapters.fs import cdi as fs_cdi
 from adapters.fs import checkpoints as fs_checkpoints
 from adapters.grpc import server as grpc_server
-from apps.pluginkit import driver as claim_driver
 from apps.pluginkit import metrics as plugin_metrics
-from core import models, names
+from core import models, names, ports
+
+# The half's checkpoint record (`models.RecordCodec`).
+RecordT = TypeVar("RecordT")
+
 
 log = logging.getLogger(__name__)
 
@@ -122,11 +125,28 @@ class StaleClaimCleanup:
             stopping.wait(self._interval_s)
 
 
+class ServedDriver(ports.KubeletPluginService, Protocol):
+    """What serving needs of a claim driver (`apps.pluginkit.driver.ClaimDriver`, either half)."""
+
+    @property
+    def node(self) -> models.NodeFacts:
+        """The node facts prepares are planned with now."""
+        ...
+
+    def compact(self) -> None:
+        """Fold the checkpoint journal into its snapshot (at a graceful stop)."""
+        ...
+
+    def clean_stale_claims(self) -> tuple[object, ...]:
+        """One stale-claim clean-up round."""
+        ...
+
+
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class Plugin:
     """A served plugin: what stops it, and what tests and the demo look at."""
 
-    driver: claim_driver.ClaimDriver[Any]
+    driver: ServedDriver
     server: grpc_server.PluginServer
     metrics: plugin_metrics.PluginMetrics
     node: models.NodeFacts
@@ -181,7 +201,7 @@ def open_stores(
 
 
 def serve(
-    driver: claim_driver.ClaimDriver[Any],
+    driver: ServedDriver,
     settings: ServedSettings,
     *,
     driver_name: str,

@@ -43,6 +43,7 @@ EVENT_PATTERNS = (
     r"_REASON: Final = \"([A-Z]\w+)\"",
     r"reason=\"([A-Z]\w+)\"",
     r"_emit_node_event\(\s*\"([A-Z]\w+)\"",
+    r"events\.emit\(\s*\"([A-Z]\w+)\"",
     r"self\._emit\(\s*\w+,\s*\"([A-Z]\w+)\"",
     r"_refused\(\s*\"([A-Z]\w+)\"",
 )

@@ -68,7 +68,7 @@ class _Slicer:
 def _driver(tmp_path: pathlib.Path, cluster: memory_cluster.InMemoryCluster,
             slicer: _Slicer) -> gpu_driver.GpuPluginDriver:
     inventory = devices.GpuInventory(gpus=(_gpu(0), _gpu(1)))
-    driver = gpu_driver.GpuPluginDriver(
+    driver = gpu_driver.new_driver(
         ports=PluginPorts(
             cluster=cluster,
             checkpoints=fs_checkpoints.FileCheckpointStore(str(tmp_path / "checkpoint.json")),

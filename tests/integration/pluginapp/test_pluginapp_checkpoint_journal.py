@@ -40,7 +40,7 @@ def _records_of(journal: str, uid: str) -> int:
 def _fresh_driver(env: embedded.Embedded) -> plugin_driver.PluginDriver:
     """A second plugin process on the same node files (what a restart after a kill sees)."""
     settings = node(env).settings
-    return plugin_driver.PluginDriver(
+    return plugin_driver.new_driver(
         ports=claim_driver.PluginPorts(
             cluster=env.cluster,
             checkpoints=fs_checkpoints.FileCheckpointStore(settings.checkpoint_path),
@@ -141,7 +141,7 @@ def test_a_torn_tail_that_cannot_be_cut_stops_prepares_instead_of_appending_afte
     with open(journal, "rb") as f:
         torn = f.read()
     settings = node(env).settings
-    driver = plugin_driver.PluginDriver(
+    driver = plugin_driver.new_driver(
         ports=claim_driver.PluginPorts(
             cluster=env.cluster,
             checkpoints=_UncuttableJournal(snapshot),

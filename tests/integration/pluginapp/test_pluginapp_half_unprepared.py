@@ -55,7 +55,7 @@ def test_a_kill_during_unprepare_never_leaves_a_completed_entry_without_its_file
     ref = create_claim(env, "a", domain_id=create_domain(env))
     assert not prepare(env, ref).error
     settings = node(env).settings
-    dying = plugin_driver.PluginDriver(
+    dying = plugin_driver.new_driver(
         ports=claim_driver.PluginPorts(
             cluster=env.cluster,
             checkpoints=KilledAtCheckpointWrite(settings.checkpoint_path),
@@ -82,7 +82,7 @@ def test_unprepare_drops_the_entry_before_deleting_the_file(env: embedded.Embedd
             super().delete(claim_uid)
 
     settings = node(env).settings
-    driver = plugin_driver.PluginDriver(
+    driver = plugin_driver.new_driver(
         ports=claim_driver.PluginPorts(
             cluster=env.cluster,
             checkpoints=fs_checkpoints.FileCheckpointStore(settings.checkpoint_path),

@@ -147,7 +147,7 @@ class ObservedService:
 def served(env: embedded.Embedded, hold: Hold) -> Iterator[tuple[ObservedService, str]]:
     """A driver on the node's files behind a real PluginServer; yields it and the DRA socket."""
     settings = node(env).settings
-    driver = plugin_driver.PluginDriver(
+    driver = plugin_driver.new_driver(
         ports=claim_driver.PluginPorts(
             cluster=HoldingCluster(env.cluster, hold),
             checkpoints=HoldingCheckpoints(settings.checkpoint_path, hold),

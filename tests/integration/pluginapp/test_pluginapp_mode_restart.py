@@ -26,7 +26,7 @@ def _restarted_in(
     env: embedded.Embedded, config: models.DriverConfig
 ) -> plugin_driver.PluginDriver:
     settings = node(env).settings
-    driver = plugin_driver.PluginDriver(
+    driver = plugin_driver.new_driver(
         ports=claim_driver.PluginPorts(
             cluster=env.cluster,
             checkpoints=fs_checkpoints.FileCheckpointStore(settings.checkpoint_path),

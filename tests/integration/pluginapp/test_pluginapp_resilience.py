@@ -92,7 +92,7 @@ def _driver(
     domains: Any = None,
 ) -> plugin_driver.PluginDriver:
     settings = node(env).settings
-    return plugin_driver.PluginDriver(
+    return plugin_driver.new_driver(
         ports=claim_driver.PluginPorts(
             cluster=cluster or env.cluster,
             checkpoints=checkpoints or fs_checkpoints.FileCheckpointStore(settings.checkpoint_path),

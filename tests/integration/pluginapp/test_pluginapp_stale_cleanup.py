@@ -54,7 +54,7 @@ def _driver(
     env: embedded.Embedded, *, cluster: Any = None, metrics: Any = None
 ) -> plugin_driver.PluginDriver:
     settings = node(env).settings
-    return plugin_driver.PluginDriver(
+    return plugin_driver.new_driver(
         ports=claim_driver.PluginPorts(
             cluster=cluster or env.cluster,
             checkpoints=fs_checkpoints.FileCheckpointStore(settings.checkpoint_path),

@@ -64,7 +64,7 @@ class NoPermission(fs_checkpoints.FileCheckpointStore):
 
 
 def _driver(env: embedded.Embedded, store: NoPermission) -> plugin_driver.PluginDriver:
-    return plugin_driver.PluginDriver(
+    return plugin_driver.new_driver(
         ports=claim_driver.PluginPorts(
             cluster=env.cluster,
             checkpoints=store,
