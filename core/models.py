@@ -276,37 +276,12 @@ class FabricRecord:
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class NodeFacts:
-    """Node-local facts the plugin reads at startup and passes into every planner."""
+    """What every kubelet plugin knows of its node: its name and the boot it runs in (a
+    reboot drops prepared state). The ComputeDomain half's planners take
+    `computedomain.node_facts.ImexNodeFacts`, which adds the node's IMEX facts."""
 
     node_name: names.NodeName
-    clique_id: str
-    channel_major: int
     boot_id: str
-    # Driver-managed daemon claims: the IMEX management capability device (None when the node
-    # lacks it) and the host directory holding one IMEX config dir per ComputeDomain.
-    imex_mgmt: ImexMgmtDevice | None = None
-    daemon_config_root: str = ""
-    # The host driver's `nvidia-imex` / `nvidia-imex-ctl`, mounted into daemon pods (our image
-    # ships no driver files; empty where the node has none).
-    imex_binaries: tuple[HostBinary, ...] = ()
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class HostBinary:
-    """A host executable bind-mounted read-only into a container at `container_path`."""
-
-    host_path: str
-    container_path: str
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class ImexMgmtDevice:
-    """`/dev/nvidia-caps/nvidia-cap<N>`, the device `nvidia-imex` manages the fabric through."""
-
-    path: str
-    major: int
-    minor: int
-    file_mode: int
 
 
 # ---------------------------------------------------------------- checkpoint

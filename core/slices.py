@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from core import models, names
+from core.computedomain import node_facts
 
 _SLICE_KIND = "ResourceSlice"
 # Kubernetes object names are DNS subdomains: at most 253 characters.
@@ -20,7 +21,7 @@ _MAX_NAME_LENGTH = 253
 
 
 def plan_slice_devices(
-    config: models.DriverConfig, *, node: models.NodeFacts | None = None
+    config: models.DriverConfig, *, node: node_facts.ImexNodeFacts | None = None
 ) -> tuple[models.JSONObject, ...]:
     """Devices this node publishes: `channel-0`, plus `daemon-0` when the driver runs IMEX daemons;
     under channel isolation `slot-0..slot-(N-1)` instead (N = `config.channel_slots`).

@@ -5,15 +5,15 @@ from __future__ import annotations
 import logging
 
 from adapters.imex import files
-from core import errors, models
-from core.computedomain import daemon_claim
+from core import errors
+from core.computedomain import daemon_claim, node_facts
 
 log = logging.getLogger(__name__)
 
 
 def read_mgmt_device(
     *, capability_path: str, proc_devices_text: str
-) -> models.ImexMgmtDevice | None:
+) -> node_facts.ImexMgmtDevice | None:
     """`/dev/nvidia-caps/nvidia-cap<N>` with its major, or None (logged) when the node lacks it.
 
     A node without it can still run daemons for a clique-less domain; a daemon claim on a node

@@ -31,7 +31,7 @@ from apps.kubeletplugin import settings as plugin_settings
 from apps.kubeletplugin import wiring
 from apps.pluginkit import serving
 from core import errors, kinds, models, names
-from core.computedomain import modes, objects
+from core.computedomain import modes, node_facts, objects
 
 log = logging.getLogger(__name__)
 
@@ -39,7 +39,7 @@ log = logging.getLogger(__name__)
 @dataclasses.dataclass(kw_only=True)
 class SimulatedNode:
     name: str
-    plugin: serving.Plugin
+    plugin: serving.Plugin[node_facts.ImexNodeFacts]
     kubelet: kubelet_emulator.KubeletEmulator
     settings: plugin_settings.Settings
 

@@ -145,7 +145,7 @@ class GpuNode:
 
     cluster: memory_cluster.InMemoryCluster
     allocator: memory_allocator.Allocator
-    plugin: gpu_wiring.Plugin
+    plugin: gpu_wiring.Plugin[models.NodeFacts]
     kubelet: kubelet_emulator.KubeletEmulator
     settings: gpu_settings.Settings
     files: NodeFiles
@@ -165,7 +165,7 @@ class GpuNode:
 def start_plugin(
     cluster: memory_cluster.InMemoryCluster, settings: gpu_settings.Settings, files: NodeFiles,
     *, profile: str,
-) -> gpu_wiring.Plugin:
+) -> gpu_wiring.Plugin[models.NodeFacts]:
     """Start the GPU plugin in this process for a simulated node (no registration wait)."""
     resolved = gates.resolve_gates(gates.parse_feature_gates(settings.feature_gates))
     with open(files.boot_id_path, encoding="utf-8") as handle:

@@ -64,7 +64,7 @@ def _gates(settings: gpu_settings.Settings) -> models.FeatureGates:
 
 def _start(
     settings: gpu_settings.Settings, *, cluster: ports.Cluster, resolved_gates: models.FeatureGates
-) -> wiring.Plugin:
+) -> wiring.Plugin[models.NodeFacts]:
     discovery = nvml_inventory.gpu_discovery_from_spec(
         settings.nvml, node_name=settings.node_name, driver_root=settings.container_driver_root
     )

@@ -24,7 +24,9 @@ from core.gpu import preparing as gpu_preparing
 VfioNodes = Callable[[], Mapping[str, Sequence[devices.DeviceNode]]]
 
 # The claim driver of `gpu.nvidia.com` claims (it reads nothing from the API before planning).
-GpuPluginDriver = claim_driver.ClaimDriver[gpu_records.GpuClaimRecord, None, actions.GpuAction]
+GpuPluginDriver = claim_driver.ClaimDriver[
+    gpu_records.GpuClaimRecord, models.NodeFacts, None, actions.GpuAction
+]
 
 
 def new_driver(

@@ -67,13 +67,10 @@ def start_gpu_plugin(
     vfio: ports.VfioBinder | None = None,
     vfio_nodes: Callable[[], Mapping[str, Sequence[devices.DeviceNode]]] | None = None,
     clock: Callable[[], float] = time.time,
-) -> Plugin:
+) -> Plugin[models.NodeFacts]:
     """Discover, recover state and start serving the kubelet; slices follow registration."""
     os.makedirs(settings.plugin_dir, exist_ok=True)
-    node = models.NodeFacts(
-        node_name=names.NodeName(settings.node_name), clique_id="", channel_major=0,
-        boot_id=boot_id,
-    )
+    node = models.NodeFacts(node_name=names.NodeName(settings.node_name), boot_id=boot_id)
     found = DeviceCache(discovery, node_name=settings.node_name)
     driver_files = files.driver_files()
     metrics = plugin_metrics.PluginMetrics(node_name=settings.node_name)

@@ -14,7 +14,7 @@ from apps.kubeletplugin import wiring
 from apps.pluginkit import process, serving
 from apps.shell import logs, signals
 from core import gates, ports
-from core.computedomain import cliques, modes
+from core.computedomain import cliques, modes, node_facts
 
 log = logging.getLogger("compute-domain-kubelet-plugin")
 
@@ -29,7 +29,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
 
 
-def _start(settings: plugin_settings.Settings, cluster: ports.Cluster) -> serving.Plugin:
+def _start(
+    settings: plugin_settings.Settings, cluster: ports.Cluster
+) -> serving.Plugin[node_facts.ImexNodeFacts]:
     resolved = modes.resolve_driver_config(
         mode=settings.imex_mode,
         isolation=settings.imex_isolation,

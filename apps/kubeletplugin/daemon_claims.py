@@ -25,7 +25,7 @@ import os
 from adapters.imex import capability, config_dirs, files
 from apps.kubeletplugin import settings as plugin_settings
 from core import errors, models, ports
-from core.computedomain import daemon_claim, imexconfig
+from core.computedomain import daemon_claim, imexconfig, node_facts
 
 # The env var of --imex-daemon-config-template (what the chart sets), named in its error.
 TEMPLATE_ENV = "IMEX_DAEMON_CONFIG_TEMPLATE"
@@ -34,11 +34,11 @@ log = logging.getLogger(__name__)
 
 
 def with_daemon_facts(
-    node: models.NodeFacts,
+    node: node_facts.ImexNodeFacts,
     *,
     settings: plugin_settings.Settings,
     config: models.DriverConfig,
-) -> models.NodeFacts:
+) -> node_facts.ImexNodeFacts:
     """`node` plus the management device and the domains directory (driver-managed only)."""
     if config.host_managed:
         return node
@@ -71,7 +71,7 @@ def with_daemon_facts(
 def cdi_store(
     inner: ports.CDIStore,
     *,
-    node: models.NodeFacts,
+    node: node_facts.ImexNodeFacts,
     config: models.DriverConfig,
     template_path: str,
 ) -> ports.CDIStore:
@@ -96,9 +96,9 @@ def cdi_store(
 
 def find_imex_binaries(
     driver_root: str, *, host_driver_root: str
-) -> tuple[models.HostBinary, ...]:
+) -> tuple[node_facts.HostBinary, ...]:
     """`nvidia-imex` and `nvidia-imex-ctl` under the driver root (as mounted in the plugin)."""
-    found: list[models.HostBinary] = []
+    found: list[node_facts.HostBinary] = []
     for name in daemon_claim.IMEX_BINARY_NAMES:
         for directory in daemon_claim.DRIVER_BINARY_DIRS:
             relative = f"{directory}/{name}"

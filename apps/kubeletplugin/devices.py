@@ -15,6 +15,7 @@ from collections.abc import Callable
 from apps.kubeletplugin import driver as plugin_driver
 from apps.pluginkit import node_events
 from core import errors, models, ports, slices
+from core.computedomain import node_facts
 
 log = logging.getLogger(__name__)
 
@@ -57,7 +58,7 @@ class NodeDevices:
             ))
         return devices
 
-    def _look_for_clique(self, node: models.NodeFacts) -> models.NodeFacts:
+    def _look_for_clique(self, node: node_facts.ImexNodeFacts) -> node_facts.ImexNodeFacts:
         if self._probe_clique is None:
             return node
         try:
@@ -78,7 +79,7 @@ class NodeDevices:
         ))
         return found
 
-    def _emit(self, node: models.NodeFacts, reason: str, message: str) -> None:
+    def _emit(self, node: node_facts.ImexNodeFacts, reason: str, message: str) -> None:
         try:
             node_events.emit_node_event(
                 self._cluster, node.node_name, reason, message,

@@ -23,7 +23,7 @@ from apps.pluginkit import driver as claim_driver
 from apps.pluginkit import metrics as plugin_metrics
 from core import decoding, errors, executing, kinds, models, names, ports
 from core.computedomain import checkpoint_records as cd_records
-from core.computedomain import preparing, recovery
+from core.computedomain import node_facts, preparing, recovery
 
 log = logging.getLogger(__name__)
 
@@ -42,13 +42,15 @@ class Observed:
 
 
 # The claim driver of ComputeDomain claims.
-PluginDriver = claim_driver.ClaimDriver[cd_records.ComputeDomainClaimRecord, Observed, Never]
+PluginDriver = claim_driver.ClaimDriver[
+    cd_records.ComputeDomainClaimRecord, node_facts.ImexNodeFacts, Observed, Never
+]
 
 
 def new_driver(
     *,
     ports: claim_driver.PluginPorts,
-    node: models.NodeFacts,
+    node: node_facts.ImexNodeFacts,
     config: models.DriverConfig,
     clock: claim_driver.Clock = time.time,
     metrics: plugin_metrics.PluginMetrics | None = None,
@@ -109,7 +111,7 @@ class ComputeDomainHalf:
         )
 
     def plan_restore_spec(
-        self, entry: cd_records.Entry, *, node: models.NodeFacts
+        self, entry: cd_records.Entry, *, node: node_facts.ImexNodeFacts
     ) -> models.WriteCDISpec | None:
         """A channel claim's spec, rebuilt from its entry (a daemon claim's cannot be)."""
         return preparing.plan_restore_spec(entry, node=node)
@@ -123,7 +125,7 @@ class ComputeDomainHalf:
 
     # ------------------------------------------------------------ planning a claim
 
-    def observe(self, claim: models.ResourceClaim, *, node: models.NodeFacts) -> Observed:
+    def observe(self, claim: models.ResourceClaim, *, node: node_facts.ImexNodeFacts) -> Observed:
         """The claim's ComputeDomains and this node's labels."""
         return Observed(
             domains=self._resolved_domains(claim), node_labels=self._fetch_node_labels(node)
@@ -135,7 +137,7 @@ class ComputeDomainHalf:
         *,
         checkpoint: cd_records.Checkpoint,
         observed: Observed,
-        node: models.NodeFacts,
+        node: node_facts.ImexNodeFacts,
         now: float,
     ) -> cd_records.ClaimOutcome:
         """Plan with the configured IMEX mode and what `observe` read."""
@@ -166,7 +168,7 @@ class ComputeDomainHalf:
         """Undo the entry, whatever the IMEX mode it was prepared under."""
         return preparing.plan_unprepare(ref, checkpoint=checkpoint, now=now)
 
-    def api_steps_doing(self, *, node: models.NodeFacts) -> str:
+    def api_steps_doing(self, *, node: node_facts.ImexNodeFacts) -> str:
         """The only API write a ComputeDomain plan makes: the driver-managed node label."""
         return f"labelling node {node.node_name}"
 
@@ -188,7 +190,9 @@ class ComputeDomainHalf:
 
     # ------------------------------------------------------------ follow-ups
 
-    def after_recover(self, current: cd_records.Checkpoint, *, node: models.NodeFacts) -> None:
+    def after_recover(
+        self, current: cd_records.Checkpoint, *, node: node_facts.ImexNodeFacts
+    ) -> None:
         """Report claims prepared under the other IMEX mode (they block a mode switch)."""
         stale = preparing.claims_under_other_mode(current, config=self._config)
         if not stale:
@@ -202,14 +206,22 @@ class ComputeDomainHalf:
         events.emit("ClaimsPreparedUnderOtherMode", message)
 
     def after_unprepare(
-        self, entry: cd_records.Entry, *, after: cd_records.Checkpoint, node: models.NodeFacts
+        self,
+        entry: cd_records.Entry,
+        *,
+        after: cd_records.Checkpoint,
+        node: node_facts.ImexNodeFacts,
     ) -> None:
         """Release the driver-managed node label with the domain's last claim here."""
         if entry.record.mode is models.IMEXMode.DRIVER_MANAGED and entry.record.channel_ids:
             self._release_node_label(entry, after=after, node=node)
 
     def _release_node_label(
-        self, entry: cd_records.Entry, *, after: cd_records.Checkpoint, node: models.NodeFacts
+        self,
+        entry: cd_records.Entry,
+        *,
+        after: cd_records.Checkpoint,
+        node: node_facts.ImexNodeFacts,
     ) -> None:
         """Unpin the node from the entry's ComputeDomain if that was its last claim here.
 
@@ -255,7 +267,7 @@ class ComputeDomainHalf:
             raise claim_reads.api_unavailable("listing ComputeDomains", exc) from exc
         return domains
 
-    def _fetch_node_labels(self, node: models.NodeFacts) -> Mapping[str, str]:
+    def _fetch_node_labels(self, node: node_facts.ImexNodeFacts) -> Mapping[str, str]:
         if self._config.host_managed:
             return {}  # host-managed never labels nodes
         try:
@@ -266,7 +278,7 @@ class ComputeDomainHalf:
             raise claim_reads.api_unavailable(f"reading Node {node.node_name}", exc) from exc
         return labels
 
-    def _read_node(self, node: models.NodeFacts) -> tuple[dict[str, str], str]:
+    def _read_node(self, node: node_facts.ImexNodeFacts) -> tuple[dict[str, str], str]:
         """This node's labels and resourceVersion; raises ClusterError (NotFoundError if gone)."""
         found = self._cluster.get(kinds.NODE.kind, namespace="", name=node.node_name)
         meta = found.get("metadata") or {}

@@ -23,7 +23,7 @@ from apps.pluginkit import metrics as plugin_metrics
 from apps.pluginkit import serving
 from apps.pluginkit.serving import Plugin
 from core import errors, models, names, ports, procdevices
-from core.computedomain import cliques
+from core.computedomain import cliques, node_facts
 
 log = logging.getLogger(__name__)
 
@@ -40,7 +40,7 @@ def read_node_facts(
     crash_on_fabric_errors: bool = True,
     sleep: Callable[[float], None] = time.sleep,
     probe_attempts: int = NVML_PROBE_ATTEMPTS,
-) -> models.NodeFacts:
+) -> node_facts.ImexNodeFacts:
     """Channel major, boot ID and NVLink clique of this node.
 
     A missing channel major is a ConfigError (refuse to start); a fabric that is still
@@ -96,7 +96,7 @@ def read_node_facts(
             "(CrashOnNVLinkFabricErrors=false)", event, node_name, exc.message,
         )
         clique_id = ""
-    return models.NodeFacts(
+    return node_facts.ImexNodeFacts(
         node_name=names.NodeName(node_name),
         clique_id=clique_id,
         channel_major=major,
@@ -109,10 +109,10 @@ def start_plugin(
     *,
     config: models.DriverConfig,
     cluster: ports.Cluster,
-    node: models.NodeFacts,
+    node: node_facts.ImexNodeFacts,
     clock: Callable[[], float] = time.time,
     probe_clique: plugin_devices.CliqueProbe | None = None,
-) -> Plugin:
+) -> Plugin[node_facts.ImexNodeFacts]:
     """Recover state and start serving the kubelet; slices are published once it registers us."""
     os.makedirs(settings.plugin_dir, exist_ok=True)
     node = plugin_daemon_claims.with_daemon_facts(node, settings=settings, config=config)

@@ -26,6 +26,9 @@ ActionT_co = TypeVar("ActionT_co", covariant=True)
 
 # The half's checkpoint record (`models.RecordCodec`).
 RecordT = TypeVar("RecordT")
+# What the half knows of its node (`models.NodeFacts` or a half's richer facts).
+NodeT = TypeVar("NodeT", bound=models.NodeFacts)
+NodeT_contra = TypeVar("NodeT_contra", bound=models.NodeFacts, contravariant=True)
 
 
 class PlannedClaim(Protocol[RecordT, ActionT_co]):
@@ -81,12 +84,6 @@ class HalfCheckpoint(Protocol[RecordT]):
         """The checkpoint the readable CDI specs (and the unreadable ones' UIDs) prove."""
         ...
 
-    def plan_restore_spec(
-        self, entry: models.CheckpointEntry[RecordT], *, node: models.NodeFacts
-    ) -> models.WriteCDISpec | None:
-        """The write that brings back the entry's lost CDI spec, or None if it cannot."""
-        ...
-
     def freed_by(self, entry: models.CheckpointEntry[RecordT]) -> str:
         """What a stale entry's clean-up set free, for the Node event."""
         ...
@@ -112,7 +109,9 @@ class HalfActions(Protocol[RecordT, ActionT]):
 
 
 class ClaimHalf(
-    HalfCheckpoint[RecordT], HalfActions[RecordT, ActionT], Protocol[RecordT, ObservedT, ActionT]
+    HalfCheckpoint[RecordT],
+    HalfActions[RecordT, ActionT],
+    Protocol[RecordT, NodeT_contra, ObservedT, ActionT],
 ):
     """One half's device logic as the shared claim driver calls it.
 
@@ -122,7 +121,14 @@ class ClaimHalf(
 
     # ------------------------------------------------------------ planning a claim
 
-    def observe(self, claim: models.ResourceClaim, *, node: models.NodeFacts) -> ObservedT:
+    def plan_restore_spec(
+        self, entry: models.CheckpointEntry[RecordT], *, node: NodeT_contra
+    ) -> models.WriteCDISpec | None:
+        """The write that brings back the entry's lost CDI spec, or None if it cannot."""
+        ...
+
+
+    def observe(self, claim: models.ResourceClaim, *, node: NodeT_contra) -> ObservedT:
         """API reads the planner needs, done before the node-wide lock is taken."""
         ...
 
@@ -132,7 +138,7 @@ class ClaimHalf(
         *,
         checkpoint: models.Checkpoint[RecordT],
         observed: ObservedT,
-        node: models.NodeFacts,
+        node: NodeT_contra,
         now: float,
     ) -> PlannedClaim[RecordT, ActionT]:
         """The steps that prepare `claim` (called under the node-wide lock)."""
@@ -148,13 +154,13 @@ class ClaimHalf(
         """The steps that undo the claim's entry (called under the node-wide lock)."""
         ...
 
-    def api_steps_doing(self, *, node: models.NodeFacts) -> str:
+    def api_steps_doing(self, *, node: NodeT_contra) -> str:
         """What a failed API write among the planned steps was doing, for the error."""
         ...
 
     # ------------------------------------------------------------ follow-ups (best effort)
 
-    def after_recover(self, current: models.Checkpoint[RecordT], *, node: models.NodeFacts) -> None:
+    def after_recover(self, current: models.Checkpoint[RecordT], *, node: NodeT_contra) -> None:
         """Start-up reports about the recovered checkpoint."""
         ...
 
@@ -163,7 +169,7 @@ class ClaimHalf(
         entry: models.CheckpointEntry[RecordT],
         *,
         after: models.Checkpoint[RecordT],
-        node: models.NodeFacts,
+        node: NodeT_contra,
     ) -> None:
         """Best-effort follow-up once the claim's entry is gone."""
         ...

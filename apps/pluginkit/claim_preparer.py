@@ -34,18 +34,22 @@ RecordT = TypeVar("RecordT")
 log = logging.getLogger(__name__)
 
 
-class ClaimPreparer(Generic[RecordT, claim_half.ObservedT, claim_half.ActionT]):
+class ClaimPreparer(
+    Generic[RecordT, claim_half.NodeT, claim_half.ObservedT, claim_half.ActionT]
+):
     """Prepares and unprepares single claims with one half's device logic."""
 
     def __init__(
         self,
         *,
-        half: claim_half.ClaimHalf[RecordT, claim_half.ObservedT, claim_half.ActionT],
+        half: claim_half.ClaimHalf[
+            RecordT, claim_half.NodeT, claim_half.ObservedT, claim_half.ActionT
+        ],
         keeper: checkpoint_keeper.CheckpointKeeper[RecordT],
         runner: step_runner.StepRunner[RecordT, claim_half.ActionT],
         cluster: ports.Cluster,
         cdi: ports.CDIStore,
-        node: Callable[[], models.NodeFacts],
+        node: Callable[[], claim_half.NodeT],
         clock: Callable[[], float],
         metrics: plugin_metrics.PluginMetrics | None,
     ) -> None:

@@ -46,15 +46,17 @@ class PluginPorts:
     cdi: ports.CDIStore
 
 
-class ClaimDriver(Generic[RecordT, claim_half.ObservedT, claim_half.ActionT]):
+class ClaimDriver(Generic[RecordT, claim_half.NodeT, claim_half.ObservedT, claim_half.ActionT]):
     """Prepares and unprepares claims on one node; safe to call from many gRPC threads."""
 
     def __init__(
         self,
         *,
-        half: claim_half.ClaimHalf[RecordT, claim_half.ObservedT, claim_half.ActionT],
+        half: claim_half.ClaimHalf[
+            RecordT, claim_half.NodeT, claim_half.ObservedT, claim_half.ActionT
+        ],
         ports: PluginPorts,
-        node: models.NodeFacts,
+        node: claim_half.NodeT,
         clock: Clock = time.time,
         metrics: plugin_metrics.PluginMetrics | None = None,
         retry_budget_s: float = 30.0,
@@ -84,16 +86,18 @@ class ClaimDriver(Generic[RecordT, claim_half.ObservedT, claim_half.ActionT]):
         self._in_flight = in_flight.InFlightPrepares()
 
     @property
-    def half(self) -> claim_half.ClaimHalf[RecordT, claim_half.ObservedT, claim_half.ActionT]:
+    def half(
+        self,
+    ) -> claim_half.ClaimHalf[RecordT, claim_half.NodeT, claim_half.ObservedT, claim_half.ActionT]:
         """The device logic this driver runs."""
         return self._half
 
     @property
-    def node(self) -> models.NodeFacts:
+    def node(self) -> claim_half.NodeT:
         """The node facts prepares are planned with now."""
         return self._node
 
-    def set_node(self, node: models.NodeFacts) -> None:
+    def set_node(self, node: claim_half.NodeT) -> None:
         """New node facts (a clique that appeared); later prepares plan with them."""
         self._node = node
 

@@ -10,6 +10,7 @@ import logging
 import sys
 import threading
 from collections.abc import Callable
+from typing import Any
 
 from apps.pluginkit import deferred_cluster, serving
 from core import errors, ports
@@ -27,7 +28,7 @@ def deferred_kube_cluster(kubeconfig: str | None) -> deferred_cluster.DeferredCl
 
 
 def run(
-    start: Callable[[ports.Cluster], serving.Plugin],
+    start: Callable[[ports.Cluster], serving.Plugin[Any]],
     *,
     kubeconfig: str | None,
     metrics_port: int | None,

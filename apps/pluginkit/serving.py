@@ -10,7 +10,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from typing import Protocol, TypeVar
+from typing import Generic, Protocol, TypeVar
 
 from adapters.fs import cdi as fs_cdi
 from adapters.fs import checkpoints as fs_checkpoints
@@ -125,11 +125,16 @@ class StaleClaimCleanup:
             stopping.wait(self._interval_s)
 
 
-class ServedDriver(ports.KubeletPluginService, Protocol):
+# The node facts of the served half.
+NodeT = TypeVar("NodeT", bound=models.NodeFacts)
+NodeT_co = TypeVar("NodeT_co", bound=models.NodeFacts, covariant=True)
+
+
+class ServedDriver(ports.KubeletPluginService, Protocol[NodeT_co]):
     """What serving needs of a claim driver (`apps.pluginkit.driver.ClaimDriver`, either half)."""
 
     @property
-    def node(self) -> models.NodeFacts:
+    def node(self) -> NodeT_co:
         """The node facts prepares are planned with now."""
         ...
 
@@ -143,13 +148,14 @@ class ServedDriver(ports.KubeletPluginService, Protocol):
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class Plugin:
+class Plugin(Generic[NodeT]):
     """A served plugin: what stops it, and what tests and the demo look at."""
 
-    driver: ServedDriver
+    driver: ServedDriver[NodeT]
     server: grpc_server.PluginServer
     metrics: plugin_metrics.PluginMetrics
-    node: models.NodeFacts
+    # The node facts it started with (its half's: `ImexNodeFacts` for ComputeDomains).
+    node: NodeT
     stopping: threading.Event
     slices: SliceResync
     cleanup: StaleClaimCleanup
@@ -201,14 +207,14 @@ def open_stores(
 
 
 def serve(
-    driver: ServedDriver,
+    driver: ServedDriver[NodeT],
     settings: ServedSettings,
     *,
     driver_name: str,
     publish: Callable[[], None],
     metrics: plugin_metrics.PluginMetrics,
     stopping: threading.Event,
-) -> Plugin:
+) -> Plugin[NodeT]:
     """Serve `driver` to the kubelet; slices follow each registration; stale entries get cleaned.
 
     Call after `driver.recover()`: the kubelet may call as soon as the socket exists.

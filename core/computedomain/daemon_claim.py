@@ -15,6 +15,7 @@ from __future__ import annotations
 import posixpath
 
 from core import cdi, errors, models, procdevices
+from core.computedomain import node_facts
 
 CONTAINER_CONFIG_DIR = "/imexd"
 TEMPLATE_FILE_NAME = "imexd.cfg.tmpl"
@@ -45,7 +46,7 @@ def nvidia_caps_major(proc_devices_text: str) -> int | None:
     return procdevices.character_major(proc_devices_text, NVIDIA_CAPS_PROC_NAME)
 
 
-def parse_mgmt_capability(text: str, *, major: int) -> models.ImexMgmtDevice:
+def parse_mgmt_capability(text: str, *, major: int) -> node_facts.ImexMgmtDevice:
     """The management device from the capability file's `DeviceFileMinor`/`DeviceFileMode`.
 
     Raises ConfigError naming the file when the minor is missing or not a number.
@@ -63,7 +64,7 @@ def parse_mgmt_capability(text: str, *, major: int) -> models.ImexMgmtDevice:
             "driver on this node does not expose the IMEX management capability correctly: "
             "check the driver version (IMEX needs R550 or newer)"
         )
-    return models.ImexMgmtDevice(
+    return node_facts.ImexMgmtDevice(
         path=f"{NVIDIA_CAPS_DEV_DIR}/nvidia-cap{int(minor)}",
         major=major,
         minor=int(minor),
@@ -72,16 +73,16 @@ def parse_mgmt_capability(text: str, *, major: int) -> models.ImexMgmtDevice:
     )
 
 
-def imex_binary(*, host_driver_root: str, relative_path: str) -> models.HostBinary:
+def imex_binary(*, host_driver_root: str, relative_path: str) -> node_facts.HostBinary:
     """The mount of one driver executable found at `relative_path` under the driver root."""
     name = posixpath.basename(relative_path)
-    return models.HostBinary(
+    return node_facts.HostBinary(
         host_path=posixpath.join(host_driver_root, relative_path),
         container_path=posixpath.join(CONTAINER_BINARY_DIR, name),
     )
 
 
-def check_node_can_run_daemon(node: models.NodeFacts) -> None:
+def check_node_can_run_daemon(node: node_facts.ImexNodeFacts) -> None:
     """Refuse a daemon claim on a node with a clique but no IMEX management device.
 
     Raises PermanentError saying what to fix; a node without a clique needs no device
@@ -97,7 +98,7 @@ def check_node_can_run_daemon(node: models.NodeFacts) -> None:
 
 
 def daemon_devices(
-    *, claim_uid: str, domain: models.ComputeDomain, node: models.NodeFacts
+    *, claim_uid: str, domain: models.ComputeDomain, node: node_facts.ImexNodeFacts
 ) -> list[models.JSONObject]:
     """The single CDI device `<claimUID>-daemon` of a daemon claim, with every edit it needs.
 

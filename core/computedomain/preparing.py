@@ -14,7 +14,13 @@ from collections.abc import Mapping, Sequence
 from core import cdi, decoding, errors, models, names
 from core import checkpoint as checkpoints
 from core.checkpoint import HOLDING_STATES
-from core.computedomain import allocation_mode, channel_prepare, daemon_claim, modeswitch
+from core.computedomain import (
+    allocation_mode,
+    channel_prepare,
+    daemon_claim,
+    modeswitch,
+    node_facts,
+)
 from core.computedomain import checkpoint_records as records
 
 
@@ -44,7 +50,7 @@ def plan_prepare(
     claim: models.ResourceClaim,
     *,
     checkpoint: records.Checkpoint,
-    node: models.NodeFacts,
+    node: node_facts.ImexNodeFacts,
     config: models.DriverConfig,
     domains: Mapping[names.ComputeDomainUID, models.ComputeDomain],
     node_labels: Mapping[str, str],
@@ -188,7 +194,7 @@ def _domain(
 
 
 def _check_admitted_mode(
-    domain: models.ComputeDomain, *, config: models.DriverConfig, node: models.NodeFacts
+    domain: models.ComputeDomain, *, config: models.DriverConfig, node: node_facts.ImexNodeFacts
 ) -> None:
     """A ComputeDomain admitted under another IMEX mode/isolation can never run on this node."""
     admitted = modeswitch.admitted_as(domain)
@@ -211,7 +217,7 @@ def _check_mode_switch(
     *,
     checkpoint: records.Checkpoint,
     config: models.DriverConfig,
-    node: models.NodeFacts,
+    node: node_facts.ImexNodeFacts,
 ) -> None:
     stale = [
         e for e in claims_under_other_mode(checkpoint, config=config) if e.claim_uid != claim.uid
@@ -242,7 +248,7 @@ def mode_switch_message(
     stale: Sequence[records.Entry],
     *,
     config: models.DriverConfig,
-    node: models.NodeFacts,
+    node: node_facts.ImexNodeFacts,
 ) -> str:
     """What blocks new prepares after a mode switch, and the drain procedure that clears it."""
     listed = ", ".join(sorted(
@@ -306,7 +312,7 @@ def _check_channel_conflict(
             )
 
 
-def _check_clique(node: models.NodeFacts, *, config: models.DriverConfig) -> None:
+def _check_clique(node: node_facts.ImexNodeFacts, *, config: models.DriverConfig) -> None:
     if config.host_managed and not node.clique_id:
         raise errors.PermanentError(
             f"node {node.node_name} has no NVLink clique: it is not part of an NVLink fabric "
@@ -317,7 +323,7 @@ def _check_clique(node: models.NodeFacts, *, config: models.DriverConfig) -> Non
 
 
 def _node_label_steps(
-    node: models.NodeFacts,
+    node: node_facts.ImexNodeFacts,
     *,
     config: models.DriverConfig,
     domain: models.ComputeDomain,
@@ -347,7 +353,7 @@ def _node_label_steps(
 
 
 def _check_daemon_ready(
-    node: models.NodeFacts, *, config: models.DriverConfig, domain: models.ComputeDomain
+    node: node_facts.ImexNodeFacts, *, config: models.DriverConfig, domain: models.ComputeDomain
 ) -> None:
     if config.host_managed:
         return
@@ -364,7 +370,7 @@ def _prepare_steps(
     *,
     validated: _Validated,
     checkpoint: records.Checkpoint,
-    node: models.NodeFacts,
+    node: node_facts.ImexNodeFacts,
     config: models.DriverConfig,
     label_steps: tuple[records.PluginAction, ...],
     now: float,
@@ -418,7 +424,7 @@ def _prepared_device(
 
 
 def _cdi_spec(
-    claim: models.ResourceClaim, *, validated: _Validated, node: models.NodeFacts
+    claim: models.ResourceClaim, *, validated: _Validated, node: node_facts.ImexNodeFacts
 ) -> models.JSONObject:
     devices = cdi.channel_devices(
         claim_uid=claim.uid,
@@ -472,7 +478,7 @@ def plan_label_release(
     entry: records.Entry,
     *,
     after: records.Checkpoint,
-    node: models.NodeFacts,
+    node: node_facts.ImexNodeFacts,
     node_labels: Mapping[str, str],
     resource_version: str,
 ) -> models.PatchObject | None:
@@ -515,7 +521,7 @@ def plan_label_release(
 
 
 def plan_restore_spec(
-    entry: records.Entry, *, node: models.NodeFacts
+    entry: records.Entry, *, node: node_facts.ImexNodeFacts
 ) -> models.WriteCDISpec | None:
     """The CDI spec a completed channel claim's entry proves, to write back if it was lost.
 

@@ -25,7 +25,7 @@ from adapters.fs import cdi as fs_cdi
 from apps.cli import embedded
 from apps.kubeletplugin import daemon_claims
 from core import errors, kinds, models, names
-from core.computedomain import daemon_claim, imexconfig
+from core.computedomain import daemon_claim, imexconfig, node_facts
 
 CD_NAMESPACE = "team"
 
@@ -136,7 +136,7 @@ def test_domain_dir_lives_until_the_last_daemon_claim_of_the_domain_is_unprepare
 def test_chart_template_replaces_the_built_in_one(tmp_path: pathlib.Path) -> None:
     template = tmp_path / "imexd.cfg.tmpl"
     template.write_text("SERVER_PORT=50001\n", encoding="utf-8")
-    node = models.NodeFacts(node_name=names.NodeName("n"), clique_id="c.1", channel_major=1,
+    node = node_facts.ImexNodeFacts(node_name=names.NodeName("n"), clique_id="c.1", channel_major=1,
                             boot_id="b", daemon_config_root=str(tmp_path / "domains"))
     config = models.DriverConfig(mode=models.IMEXMode.DRIVER_MANAGED,
                                  isolation=models.Isolation.DOMAIN,
@@ -153,7 +153,7 @@ def test_chart_template_replaces_the_built_in_one(tmp_path: pathlib.Path) -> Non
 
 
 def test_a_missing_chart_template_is_a_startup_error(tmp_path: pathlib.Path) -> None:
-    node = models.NodeFacts(node_name=names.NodeName("n"), clique_id="", channel_major=1,
+    node = node_facts.ImexNodeFacts(node_name=names.NodeName("n"), clique_id="", channel_major=1,
                             boot_id="b", daemon_config_root=str(tmp_path))
     config = models.DriverConfig(mode=models.IMEXMode.DRIVER_MANAGED,
                                  isolation=models.Isolation.DOMAIN,
@@ -171,7 +171,7 @@ def test_a_spec_mounting_a_dir_outside_the_domains_root_never_gets_it_deleted(
 ) -> None:
     outside = tmp_path / "precious"
     outside.mkdir()
-    node = models.NodeFacts(node_name=names.NodeName("n"), clique_id="", channel_major=1,
+    node = node_facts.ImexNodeFacts(node_name=names.NodeName("n"), clique_id="", channel_major=1,
                             boot_id="b", daemon_config_root=str(tmp_path / "domains"))
     config = models.DriverConfig(mode=models.IMEXMode.DRIVER_MANAGED,
                                  isolation=models.Isolation.DOMAIN,

@@ -9,8 +9,8 @@ import pytest
 
 from apps.kubeletplugin import daemon_claims
 from apps.kubeletplugin import settings as plugin_settings
-from core import models, names
-from core.computedomain import modes
+from core import names
+from core.computedomain import modes, node_facts
 
 
 def _executable(path: pathlib.Path) -> None:
@@ -45,7 +45,7 @@ def test_a_node_without_the_tools_says_so_once_in_the_log(
         ["--node-name", "n1", "--proc-devices", str(devices), "--nvidia-driver-root",
          str(tmp_path), "--plugin-dir", str(tmp_path / "plugin")], {},
     )
-    node = models.NodeFacts(node_name=names.NodeName("n1"), clique_id="", channel_major=242,
+    node = node_facts.ImexNodeFacts(node_name=names.NodeName("n1"), clique_id="", channel_major=242,
                             boot_id="b")
     config = modes.resolve_driver_config(
         mode="driverManaged", isolation="domain", feature_gates="", namespace="ns"

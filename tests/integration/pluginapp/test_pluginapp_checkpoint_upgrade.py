@@ -25,6 +25,7 @@ from apps.kubeletplugin import driver as cd_driver
 from apps.pluginkit.driver import ClaimDriver, PluginPorts
 from core import checkpoint, models, names
 from core.computedomain import checkpoint_records as cd_records
+from core.computedomain import node_facts
 from core.gpu import cdi as gpu_cdi
 from core.gpu import checkpoint_records as gpu_records
 from core.gpu import devices
@@ -45,7 +46,7 @@ def _clock(case: str) -> float:
 
 
 def _node(case: str) -> models.NodeFacts:
-    return models.NodeFacts(node_name=names.NodeName("gb200-rack1-node01"), clique_id="a.1",
+    return node_facts.ImexNodeFacts(node_name=names.NodeName("gb200-rack1-node01"), clique_id="a.1",
                             channel_major=242, boot_id=MANIFEST[case]["bootID"])
 
 

@@ -7,15 +7,15 @@ import dataclasses
 import pytest
 
 from core import errors, models, names
-from core.computedomain import daemon_claim
+from core.computedomain import daemon_claim, node_facts
 
 CD = models.ComputeDomain(
     meta=models.ObjectMeta(name="train", namespace="team", uid="cd-1"),
     spec=models.ComputeDomainSpec(channel=models.ChannelSpec(resource_claim_template_name="r")),
 )
-MGMT = models.ImexMgmtDevice(path="/dev/nvidia-caps/nvidia-cap1", major=511, minor=1,
+MGMT = node_facts.ImexMgmtDevice(path="/dev/nvidia-caps/nvidia-cap1", major=511, minor=1,
                              file_mode=256)
-NODE = models.NodeFacts(node_name=names.NodeName("n1"), clique_id="u.7", channel_major=242,
+NODE = node_facts.ImexNodeFacts(node_name=names.NodeName("n1"), clique_id="u.7", channel_major=242,
                         boot_id="b", imex_mgmt=MGMT, daemon_config_root="/plugin/domains")
 PROC_DEVICES = "Character devices:\n  1 mem\n195 nvidia\n511 nvidia-caps\n\nBlock devices:\n" \
                "  8 sd\n"

@@ -7,7 +7,7 @@ from typing import Any
 
 from core import models, names
 from core.computedomain import checkpoint_records as cd_records
-from core.computedomain import preparing
+from core.computedomain import node_facts, preparing
 
 CD_UID = names.ComputeDomainUID("5b2f0e1c-cd01-4b7a-9d3e-000000000001")
 OTHER_CD_UID = names.ComputeDomainUID("5b2f0e1c-cd02-4b7a-9d3e-000000000002")
@@ -28,7 +28,9 @@ HOST_CHANNEL = models.DriverConfig(
 DRIVER = models.DriverConfig(
     mode=models.IMEXMode.DRIVER_MANAGED, isolation=models.Isolation.DOMAIN, gates=GATES
 )
-NODE = models.NodeFacts(node_name=NODE_NAME, clique_id=CLIQUE, channel_major=242, boot_id="b-1")
+NODE = node_facts.ImexNodeFacts(
+    node_name=NODE_NAME, clique_id=CLIQUE, channel_major=242, boot_id="b-1"
+)
 
 
 def domain(

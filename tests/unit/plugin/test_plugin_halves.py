@@ -18,13 +18,14 @@ from apps.gpuplugin import logged_ports
 from apps.kubeletplugin import driver as cd_driver
 from apps.pluginkit import claim_half
 from core import models, names, ports
+from core.computedomain import node_facts
 from core.gpu import actions, configs, devices
 
 HOST = models.DriverConfig(
     mode=models.IMEXMode.HOST_MANAGED, isolation=models.Isolation.NONE,
     gates=models.FeatureGates(values={}),
 )
-NODE = models.NodeFacts(
+NODE = node_facts.ImexNodeFacts(
     node_name=names.NodeName("node-a"), clique_id="", channel_major=0, boot_id="b"
 )
 

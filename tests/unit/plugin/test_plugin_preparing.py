@@ -13,7 +13,7 @@ import pytest
 
 from core import cdi, errors, models, names
 from core.computedomain import checkpoint_records as cd_records
-from core.computedomain import daemon_claim, preparing, recovery
+from core.computedomain import daemon_claim, node_facts, preparing, recovery
 
 
 def _permanent(outcome: models.ClaimOutcome) -> str:
@@ -244,7 +244,7 @@ def test_driver_managed_allocation_mode_all_injects_every_channel() -> None:
 def test_driver_managed_daemon_claim_gets_the_daemon_device() -> None:
     node = dataclasses.replace(
         f.NODE,
-        imex_mgmt=models.ImexMgmtDevice(path="/dev/nvidia-caps/nvidia-cap1", major=511, minor=1,
+        imex_mgmt=node_facts.ImexMgmtDevice(path="/dev/nvidia-caps/nvidia-cap1", major=511, minor=1,
                                         file_mode=256),
         daemon_config_root="/var/lib/kubelet/plugins/compute-domain.nvidia.com/domains",
     )
@@ -451,7 +451,7 @@ def test_the_domains_own_daemon_claim_does_not_keep_the_node_label() -> None:
     labels = {names.COMPUTE_DOMAIN_LABEL: f.CD_UID}
     node = dataclasses.replace(
         f.NODE,
-        imex_mgmt=models.ImexMgmtDevice(path="/dev/nvidia-caps/nvidia-cap1", major=511, minor=1,
+        imex_mgmt=node_facts.ImexMgmtDevice(path="/dev/nvidia-caps/nvidia-cap1", major=511, minor=1,
                                         file_mode=256),
         daemon_config_root="/var/lib/kubelet/plugins/compute-domain.nvidia.com/domains",
     )
