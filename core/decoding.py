@@ -6,9 +6,11 @@ guarantees one thing above all: whatever JSON it is given, the only exception it
 `errors.DecodeError`, whose message names the offending field path (`spec.channel...`)
 and what would be accepted there, because that text ends up in a pod event.
 
-NB: the readers are hand-written rather than dataclasses-json `from_dict`: the latter
-neither rejects unknown fields nor wrong JSON types with one typed error, and both are
-exactly what this edge must guarantee. Decoding is deterministic: list-type-map lists
+NB: the readers are hand-written rather than a mapping library's (dataclasses-json's
+`from_dict`): that neither rejects unknown fields nor wrong JSON types with one typed error
+naming the path, and both are exactly what this edge must guarantee. (The checkpoint's typed
+records are hand-coded too: `from_dict` measured 300-700 us per record against 6 us, which
+at 10,000 claims would add seconds to a plugin's start; the dependency was dropped.) Decoding is deterministic: list-type-map lists
 (status nodes, clique daemons) come out sorted by their key, label maps by key.
 """
 
