@@ -45,14 +45,14 @@ def _clock(case: str) -> float:
     return max(c["updatedAt"] for c in MANIFEST[case]["claims"].values()) + 1.0
 
 
-def _node(case: str) -> models.NodeFacts:
+def _node(case: str) -> node_facts.ImexNodeFacts:
     return node_facts.ImexNodeFacts(node_name=names.NodeName("gb200-rack1-node01"), clique_id="a.1",
                             channel_major=242, boot_id=MANIFEST[case]["bootID"])
 
 
-def _cd_driver(case: str, root: Path) -> ClaimDriver[Any]:
+def _cd_driver(case: str, root: Path) -> ClaimDriver[Any, Any, Any, Any]:
     config = MANIFEST[case]["config"]
-    return cd_driver.PluginDriver(
+    return cd_driver.new_driver(
         ports=PluginPorts(
             cluster=memory_cluster.InMemoryCluster(),
             checkpoints=fs_checkpoints.FileCheckpointStore(str(root / "checkpoint.json")),
@@ -68,19 +68,23 @@ def _cd_driver(case: str, root: Path) -> ClaimDriver[Any]:
     )
 
 
-def _gpu_driver(case: str, root: Path) -> ClaimDriver[Any]:
-    return gpu_driver.GpuPluginDriver(
+def _gpu_driver(
+    case: str, root: Path, recorder: _Recorder | None = None
+) -> ClaimDriver[Any, Any, Any, Any]:
+    recorder = recorder or _Recorder()
+    return gpu_driver.new_driver(
         ports=PluginPorts(
             cluster=memory_cluster.InMemoryCluster(),
             checkpoints=fs_checkpoints.FileCheckpointStore(str(root / "checkpoint.json")),
             cdi=fs_cdi.CDIDirectory(str(root / "cdi"), file_name=gpu_cdi.spec_file_name),
         ),
-        node=_node(case),
+        node=models.NodeFacts(node_name=names.NodeName("node-a"),
+                              boot_id=MANIFEST[case]["bootID"]),
         gates=models.FeatureGates(values={}),
         inventory=lambda: devices.GpuInventory(),
         files=lambda: devices.DriverFiles(nvidia_major=195, caps_major=511),
-        time_slicer=_Recorder(),
-        vfio=_Recorder(),
+        time_slicer=recorder,
+        vfio=recorder,
         clock=lambda: _clock(case),
     )
 
@@ -157,21 +161,18 @@ def test_every_upgraded_claim_unprepares_as_it_was_prepared(
 
 def test_an_upgraded_gpu_claim_is_undone_as_its_record_says(tmp_path: Path) -> None:
     root = _copy("gpu", tmp_path)
-    driver = _gpu_driver("gpu", root)
+    recorder = _Recorder()
+    driver = _gpu_driver("gpu", root, recorder)
     driver.recover()
-    slicer = driver._time_slicer
-    assert isinstance(slicer, _Recorder)
     claims = MANIFEST["gpu"]["claims"]
     driver.node_unprepare(tuple(
         models.ClaimRef(uid=names.ClaimUID(uid), namespace=c["namespace"], name=c["name"])
         for uid, c in sorted(claims.items())
     ))
-    undone = [c for c in slicer.calls if c[0] == "time-slice"] + [
-        c for c in driver._vfio.calls if c[0] == "unbind"  # type: ignore[union-attr]
-    ]
-    assert ("unbind", "0000:40:00.0") in undone  # the VFIO claim's function given back
-    assert any(kind == "time-slice" and "GPU-00000000-0000-0000-0000-000000000000" in what[0]
-               for kind, what in undone)  # type: ignore[operator]  # the time-slice reset
+    assert ("unbind", "0000:40:00.0") in recorder.calls  # the VFIO claim's function given back
+    resets = [what for kind, what in recorder.calls if kind == "time-slice"]
+    # the time-slice the claim set, reset
+    assert any("GPU-00000000-0000-0000-0000-000000000000" in str(what) for what in resets)
 
 
 def test_the_checkpoint_after_an_upgrade_is_read_by_this_release_only_as_version_2(
