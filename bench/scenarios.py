@@ -9,14 +9,12 @@ import shutil
 import signal
 import subprocess
 import sys
-import threading
 import time
 import tracemalloc
 from collections.abc import Callable, Mapping
 from typing import Any
 
 from apps.cli import embedded
-from apps.controller import running as controller_running
 from bench import floor, stats
 from core import checkpoint as checkpoint_codec
 from core import compaction, decoding, errors, kinds, models, names
@@ -246,13 +244,9 @@ def cold_start(workdir: str, *, runs: int) -> dict[str, Any]:
 
 
 def cd_to_rct(workdir: str, *, runs: int) -> dict[str, Any]:
-    """CD create -> workload RCT present, with the controller running on watches."""
+    """CD create -> workload RCT present, with the deployment's controller running on watches."""
     env = _one_node(workdir)
-    stop = threading.Event()
     try:
-        controller = controller_running.Controller(env.controller)
-        threading.Thread(target=controller.run, args=(stop,), daemon=True).start()
-        controller.synced.wait(10)
         samples = []
         for i in range(runs):
             started = time.perf_counter()
@@ -263,7 +257,6 @@ def cd_to_rct(workdir: str, *, runs: int) -> dict[str, Any]:
             samples.append(time.perf_counter() - started)
         return {"embedded_cluster": stats.summarize(samples)}
     finally:
-        stop.set()
         env.stop()
 
 

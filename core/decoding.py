@@ -10,8 +10,9 @@ NB: the readers are hand-written rather than a mapping library's (dataclasses-js
 `from_dict`): that neither rejects unknown fields nor wrong JSON types with one typed error
 naming the path, and both are exactly what this edge must guarantee. (The checkpoint's typed
 records are hand-coded too: `from_dict` measured 300-700 us per record against 6 us, which
-at 10,000 claims would add seconds to a plugin's start; the dependency was dropped.) Decoding is deterministic: list-type-map lists
-(status nodes, clique daemons) come out sorted by their key, label maps by key.
+at 10,000 claims would add seconds to a plugin's start; the dependency was dropped.)
+Decoding is deterministic: list-type-map lists (status nodes, clique daemons) come out
+sorted by their key, label maps by key.
 """
 
 from __future__ import annotations

@@ -122,6 +122,11 @@ class WorkQueue(Generic[K]):
         with self._cond:
             return len(self._queue) + len(self._waiting)
 
+    def is_idle(self) -> bool:
+        """True when no key is queued, waiting out a delay, or being processed."""
+        with self._cond:
+            return not (self._queue or self._waiting or self._processing)
+
     def _add_locked(self, key: K) -> None:
         if self._shut_down or key in self._dirty:
             return

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from typing import Any, Final
 from urllib import parse
 
-from core import errors, kinds, ports
+from core import errors, kinds, names, ports
 
 JSON: Final = "application/json"
 MERGE_PATCH: Final = "application/merge-patch+json"
@@ -175,6 +175,38 @@ def object_for_create(route: Route, body: Mapping[str, Any]) -> dict[str, Any]:
     return obj
 
 
+def object_for_update(route: Route, body: Mapping[str, Any]) -> dict[str, Any]:
+    """The body of a PUT, named by the path: a name or namespace in the body that differs from
+    the path's is a 400 BadRequest, as the API server answers; a collection URL is a 405."""
+    if not route.name:
+        raise RequestError(405, "MethodNotAllowed", "PUT replaces an object: use its URL")
+    obj = dict(body)
+    metadata = dict(obj.get("metadata") or {})
+    for field, expected in (("name", route.name), ("namespace", route.namespace)):
+        given = str(metadata.get(field) or "")
+        if given and expected and given != expected:
+            raise RequestError(
+                400,
+                "BadRequest",
+                f"the {field} of the object ({given}) does not match the {field} on the URL "
+                f"({expected})",
+            )
+        if expected:
+            metadata[field] = expected
+    obj["metadata"] = metadata
+    return obj
+
+
+def immutable_spec(route: Route) -> RequestError:
+    """The 422 an update gets that would change an immutable `spec` (the API server's words)."""
+    return RequestError(
+        422,
+        "Invalid",
+        f'{route.kind.kind}.{route.kind.group} "{route.name}" is invalid: spec: Invalid value: '
+        "the opaque config bytes differ from the stored ones: field is immutable",
+    )
+
+
 def status(code: int, reason: str, message: str) -> dict[str, Any]:
     """A `meta/v1 Status` object (the body of every error answer)."""
     return {
@@ -204,14 +236,38 @@ def error_status(exc: errors.ClusterError) -> tuple[int, str]:
     return 422, "Invalid"
 
 
+def failure_reason(code: int) -> str:
+    """The Status reason the API server gives with an HTTP error `code`."""
+    return _FAILURE_REASONS.get(code, "InternalError")
+
+
+_FAILURE_REASONS: Final = {
+    400: "BadRequest", 401: "Unauthorized", 403: "Forbidden", 404: "NotFound",
+    409: "Conflict", 410: "Expired", 422: "Invalid", 429: "TooManyRequests",
+    503: "ServiceUnavailable", 504: "Timeout",
+}
+
+
 def list_object(kind: kinds.ResourceKind, result: ports.ListResult) -> dict[str, Any]:
-    """A `<Kind>List` answer carrying the list's resourceVersion."""
+    """A `<Kind>List` answer carrying the list's resourceVersion.
+
+    NB: as the API server, the items of a built-in kind's list carry no `kind` and
+    `apiVersion` (the list says them once); custom resources' items keep theirs.
+    """
+    custom = kind.group == names.API_GROUP
+    items = [
+        dict(item) if custom else {k: v for k, v in item.items() if k not in _TYPE_FIELDS}
+        for item in result.items
+    ]
     return {
         "kind": f"{kind.kind}List",
         "apiVersion": kind.api_version,
         "metadata": {"resourceVersion": result.resource_version},
-        "items": [dict(item) for item in result.items],
+        "items": items,
     }
+
+
+_TYPE_FIELDS: Final = frozenset({"kind", "apiVersion"})
 
 
 def watch_line(event: ports.WatchEvent) -> bytes:
@@ -233,13 +289,16 @@ def chunk(data: bytes) -> bytes:
     return f"{len(data):x}\r\n".encode() + data + b"\r\n"
 
 
-def kubeconfig(server_url: str, *, name: str = "embedded") -> dict[str, Any]:
-    """A kubeconfig (plain HTTP, no credentials) whose current context is `server_url`."""
+def kubeconfig(
+    server_url: str, *, name: str = "embedded", token: str | None = None
+) -> dict[str, Any]:
+    """A kubeconfig (plain HTTP; a bearer token if given) whose current context is
+    `server_url`."""
     return {
         "apiVersion": "v1",
         "kind": "Config",
         "clusters": [{"name": name, "cluster": {"server": server_url}}],
-        "users": [{"name": name, "user": {}}],
+        "users": [{"name": name, "user": {"token": token} if token is not None else {}}],
         "contexts": [
             {"name": name, "context": {"cluster": name, "user": name, "namespace": "default"}}
         ],

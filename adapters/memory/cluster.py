@@ -4,7 +4,8 @@
 depends on, so the controller and plugin run unchanged with no cluster: uids, a global
 resourceVersion, generation, JSON merge patches with resourceVersion preconditions, the status
 subresource, finalizers and deletionTimestamp, background garbage collection of dependents,
-watches replayed from a bounded history (410 Gone when too old) and core/v1 Events.
+watches replayed from a bounded history (410 Gone when too old), whole-object updates (PUT),
+the immutable `spec` of ResourceClaims and their templates, and core/v1 Events.
 
 NB: every object handed out is a fresh copy; stored objects are replaced, never mutated, so the
 watch history can share them.
@@ -41,6 +42,8 @@ STATUS_SUBRESOURCE_KINDS = frozenset(
 )
 #: Kinds whose create strategy discards a client-supplied status (Node keeps it, as kubelets do).
 _STATUS_CLEARED_ON_CREATE = STATUS_SUBRESOURCE_KINDS - {kinds.NODE.kind}
+#: Kinds whose `spec` the API server's validation refuses to change after create.
+IMMUTABLE_SPEC_KINDS = frozenset({kinds.RESOURCE_CLAIM.kind, kinds.RESOURCE_CLAIM_TEMPLATE.kind})
 _GENERATE_NAME_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
 _FIRST_RESOURCE_VERSION = 100
 DEFAULT_HISTORY_SIZE = 10_000
@@ -116,6 +119,8 @@ class InMemoryCluster:
         self._event_names: dict[tuple[str, ...], _Key] = {}
         self._event_counter = 0
         self._closed = False
+        # Bumped by `compact`: a watch opened before it ends with GoneError.
+        self._compactions = 0
 
     # -- test and demo hooks -------------------------------------------------------------
 
@@ -123,6 +128,17 @@ class InMemoryCluster:
         """Make the next `count` patches fail with ConflictError (to exercise retry paths)."""
         with self._lock:
             self._conflicts_to_inject = max(0, count)
+
+    def compact(self) -> None:
+        """Forget the change history so far, as an API server does whose watch history is gone
+        (etcd compacted, its watch cache started afresh): every open watch ends with GoneError
+        (410) and so does a watch from an older resourceVersion, so clients list again. A list,
+        and a watch from the list's resourceVersion, work as before."""
+        with self._changed:
+            self._history.clear()
+            self._oldest_kept = self._resource_version
+            self._compactions += 1
+            self._changed.notify_all()
 
     def close(self) -> None:
         """End every open watch (they return normally); later writes still work."""
@@ -185,7 +201,10 @@ class InMemoryCluster:
             else:
                 cursor = self._parse_resource_version(resource_version)
                 self._check_not_expired(cursor)
-        return self._stream(kind, namespace, cursor, deadline, initial, label_selector or None)
+            epoch = self._compactions
+        return self._stream(
+            kind, namespace, cursor, deadline, initial, label_selector or None, epoch=epoch
+        )
 
     def create(self, kind: str, obj: Mapping[str, Any]) -> Mapping[str, Any]:
         with self._lock:
@@ -214,48 +233,38 @@ class InMemoryCluster:
             current = self._lookup(key)
             if current is None:
                 raise self._not_found(key)
-            current_meta = current["metadata"]
             expected = resource_version or str(
                 (patch.get("metadata") or {}).get("resourceVersion") or ""
             )
-            if expected and expected != current_meta["resourceVersion"]:
-                raise errors.ConflictError(
-                    f"{kind} {self._describe(key)}: the object has been modified (resourceVersion"
-                    f" {current_meta['resourceVersion']}, expected {expected}); read it again and"
-                    " retry"
-                )
-            merged = mergepatch.merge_patch(current, patch)
-            updated = self._apply_subresource(key, current, merged, subresource)
-            meta = updated.setdefault("metadata", {})
-            for field in (
-                "name", "namespace", "uid", "creationTimestamp", "deletionTimestamp",
-                "deletionGracePeriodSeconds", "generation", "resourceVersion",
-            ):
-                if field in current_meta:
-                    meta[field] = current_meta[field]
-                else:
-                    meta.pop(field, None)
-            deleting = "deletionTimestamp" in current_meta
-            if deleting and not set(meta.get("finalizers") or ()) <= set(
-                current_meta.get("finalizers") or ()
-            ):
-                raise errors.ClusterError(
-                    f"{kind} {self._describe(key)} is being deleted: no new finalizers can be"
-                    " added; remove the finalizer from the patch"
-                )
-            if _codec.spec_part(updated) != _codec.spec_part(current):
-                meta["generation"] = int(current_meta.get("generation", 0)) + 1
-            if not meta.get("finalizers"):
-                meta.pop("finalizers", None)
-            if updated == current:
-                unchanged: dict[str, Any] = mergepatch.copy_json(current)
-                return unchanged
-            if deleting and not meta.get("finalizers"):
-                removed = self._remove_locked(key, last_state=updated)
-                return mergepatch.copy_json(removed)  # type: ignore[no-any-return]
-            stored = self._store_locked(key, updated, ports.WatchEventType.MODIFIED)
-            result: dict[str, Any] = mergepatch.copy_json(stored)
-            return result
+            return self._update_locked(
+                key, current, mergepatch.merge_patch(current, patch),
+                subresource=subresource, expected_version=expected,
+            )
+
+    def update(
+        self, kind: str, *, namespace: str, name: str, obj: Mapping[str, Any],
+        subresource: str = "",
+    ) -> Mapping[str, Any]:
+        """Replace the object with `obj` (an HTTP PUT), under the same rules as `patch`.
+
+        `obj.metadata.resourceVersion`, when set, is a precondition (ConflictError), as the API
+        server checks it; without it the update is unconditional. Identity fields keep their
+        stored values; `subresource="status"` replaces only `.status`, and the main resource
+        never changes the status of a kind with a status subresource.
+        """
+        with self._lock:
+            key = self._key(kind, namespace, name)
+            current = self._lookup(key)
+            if current is None:
+                raise self._not_found(key)
+            replacement: dict[str, Any] = mergepatch.copy_json(obj)
+            for field in ("apiVersion", "kind"):
+                if field in current:
+                    replacement.setdefault(field, current[field])
+            expected = str((replacement.get("metadata") or {}).get("resourceVersion") or "")
+            return self._update_locked(
+                key, current, replacement, subresource=subresource, expected_version=expected
+            )
 
     def delete(self, kind: str, *, namespace: str, name: str) -> None:
         with self._lock:
@@ -321,6 +330,56 @@ class InMemoryCluster:
 
     # -- internals (call with the lock held) -------------------------------------------------
 
+    def _update_locked(
+        self, key: _Key, current: Mapping[str, Any], merged: dict[str, Any], *,
+        subresource: str, expected_version: str,
+    ) -> Mapping[str, Any]:
+        """Store `merged` (the object as a patch or an update would leave it) over `current`."""
+        kind = key[0]
+        current_meta = current["metadata"]
+        if expected_version and expected_version != current_meta["resourceVersion"]:
+            raise errors.ConflictError(
+                f"{kind} {self._describe(key)}: the object has been modified (resourceVersion"
+                f" {current_meta['resourceVersion']}, expected {expected_version}); read it"
+                " again and retry"
+            )
+        updated = self._apply_subresource(key, current, merged, subresource)
+        meta = updated.setdefault("metadata", {})
+        for field in (
+            "name", "namespace", "uid", "creationTimestamp", "deletionTimestamp",
+            "deletionGracePeriodSeconds", "generation", "resourceVersion",
+        ):
+            if field in current_meta:
+                meta[field] = current_meta[field]
+            else:
+                meta.pop(field, None)
+        deleting = "deletionTimestamp" in current_meta
+        if deleting and not set(meta.get("finalizers") or ()) <= set(
+            current_meta.get("finalizers") or ()
+        ):
+            raise errors.ClusterError(
+                f"{kind} {self._describe(key)} is being deleted: no new finalizers can be"
+                " added; remove the finalizer from the patch"
+            )
+        if kind in IMMUTABLE_SPEC_KINDS and updated.get("spec") != current.get("spec"):
+            raise errors.ClusterError(
+                f"{kind} {self._describe(key)} is invalid: spec: Invalid value: field is"
+                f" immutable; delete the {kind} and create it anew to change its spec"
+            )
+        if _codec.spec_part(updated) != _codec.spec_part(current):
+            meta["generation"] = int(current_meta.get("generation", 0)) + 1
+        if not meta.get("finalizers"):
+            meta.pop("finalizers", None)
+        if updated == current:
+            unchanged: dict[str, Any] = mergepatch.copy_json(current)
+            return unchanged
+        if deleting and not meta.get("finalizers"):
+            removed = self._remove_locked(key, last_state=updated)
+            return mergepatch.copy_json(removed)  # type: ignore[no-any-return]
+        stored = self._store_locked(key, updated, ports.WatchEventType.MODIFIED)
+        result: dict[str, Any] = mergepatch.copy_json(stored)
+        return result
+
     def _lookup(self, key: _Key) -> Mapping[str, Any] | None:
         return self._objects[key[0]].get(key)
 
@@ -368,11 +427,18 @@ class InMemoryCluster:
         deadline: float,
         initial: tuple[ports.WatchEvent, ...],
         selector: ports.LabelSelector | None = None,
+        *,
+        epoch: int,
     ) -> Iterator[ports.WatchEvent]:
         yield from initial
         while True:
             with self._changed:
                 while True:
+                    if self._compactions != epoch:
+                        raise errors.GoneError(
+                            f"the history this watch of {kind} followed was compacted: list "
+                            "again and watch from the list's resourceVersion"
+                        )
                     self._check_not_expired(cursor)
                     newer = self._recorded_after(cursor)
                     if newer:

@@ -49,9 +49,12 @@ def run(env: embedded_mod.Embedded, *, say: scenario.Say) -> ChannelReport:
     say(f"{len(slices)} ResourceSlices published, devices per node: {', '.join(devices)} "
         f"(slots: any ComputeDomain's pod takes one; the channel comes from its claim)")
 
+    # NB: one at a time: the controller's workers run in parallel, and which of two new
+    # ComputeDomains takes the lowest free channel would be a race.
+    applied = 0
     for name in DOMAINS:
         cluster.create(kinds.COMPUTE_DOMAIN.kind, scenario._cd(name, f"{name}-channel"))
-    applied = env.settle()
+        applied += env.settle()
     for name in DOMAINS:
         report.channels[name] = _channel(env, name)
         rct = cluster.get(kinds.RESOURCE_CLAIM_TEMPLATE.kind, namespace=NAMESPACE,
@@ -91,9 +94,10 @@ def run(env: embedded_mod.Embedded, *, say: scenario.Say) -> ChannelReport:
         env.allocator.release_pod(pod.pod)
         cluster.delete(kinds.POD.kind, namespace=NAMESPACE, name=pod.pod["metadata"]["name"])
     say(f"{len(scheduled)} pods deleted, their claims unprepared and deleted")
+    # One at a time too: the third ComputeDomain takes the first channel to come free.
     for name in DOMAINS:
         cluster.delete(kinds.COMPUTE_DOMAIN.kind, namespace=NAMESPACE, name=name)
-    env.settle()
+        env.settle()
     if report.exhausted_condition:
         report.third_channel_after_free = _channel(env, THIRD)
         say(f"ComputeDomain {THIRD} after {', '.join(DOMAINS)} and their claims are gone: "

@@ -3,7 +3,9 @@
 An in-memory cluster (with a CEL-evaluating DRA allocator), one real kubelet plugin per
 simulated node (gRPC over unix sockets, checkpoint and CDI files on disk), a kubelet
 emulator per node that registers the plugin through its registration socket, and the
-controller's reconciler. Used by `computedomain demo`, the scenario tests and the bench.
+controller as its binary runs it (informers, work queue, workers: `apps.controller.running`),
+reacting to every change as it happens. Used by `computedomain demo`, the scenario tests and
+the bench; `Embedded.settle` waits for the controller's answer to what they changed.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import logging
 import os
 import shutil
 import tempfile
+import threading
 import time
 from collections.abc import Iterator, Mapping
 from typing import Any
@@ -25,7 +28,10 @@ from adapters.memory import allocator as memory_allocator
 from adapters.memory import cluster as memory_cluster
 from adapters.nvml import simulated
 from apps.cli import daemon_fleet as daemon_fleet_mod
+from apps.controller import metrics as controller_metrics
 from apps.controller import reconciler as controller_reconciler
+from apps.controller import running as controller_running
+from apps.controller import settling
 from apps.kubeletplugin import daemon_claims as plugin_daemon_claims
 from apps.kubeletplugin import settings as plugin_settings
 from apps.kubeletplugin import wiring
@@ -44,27 +50,66 @@ class SimulatedNode:
     settings: plugin_settings.Settings
 
 
+# How long `start_embedded` waits for the controller's informers to list everything once.
+_CONTROLLER_SYNC_S = 30.0
+# How long a stopping controller may take to finish the keys its workers hold.
+_CONTROLLER_STOP_S = 10.0
+
+
+@dataclasses.dataclass(kw_only=True)
+class RunningController:
+    """The controller loop of the deployment, on a thread of its own until `stop`."""
+
+    loop: controller_running.Controller
+    metrics: controller_metrics.ControllerMetrics
+    settling: settling.Settling
+    stop_event: threading.Event
+    # Actions the loop had applied at the last `Embedded.settle`.
+    counted: int = 0
+
+    @classmethod
+    def start(
+        cls, cluster: memory_cluster.InMemoryCluster, *, config: models.DriverConfig
+    ) -> RunningController:
+        """Start the loop and wait until its informers have listed the cluster once."""
+        metrics = controller_metrics.ControllerMetrics()
+        loop = controller_running.Controller(controller_reconciler.Reconciler(
+            cluster=cluster, config=config, metrics=metrics))
+        running = cls(loop=loop, metrics=metrics, settling=settling.Settling(loop),
+                      stop_event=threading.Event())
+        threading.Thread(target=loop.run, args=(running.stop_event,), name="controller",
+                         daemon=True).start()
+        if not loop.synced.wait(_CONTROLLER_SYNC_S):
+            running.stop()
+            raise errors.RetryableError(
+                f"the controller's informers did not sync within {_CONTROLLER_SYNC_S:g}s")
+        return running
+
+    def stop(self) -> None:
+        self.stop_event.set()
+        self.loop.stopped.wait(_CONTROLLER_STOP_S)
+
+
 @dataclasses.dataclass(kw_only=True)
 class Embedded:
     """A running embedded deployment; create with `start_embedded`."""
 
     cluster: memory_cluster.InMemoryCluster
     allocator: memory_allocator.Allocator
-    controller: controller_reconciler.Reconciler
+    controller: RunningController
     config: models.DriverConfig
     notes: tuple[str, ...]
     nodes: dict[str, SimulatedNode]
     workdir: str
 
-    def settle(self, *, max_passes: int = 20) -> int:
-        """Run controller passes until one applies nothing; returns actions applied in total."""
-        total = 0
-        for _ in range(max_passes):
-            applied = self.controller.reconcile_all()
-            total += applied
-            if applied == 0:
-                return total
-        raise RuntimeError(f"controller did not settle within {max_passes} passes")
+    def settle(self, *, timeout_s: float = 30.0) -> int:
+        """Wait until the controller has answered every change so far and has nothing left to
+        do (see `apps.controller.settling`); returns the actions it applied since the last
+        settle. RetryableError if it is still busy after `timeout_s`."""
+        self.controller.settling.wait(timeout_s=timeout_s)
+        total = self.controller.metrics.actions_applied()
+        applied, self.controller.counted = total - self.controller.counted, total
+        return applied
 
     owns_workdir: bool = False
     # Real compute-domain-daemon processes of driver-managed daemon pods (started on demand).
@@ -79,6 +124,7 @@ class Embedded:
         return self.daemon_fleet
 
     def stop(self) -> None:
+        self.controller.stop()
         if self.daemon_fleet is not None:
             self.daemon_fleet.close()
         for node in self.nodes.values():
@@ -258,18 +304,22 @@ def start_embedded(
     embedded = Embedded(
         cluster=cluster,
         allocator=memory_allocator.Allocator(cluster),
-        controller=controller_reconciler.Reconciler(cluster=cluster, config=resolved.config),
+        controller=RunningController.start(cluster, config=resolved.config),
         config=resolved.config,
         notes=resolved.notes,
         nodes={},
         workdir=workdir,
         owns_workdir=owned,
     )
-    node_names = simulated.profile_nodes(profile)[:node_limit]
-    for node in node_names:
-        cluster.create(kinds.NODE.kind, _node_object(node))
-    for node in node_names:
-        start_node(embedded, node, profile=profile, retry_budget_s=retry_budget_s)
+    try:
+        node_names = simulated.profile_nodes(profile)[:node_limit]
+        for node in node_names:
+            cluster.create(kinds.NODE.kind, _node_object(node))
+        for node in node_names:
+            start_node(embedded, node, profile=profile, retry_budget_s=retry_budget_s)
+    except BaseException:
+        embedded.stop()  # NB: nothing started may outlive a failed start (threads, sockets)
+        raise
     return embedded
 
 

@@ -200,6 +200,9 @@ def run(env: embedded_mod.Embedded, *, say: Say, workers: int = 4) -> Report:
         cluster.delete(kinds.POD.kind, namespace=NAMESPACE, name=pod.pod["metadata"]["name"])
     say(f"{len(scheduled)} pods deleted; NodeUnprepareResources removed their CDI specs")
     _stop_daemons(env, cd_uid=cd_uid)
+    # The controller's answer to the pods and daemons going (status updates) first, so the
+    # count below is its answer to the deletion alone.
+    env.settle()
     cluster.delete(kinds.COMPUTE_DOMAIN.kind, namespace=NAMESPACE, name=CD_NAME)
     applied = env.settle()
     report.cd_deleted = _gone(env, kinds.COMPUTE_DOMAIN.kind, NAMESPACE, CD_NAME)

@@ -41,12 +41,10 @@ class ChannelAllocator:
             self._pending.clear()
 
     def channel_for(
-        self, cd: models.ComputeDomain, *, source: TableSource | None = None,
-        reassign: bool = False,
+        self, cd: models.ComputeDomain, *, reassign: bool = False
     ) -> tuple[int | None, str]:
-        """(channel, "") for `cd`, or (None, why) when every channel is taken. `source`
-        overrides where the cluster's table comes from (one list per pass, not per CD).
-        `reassign`: the channel its status names is a duplicate another CD keeps (see
+        """(channel, "") for `cd`, or (None, why) when every channel is taken. `reassign`: the
+        channel its status names is a duplicate another CD keeps (see
         `channels.duplicate_standing`): choose another one, as for a new CD."""
         recorded = cd.status.channel_id if cd.status is not None else None
         with self._lock:
@@ -56,7 +54,7 @@ class ChannelAllocator:
             pending = self._pending.get(cd.uid)
             if pending is not None and pending != recorded:
                 return pending, ""
-            table = self._table(cd.uid, source or self._snapshot)
+            table = self._table(cd.uid)
             # Claims of this CD may name a channel its status lost: keep it, never a second one.
             channel = table.channel_of(cd.uid)
             if channel == recorded:
@@ -80,14 +78,8 @@ class ChannelAllocator:
         with self._lock:
             self._pending.pop(uid, None)
 
-    def forget_missing(self, live_uids: frozenset[str]) -> None:
-        """Drop the unwritten choices of CDs no longer listed (the list-driven pass)."""
-        with self._lock:
-            for uid in set(self._pending) - live_uids:
-                del self._pending[uid]
-
-    def _table(self, uid: str, source: TableSource) -> channels.ChannelTable:
-        table = source(uid, self._max)
-        for uid, channel in self._pending.items():
-            table = channels.with_assignment(table, domain_uid=uid, channel_id=channel)
+    def _table(self, uid: str) -> channels.ChannelTable:
+        table = self._snapshot(uid, self._max)
+        for pending_uid, channel in self._pending.items():
+            table = channels.with_assignment(table, domain_uid=pending_uid, channel_id=channel)
         return table

@@ -54,13 +54,17 @@ class ControllerMetrics:
             if labels is not None:
                 self.compute_domain_info.remove(*labels)
 
-    def forget_missing(self, live_uids: frozenset[str]) -> None:
-        with self._lock:
-            for uid in [uid for uid in self._series if uid not in live_uids]:
-                self.compute_domain_info.remove(*self._series.pop(uid))
-
     def count_action(self, action: models.ClusterAction) -> None:
         self.reconcile_actions_total.labels(type(action).__name__).inc()
+
+    def actions_applied(self) -> int:
+        """Cluster actions applied so far, all kinds together (what `count_action` counted)."""
+        return int(sum(
+            sample.value
+            for metric in self.reconcile_actions_total.collect()
+            for sample in metric.samples
+            if sample.name.endswith("_total")  # not the series' `_created` timestamps
+        ))
 
     def exposition(self) -> bytes:
         return bytes(prometheus_client.generate_latest(self.registry))

@@ -1,10 +1,10 @@
 """Reconciling one ComputeDomain: observe, plan (pure, `computedomain.controlling`), apply, report.
 
 `Reconciler.sync_domain` is what a work-queue worker runs for one CD key (see
-`apps.controller.running`); `reconcile_all` is one level-triggered pass over lists, kept for the
-embedded demo and tests that step the controller by hand. A failure of one CD is reported on
-that CD (a Warning event and a `Reconciled=False` condition, once per distinct failure) and
-raised to the caller, which retries that key alone with backoff.
+`apps.controller.running`, the one controller loop: the binary and the embedded demo run it).
+A failure of one CD is reported on that CD (a Warning event and a `Reconciled=False`
+condition, once per distinct failure) and raised to the caller, which retries that key alone
+with backoff.
 """
 
 from __future__ import annotations
@@ -20,26 +20,6 @@ from core import decoding, errors, executing, kinds, models, ports
 from core.computedomain import channels, controlling
 
 log = logging.getLogger(__name__)
-
-# What the planner observes. Daemon-side kinds are watched in host-managed mode too, so a CD
-# admitted under driver-managed mode can still be cleaned up after a switch (the chart grants
-# the clean-up rights in both modes).
-RELATED_KINDS = (
-    kinds.RESOURCE_CLAIM_TEMPLATE.kind,
-    kinds.DAEMON_SET.kind,
-    kinds.NODE.kind,
-    kinds.COMPUTE_DOMAIN_CLIQUE.kind,
-)
-
-# Driver-managed only: the IMEX daemon pods, whose absence lets the planner drop a daemon
-# entry its daemon could not remove itself.
-DAEMON_POD_KINDS = (kinds.POD.kind,)
-
-# Kinds the driver keeps in its own namespace only: listed and watched there (`observe` only
-# looks there), so the controller needs no cluster-wide rights on them.
-DRIVER_NAMESPACE_KINDS = frozenset(
-    {kinds.DAEMON_SET.kind, kinds.COMPUTE_DOMAIN_CLIQUE.kind, kinds.POD.kind}
-)
 
 Observe = Callable[[models.ComputeDomain, Mapping[str, Any]], controlling.Observed]
 
@@ -59,7 +39,8 @@ class Reconciler:
         self._metrics = metrics
         # uid -> resourceVersion of each undecodable CD already reported by an event.
         self._reported_invalid: dict[str, str] = {}
-        # Channel isolation: fresh lists until a Controller points it at its caches.
+        # Channel isolation: the table from fresh lists, until a Controller points it at its
+        # caches (every Controller does: lists are only the safe default of a bare Reconciler).
         self.channels = channel_allocator.ChannelAllocator(
             max_channels=config.max_channels, snapshot=self._listed_channels
         )
@@ -76,73 +57,10 @@ class Reconciler:
     def metrics(self) -> controller_metrics.ControllerMetrics | None:
         return self._metrics
 
-    def watch_namespace(self, kind: str) -> str:
-        """The namespace `kind` is listed and watched in ("" for all namespaces)."""
-        return self._config.namespace if kind in DRIVER_NAMESPACE_KINDS else ""
-
-    # ------------------------------------------------------------ one pass over lists
-
-    def reconcile_all(self) -> int:
-        """One pass over all ComputeDomains from fresh lists; returns the actions applied.
-
-        A CD whose actions fail is reported and skipped: the others are still reconciled.
-        """
-        domains = self._cluster.list(kinds.COMPUTE_DOMAIN.kind).items
-        pod_kinds = () if self._config.host_managed else DAEMON_POD_KINDS
-        related: dict[str, Sequence[Mapping[str, Any]]] = {
-            kind: self._cluster.list(kind, namespace=self.watch_namespace(kind)).items
-            for kind in (*RELATED_KINDS, *pod_kinds)
-        }
-        index = controlling.index_cluster(related)
-
-        pass_claims: list[list[channels.ClaimChannel]] = []
-
-        def observe(cd: models.ComputeDomain, raw: Mapping[str, Any]) -> controlling.Observed:
-            observed = controlling.observe(cd, objects=index, config=self._config,
-                                           conditions=controlling.conditions_from_k8s(raw))
-            if not self._config.channel_isolation:
-                return observed
-            if not pass_claims:  # listed once per pass, lazily
-                pass_claims.append([c for o in self._cluster.list(kinds.RESOURCE_CLAIM.kind).items
-                                    for c in channels.claim_channels_from_k8s(o)])
-            rivals = channels.rivals_from_k8s(raw, holders=domains, claims=pass_claims[0])
-            return dataclasses.replace(observed, channel_rivals=rivals)
-
-        pass_table: list[channels.ChannelTable] = []
-
-        def channel_table(uid: str, max_channels: int) -> channels.ChannelTable:
-            # Listed once per pass (lazily): this pass's own choices are the allocator's
-            # pending ones, which it lays over this table.
-            if not pass_table:
-                pass_table.append(self._listed_channels(uid, max_channels, domains=domains))
-            return pass_table[0]
-
-        applied = 0
-        live: set[str] = set()
-        for raw in domains:
-            live.add(str((raw.get("metadata") or {}).get("uid", "")))
-            try:
-                applied += self.sync_domain(raw, observe=observe, channel_source=channel_table)
-            except errors.ClusterError:
-                continue  # reported on the CD; the next pass retries it
-        try:
-            applied += self.sync_stale_node_labels(
-                nodes=related.get(kinds.NODE.kind, ()), live_cd_uids=frozenset(live)
-            )
-        except errors.ClusterError as exc:
-            log.info("event=reconcile_retry what=stale_node_labels reason=%r", exc.message)
-        self.channels.forget_missing(frozenset(live))
-        if self._metrics is not None:
-            self._metrics.forget_missing(frozenset(live))
-        for uid in set(self._reported_invalid) - live:
-            del self._reported_invalid[uid]
-        return applied
-
     # ------------------------------------------------------------ one ComputeDomain
 
     def sync_domain(
         self, raw: Mapping[str, Any], *, observe: Observe, writer: ports.Cluster | None = None,
-        channel_source: channel_allocator.TableSource | None = None,
     ) -> int:
         """Reconcile one CD (raw JSON as cached or listed); returns the actions applied.
 
@@ -163,7 +81,7 @@ class Reconciler:
                 domain_uid=cd.uid, channel_id=cd.status.channel_id if cd.status else None,
                 rivals=observed.channel_rivals)
             channel, refusal = self.channels.channel_for(
-                cd, source=channel_source, reassign=standing is channels.Standing.REASSIGN)
+                cd, reassign=standing is channels.Standing.REASSIGN)
             observed = dataclasses.replace(observed, channel_id=channel, channel_refusal=refusal)
         actions = controlling.plan_compute_domain(cd, observed=observed, config=self._config)
         try:
@@ -206,13 +124,9 @@ class Reconciler:
         )
         return self._apply(actions)
 
-    def _listed_channels(
-        self, _uid: str, max_channels: int,
-        *, domains: Sequence[Mapping[str, Any]] | None = None,
-    ) -> channels.ChannelTable:
-        """The channel table from fresh lists (the hand-stepped `reconcile_all`)."""
-        if domains is None:
-            domains = self._cluster.list(kinds.COMPUTE_DOMAIN.kind).items
+    def _listed_channels(self, _uid: str, max_channels: int) -> channels.ChannelTable:
+        """The channel table from fresh lists (a Reconciler outside a Controller)."""
+        domains = self._cluster.list(kinds.COMPUTE_DOMAIN.kind).items
         held = [channels.domain_channel_from_k8s(o) for o in domains]
         claims = [c for o in self._cluster.list(kinds.RESOURCE_CLAIM.kind).items
                   for c in channels.claim_channels_from_k8s(o)]

@@ -1,29 +1,39 @@
-"""Fixtures of the KubeCluster tests: the HTTP stand-in and our adapter pointed at it."""
+"""Fixtures of the KubeCluster tests: the embedded API server (with a bearer token, so
+authentication is exercised) and our adapter pointed at it."""
 
 from __future__ import annotations
 
 import pathlib
 from collections.abc import Iterator
 
-import kube_apiserver_standin
 import pytest
 
 from adapters.kube import cluster
+from adapters.memory import apiserver
+from adapters.memory import cluster as memory_cluster
+
+TOKEN = "test-token"
 
 
 @pytest.fixture
-def server() -> Iterator[kube_apiserver_standin.StandInAPIServer]:
-    standin = kube_apiserver_standin.StandInAPIServer().start()
-    yield standin
-    standin.stop()
+def memory() -> Iterator[memory_cluster.InMemoryCluster]:
+    made = memory_cluster.InMemoryCluster()
+    yield made
+    made.close()
+
+
+@pytest.fixture
+def server(memory: memory_cluster.InMemoryCluster) -> Iterator[apiserver.EmbeddedAPIServer]:
+    with apiserver.EmbeddedAPIServer(memory, token=TOKEN) as served:
+        yield served
 
 
 @pytest.fixture
 def kube(
-    server: kube_apiserver_standin.StandInAPIServer, tmp_path: pathlib.Path
+    server: apiserver.EmbeddedAPIServer, tmp_path: pathlib.Path
 ) -> Iterator[cluster.KubeCluster]:
     path = tmp_path / "kubeconfig"
-    path.write_text(server.kubeconfig())
+    server.write_kubeconfig(str(path))
     kc = cluster.KubeCluster.from_config(str(path), component="test-controller")
     yield kc
     kc.close()

@@ -1,8 +1,9 @@
-"""KubeCluster end to end: the official client over real HTTP against a local API stand-in.
+"""KubeCluster end to end: the official client over real HTTP against the embedded API server.
 
-The server is `kube_apiserver_standin` (stdlib http.server), which injects failures (401s,
-dropped watches, chosen status codes) the real kube-apiserver of `tests/integration/realkube`
-cannot be made to give; the client, its config loading, auth headers, the HTTP layer and
+The server is `adapters.memory.apiserver` (the in-memory cluster served over HTTP, with a
+bearer token), which can be made to give what the real kube-apiserver of
+`tests/integration/realkube` cannot be made to give on demand (401s, a lost watch history,
+chosen status codes); the client, its config loading, auth headers, the HTTP layer and
 streaming watches are all real.
 """
 
@@ -13,10 +14,11 @@ import pathlib
 import threading
 from typing import Any
 
-import kube_apiserver_standin
 import pytest
 
 from adapters.kube import _codec, cluster, leader, retrying, slices
+from adapters.memory import apiserver
+from adapters.memory import cluster as memory_cluster
 from core import errors, models, names, ports
 
 NS = "team-a"
@@ -37,7 +39,7 @@ def test_kube_cluster_implements_the_cluster_port(kube: cluster.KubeCluster) -> 
 
 
 def test_create_get_and_already_exists(
-    kube: cluster.KubeCluster, server: kube_apiserver_standin.StandInAPIServer
+    kube: cluster.KubeCluster, server: apiserver.EmbeddedAPIServer
 ) -> None:
     with pytest.raises(errors.NotFoundError):
         kube.get("ComputeDomain", namespace=NS, name="cd1")
@@ -46,9 +48,9 @@ def test_create_get_and_already_exists(
     assert kube.get("ComputeDomain", namespace=NS, name="cd1") == created
     with pytest.raises(errors.AlreadyExistsError):
         kube.create("ComputeDomain", _cd("cd1"))
-    method, path, _ = server.requests[1]
-    assert server.user_agents[-1] == "test-controller"
-    assert (method, path) == (
+    served = server.requests()
+    assert served[-1].user_agent == "test-controller"
+    assert (served[1].method, served[1].path) == (
         "POST",
         "/apis/resource.nvidia.com/v1beta1/namespaces/team-a/computedomains",
     )
@@ -59,17 +61,24 @@ def test_list_with_label_selector_and_across_namespaces(kube: cluster.KubeCluste
     kube.create("ComputeDomain", _cd("b", tier="y"))
     other = _cd("c", tier="x")
     other["metadata"]["namespace"] = "team-b"
-    kube.create("ComputeDomain", other)
+    last = kube.create("ComputeDomain", other)
     in_ns = kube.list("ComputeDomain", namespace=NS, label_selector={"tier": "x"})
     assert [i["metadata"]["name"] for i in in_ns.items] == ["a"]
     assert in_ns.items[0]["kind"] == "ComputeDomain"
     everywhere = kube.list("ComputeDomain", label_selector={"tier": "x"})
     assert sorted(i["metadata"]["name"] for i in everywhere.items) == ["a", "c"]
-    assert int(everywhere.resource_version) >= 1003
+    assert int(everywhere.resource_version) >= int(last["metadata"]["resourceVersion"])
+
+
+def test_items_of_a_built_in_kinds_list_get_their_kind_back(kube: cluster.KubeCluster) -> None:
+    # The API server leaves kind and apiVersion out of a built-in kind's list items.
+    kube.create("Lease", {"metadata": {"name": "l1", "namespace": NS}, "spec": {}})
+    (item,) = kube.list("Lease", namespace=NS).items
+    assert (item["kind"], item["apiVersion"]) == ("Lease", "coordination.k8s.io/v1")
 
 
 def test_merge_patch_with_and_without_precondition(
-    kube: cluster.KubeCluster, server: kube_apiserver_standin.StandInAPIServer
+    kube: cluster.KubeCluster, server: apiserver.EmbeddedAPIServer
 ) -> None:
     created = kube.create("ComputeDomain", _cd("cd1"))
     rv = created["metadata"]["resourceVersion"]
@@ -81,7 +90,7 @@ def test_merge_patch_with_and_without_precondition(
         resource_version=rv,
     )
     assert patched["metadata"]["finalizers"] == [names.COMPUTE_DOMAIN_FINALIZER]
-    assert server.requests[-1][2] == "application/merge-patch+json"
+    assert server.requests()[-1].content_type == "application/merge-patch+json"
     with pytest.raises(errors.ConflictError, match="re-read and retry"):
         kube.patch(
             "ComputeDomain", namespace=NS, name="cd1", patch={"metadata": {}}, resource_version=rv
@@ -94,7 +103,7 @@ def test_merge_patch_with_and_without_precondition(
 
 
 def test_status_subresource_patch(
-    kube: cluster.KubeCluster, server: kube_apiserver_standin.StandInAPIServer
+    kube: cluster.KubeCluster, server: apiserver.EmbeddedAPIServer
 ) -> None:
     kube.create("ComputeDomain", _cd("cd1"))
     patched = kube.patch(
@@ -105,7 +114,7 @@ def test_status_subresource_patch(
         subresource="status",
     )
     assert patched["status"] == {"status": "Ready"}
-    assert server.requests[-1][1].endswith("/computedomains/cd1/status")
+    assert server.requests()[-1].path.endswith("/computedomains/cd1/status")
 
 
 def test_cluster_scoped_create_and_delete(kube: cluster.KubeCluster) -> None:
@@ -119,10 +128,10 @@ def test_cluster_scoped_create_and_delete(kube: cluster.KubeCluster) -> None:
 
 def test_server_errors_keep_status_and_wrong_token_is_unauthorized(
     kube: cluster.KubeCluster,
-    server: kube_apiserver_standin.StandInAPIServer,
+    server: apiserver.EmbeddedAPIServer,
     tmp_path: pathlib.Path,
 ) -> None:
-    server.fail_next.append(("GET", 503))
+    server.fail_next("GET", 503)
     with pytest.raises(_codec.APIStatusError) as caught:
         kube.get("Node", namespace="", name="n1")
     assert caught.value.status == 503
@@ -132,12 +141,13 @@ def test_server_errors_keep_status_and_wrong_token_is_unauthorized(
     assert unauthorized.value.status == 401
 
 
-def test_unreachable_server_is_a_cluster_error(tmp_path: pathlib.Path) -> None:
-    standin = kube_apiserver_standin.StandInAPIServer()
-    config = standin.kubeconfig()
-    standin.httpd.server_close()  # port is now closed
+def test_unreachable_server_is_a_cluster_error(
+    memory: memory_cluster.InMemoryCluster, tmp_path: pathlib.Path
+) -> None:
     path = tmp_path / "kubeconfig"
-    path.write_text(config)
+    with apiserver.EmbeddedAPIServer(memory) as gone:
+        gone.write_kubeconfig(str(path))
+    # The server stopped: its port is closed now.
     kc = cluster.KubeCluster.from_config(str(path))
     with pytest.raises(errors.ClusterError, match="cannot reach"):
         kc.get("Node", namespace="", name="n1")
@@ -183,16 +193,17 @@ def test_watch_delivers_live_events_and_ends_at_timeout(kube: cluster.KubeCluste
 
 
 def test_watch_from_compacted_version_raises_gone(
-    kube: cluster.KubeCluster, server: kube_apiserver_standin.StandInAPIServer
+    kube: cluster.KubeCluster, memory: memory_cluster.InMemoryCluster
 ) -> None:
+    before = kube.list("ComputeDomain", namespace=NS).resource_version
     kube.create("ComputeDomain", _cd("a"))
-    server.compact()
+    memory.compact()
     with pytest.raises(errors.GoneError):
-        list(kube.watch("ComputeDomain", namespace=NS, resource_version="1000", timeout_s=5))
+        list(kube.watch("ComputeDomain", namespace=NS, resource_version=before, timeout_s=5))
 
 
 def test_informer_relists_after_410_over_http(
-    kube: cluster.KubeCluster, server: kube_apiserver_standin.StandInAPIServer
+    kube: cluster.KubeCluster, memory: memory_cluster.InMemoryCluster
 ) -> None:
     kube.create("ComputeDomain", _cd("a"))
     stop = threading.Event()
@@ -203,7 +214,7 @@ def test_informer_relists_after_410_over_http(
     assert isinstance(first[0], retrying.Relist)
     kube.create("ComputeDomain", _cd("b"))
     assert _event_name(next(informer)) == "b"
-    server.compact()
+    memory.compact()
     kube.create("ComputeDomain", _cd("c"))
     relisted = next(informer)
     assert isinstance(relisted, retrying.Relist)
@@ -242,7 +253,7 @@ def test_conflict_retry_against_a_concurrent_writer(kube: cluster.KubeCluster) -
 
 
 def test_emit_event_creates_a_core_v1_event(
-    kube: cluster.KubeCluster, server: kube_apiserver_standin.StandInAPIServer
+    kube: cluster.KubeCluster, server: apiserver.EmbeddedAPIServer
 ) -> None:
     ref = models.ObjectRef(kind="ComputeDomain", name="cd1", namespace=NS, uid="uid-1")
     kube.emit_event(involved=ref, reason="InvalidAllocationMode", message="use Single")
@@ -257,10 +268,10 @@ def test_emit_event_creates_a_core_v1_event(
 
 def test_emit_event_failure_is_logged_not_raised(
     kube: cluster.KubeCluster,
-    server: kube_apiserver_standin.StandInAPIServer,
+    server: apiserver.EmbeddedAPIServer,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    server.fail_next.append(("POST", 500))
+    server.fail_next("POST", 500)
     kube.emit_event(
         involved=models.ObjectRef(kind="Node", name="n1"), reason="R", message="m", warning=False
     )

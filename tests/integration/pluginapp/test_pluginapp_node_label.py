@@ -31,15 +31,31 @@ def env() -> Iterator[embedded.Embedded]:
 
 
 def _ready_domain(env: embedded.Embedded, name: str) -> str:
+    """A ComputeDomain whose IMEX daemon runs on the node and reported Ready in its clique, as
+    the DaemonSet's pod would; the controller makes the domain Ready from that."""
     uid = create_domain(env, name)
     here = node(env)
-    env.cluster.patch(
-        kinds.COMPUTE_DOMAIN.kind, namespace=NAMESPACE, name=name, subresource="status",
-        patch={"status": {"status": "Ready", "nodes": [{
-            "name": here.name, "ipAddress": "10.0.0.1", "cliqueID": here.plugin.node.clique_id,
-            "index": 0, "status": "Ready",
-        }]}},
-    )
+    clique_id = here.plugin.node.clique_id
+    namespace = env.config.namespace
+    env.cluster.create(kinds.POD.kind, {
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": f"{name}-imex-daemon", "namespace": namespace, "labels": {
+            names.COMPUTE_DOMAIN_LABEL: uid, names.COMPUTE_DOMAIN_TARGET_LABEL: names.TARGET_DAEMON,
+        }},
+        "spec": {"nodeName": here.name, "containers": [{"name": "imex", "image": "imex"}]},
+    })
+    # NB: the pod runs before its daemon reports, as on a cluster: an entry whose daemon pod
+    # the controller has not seen (on a node without the label) is pruned as a gone daemon's.
+    env.settle()
+    env.cluster.create(kinds.COMPUTE_DOMAIN_CLIQUE.kind, {
+        "apiVersion": names.GROUP_VERSION, "kind": names.KIND_COMPUTE_DOMAIN_CLIQUE,
+        "metadata": {"name": f"{uid}.{clique_id}", "namespace": namespace},
+        "daemons": [{"nodeName": here.name, "ipAddress": "10.0.0.1", "cliqueID": clique_id,
+                     "index": 0, "status": "Ready"}],
+    })
+    env.settle()
+    cd = env.cluster.get(kinds.COMPUTE_DOMAIN.kind, namespace=NAMESPACE, name=name)
+    assert cd["status"]["status"] == "Ready"
     return uid
 
 

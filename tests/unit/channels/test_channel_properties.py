@@ -2,14 +2,18 @@
 
 ComputeDomains and their workload claims come and go, the controller is restarted (a failover:
 its in-memory choices are lost, the table is rebuilt from the cluster) and syncs CDs one at a
-time in any order, all on the embedded cluster. After every step: no two live CDs share a
-channel, and no channel is given to a CD while a claim of another CD still carries it. At the
-end, once the controller settles: every CD is Ready with a channel, or NotReady saying why.
+time in any order, or all of them (as a resync does), all on the embedded cluster. The
+controller is stepped by hand through `Reconciler.sync_domain`, the call its workers make per
+key, observing from fresh lists, so every interleaving is one hypothesis can replay. After every
+step: no two live CDs share a channel, and no channel is given to a CD while a claim of another
+CD still carries it. At the end, once the controller settles: every CD is Ready with a channel,
+or NotReady saying why.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import itertools
 from collections.abc import Mapping
 from typing import Any
@@ -52,8 +56,10 @@ class ChannelAssignment(RuleBasedStateMachine):
         self.cluster = memory_cluster.InMemoryCluster(
             uid_factory=lambda: f"00000000-0000-4000-8000-{next(counter):012d}"
         )
-        self.controller = controller_reconciler.Reconciler(cluster=self.cluster, config=CONFIG)
         self.names = itertools.count()
+        self.seen: set[str] = set()  # UIDs of the CDs the last full sync saw
+        self.pass_table: channels.ChannelTable | None = None
+        self.controller = self._reconciler()
 
     # ---------------------------------------------------------------- reads
 
@@ -97,29 +103,67 @@ class ChannelAssignment(RuleBasedStateMachine):
 
     # ---------------------------------------------------------------- controller side
 
+    def _reconciler(self) -> controller_reconciler.Reconciler:
+        reconciler = controller_reconciler.Reconciler(cluster=self.cluster, config=CONFIG)
+        reconciler.channels.use_snapshot(self._table)
+        return reconciler
+
+    def _table(self, _uid: str, max_channels: int) -> channels.ChannelTable:
+        """The channel table from lists, once per pass (as a controller's caches show it); the
+        allocator lays its own pending choices over it."""
+        if self.pass_table is None:
+            held = [channels.domain_channel_from_k8s(o) for o in self._cds()]
+            claims = [c for o in self._claims() for c in channels.claim_channels_from_k8s(o)]
+            self.pass_table = channels.build_table(domains=held, claims=claims,
+                                                   max_channels=max_channels)
+        return self.pass_table
+
+    def _observe(self) -> controller_reconciler.Observe:
+        """What a worker would see, from fresh lists: the CD's objects and its channel rivals."""
+        index = controlling.index_cluster({RCT: self.cluster.list(RCT).items})
+        domains = self._cds()
+        claims = [c for o in self._claims() for c in channels.claim_channels_from_k8s(o)]
+
+        def observe(cd: models.ComputeDomain, obj: Mapping[str, Any]) -> controlling.Observed:
+            observed = controlling.observe(cd, objects=index, config=CONFIG,
+                                           conditions=controlling.conditions_from_k8s(obj))
+            rivals = channels.rivals_from_k8s(obj, holders=domains, claims=claims)
+            return dataclasses.replace(observed, channel_rivals=rivals)
+
+        return observe
+
+    def _sync(self, raw: Mapping[str, Any], observe: controller_reconciler.Observe) -> int:
+        # A stale observation (conflict / gone) fails the sync; the next one retries.
+        with contextlib.suppress(errors.ClusterError):
+            return self.controller.sync_domain(raw, observe=observe)
+        return 0
+
+    def _sync_all(self) -> int:
+        """Every CD once, as a resync queues them all, observed from one set of lists (the
+        allocator's pending choices cover this pass's own); returns the actions applied."""
+        cds = self._cds()
+        live = {str(cd["metadata"]["uid"]) for cd in cds}
+        for gone in self.seen - live:  # what the informer's delete handler tells the controller
+            self.controller.forget_domain(gone)
+        self.seen = live
+        self.pass_table = None
+        observe = self._observe()
+        return sum(self._sync(raw, observe) for raw in cds)
+
     @precondition(lambda self: bool(self._cds()))
     @rule(pick=st.integers(0, 10_000))
     def sync_one_domain(self, pick: int) -> None:
         cds = self._cds()
-        raw = cds[pick % len(cds)]
-        related = {kind: self.cluster.list(kind).items for kind in (RCT,)}
-        index = controlling.index_cluster(related)
-
-        def observe(cd: models.ComputeDomain, obj: Mapping[str, Any]) -> controlling.Observed:
-            return controlling.observe(cd, objects=index, config=CONFIG,
-                                       conditions=controlling.conditions_from_k8s(obj))
-
-        # A stale observation (conflict / gone) fails the sync; the next one retries.
-        with contextlib.suppress(errors.ClusterError):
-            self.controller.sync_domain(raw, observe=observe)
+        self.pass_table = None
+        self._sync(cds[pick % len(cds)], self._observe())
 
     @rule()
     def sync_all(self) -> None:
-        self.controller.reconcile_all()
+        self._sync_all()
 
     @rule()
     def fail_over(self) -> None:
-        self.controller = controller_reconciler.Reconciler(cluster=self.cluster, config=CONFIG)
+        self.controller = self._reconciler()
 
     # ---------------------------------------------------------------- what must always hold
 
@@ -150,7 +194,7 @@ class ChannelAssignment(RuleBasedStateMachine):
         # Eventually: with the controller left to settle, every CD is Ready with a channel or
         # NotReady with the reason.
         for _ in range(50):
-            if self.controller.reconcile_all() == 0:
+            if self._sync_all() == 0:
                 break
         else:
             raise AssertionError("the controller never settled")

@@ -1,4 +1,4 @@
-"""The controller's work queue: coalescing, one worker per key, per-key backoff, shut-down."""
+"""The controller's work queue: coalescing, one worker per key, per-key backoff, shut-down, idle."""
 
 from __future__ import annotations
 
@@ -60,3 +60,16 @@ def test_shut_down_wakes_a_blocked_worker() -> None:
     assert got == [None]
     queue.add("ignored")
     assert len(queue) == 0
+
+
+def test_idle_means_nothing_queued_waiting_or_in_flight() -> None:
+    queue = _queue()
+    assert queue.is_idle()
+    queue.add("a")
+    assert not queue.is_idle(), "a queued key"
+    key = queue.get(timeout_s=0)
+    assert not queue.is_idle(), "a key in flight"
+    queue.done(key or "")
+    assert queue.is_idle()
+    queue.add_after("b", 60)
+    assert not queue.is_idle(), "a key waiting out its delay"

@@ -253,3 +253,63 @@ def test_kubeconfig_points_its_current_context_at_the_server() -> None:
     context = next(c for c in config["contexts"] if c["name"] == config["current-context"])
     server = next(c for c in config["clusters"] if c["name"] == context["context"]["cluster"])
     assert server["cluster"]["server"] == "http://127.0.0.1:1234"
+
+
+def test_kubeconfig_with_a_token_gives_it_to_the_user() -> None:
+    config = _http_codec.kubeconfig("http://127.0.0.1:1234", token="t0k")
+
+    assert [u["user"] for u in config["users"]] == [{"token": "t0k"}]
+
+
+def test_items_of_a_built_in_kinds_list_carry_no_type_fields_and_custom_ones_keep_them() -> None:
+    item = {"apiVersion": "x/v1", "kind": "X", "metadata": {"name": "a"}}
+    result = ports.ListResult(items=(item,), resource_version="42")
+
+    built_in = _http_codec.list_object(kinds.POD, result)
+    custom = _http_codec.list_object(kinds.COMPUTE_DOMAIN, result)
+
+    assert built_in["items"] == [{"metadata": {"name": "a"}}]
+    assert custom["items"] == [item]
+
+
+def test_update_takes_name_and_namespace_from_the_path() -> None:
+    route = _http_codec.Route(kind=kinds.LEASE, namespace="ns1", name="l1")
+
+    obj = _http_codec.object_for_update(route, {"metadata": {}, "spec": {}})
+
+    assert obj == {"metadata": {"name": "l1", "namespace": "ns1"}, "spec": {}}
+
+
+@pytest.mark.parametrize("metadata", [{"name": "other"}, {"name": "l1", "namespace": "ns2"}])
+def test_update_naming_another_object_than_the_path_is_a_400(metadata: dict[str, str]) -> None:
+    route = _http_codec.Route(kind=kinds.LEASE, namespace="ns1", name="l1")
+
+    with pytest.raises(_http_codec.RequestError) as caught:
+        _http_codec.object_for_update(route, {"metadata": metadata})
+
+    assert caught.value.code == 400
+    assert "does not match" in caught.value.message
+
+
+def test_update_of_a_collection_is_a_405() -> None:
+    with pytest.raises(_http_codec.RequestError) as caught:
+        _http_codec.object_for_update(_http_codec.Route(kind=kinds.LEASE, namespace="ns1"), {})
+
+    assert caught.value.code == 405
+
+
+def test_an_immutable_spec_is_a_422_the_kube_adapter_recognises() -> None:
+    route = _http_codec.Route(kind=kinds.RESOURCE_CLAIM_TEMPLATE, namespace="ns", name="rct")
+    refused = _http_codec.immutable_spec(route)
+    body = json.dumps(_http_codec.status(refused.code, refused.reason, refused.message)).encode()
+    request = kube_codec.Request(method="PATCH", path="/apis/x")
+
+    mapped = kube_codec.error_from_response(request, status=refused.code, reason="", body=body)
+
+    assert kube_codec.is_immutable_field_error(mapped)
+
+
+@pytest.mark.parametrize(("code", "reason"), [(503, "ServiceUnavailable"), (500, "InternalError"),
+                                              (429, "TooManyRequests"), (418, "InternalError")])
+def test_failure_reasons_are_the_api_servers(code: int, reason: str) -> None:
+    assert _http_codec.failure_reason(code) == reason

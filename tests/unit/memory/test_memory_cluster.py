@@ -268,3 +268,64 @@ def test_events_about_cluster_scoped_objects_go_to_the_default_namespace() -> No
     cluster.emit_event(involved=models.ObjectRef(kind="Node", name="n1"), reason="R", message="m")
 
     assert [e["reason"] for e in cluster.list("Event", namespace="default").items] == ["R"]
+
+
+def test_compact_ends_open_watches_and_refuses_older_versions_but_not_a_fresh_list() -> None:
+    cluster = _cluster()
+    before = cluster.list("Lease").resource_version
+    cluster.create("Lease", _lease("a"))
+    open_watch = cluster.watch("Lease", resource_version=before, timeout_s=5)
+
+    cluster.compact()
+
+    with pytest.raises(errors.GoneError, match="compacted"):
+        next(open_watch)
+    with pytest.raises(errors.GoneError, match="too old"):
+        cluster.watch("Lease", resource_version=before, timeout_s=0)
+    fresh = cluster.list("Lease").resource_version
+    cluster.create("Lease", _lease("b"))
+    events = cluster.watch("Lease", resource_version=fresh, timeout_s=5)
+    assert next(events).obj["metadata"]["name"] == "b"
+
+
+def test_update_replaces_the_object_but_not_its_identity_or_status() -> None:
+    cluster = _cluster()
+    created = cluster.create("Pod", {"metadata": {"name": "p", "namespace": "ns",
+                                                  "labels": {"old": "1"}}, "spec": {"a": 1}})
+    cluster.patch("Pod", namespace="ns", name="p", subresource="status",
+                  patch={"status": {"phase": "Running"}})
+
+    updated = cluster.update("Pod", namespace="ns", name="p", obj={
+        "metadata": {"name": "p", "labels": {"new": "1"}, "uid": "forged"},
+        "spec": {"b": 2}, "status": {"phase": "Failed"}})
+
+    assert updated["metadata"]["labels"] == {"new": "1"}
+    assert updated["metadata"]["uid"] == created["metadata"]["uid"]
+    assert updated["spec"] == {"b": 2}
+    assert updated["status"] == {"phase": "Running"}
+    assert (updated["kind"], updated["metadata"]["generation"]) == ("Pod", 2)
+
+
+def test_update_with_a_stale_resource_version_is_a_conflict() -> None:
+    cluster = _cluster()
+    created = cluster.create("Lease", _lease("a"))
+    cluster.patch("Lease", namespace="ns", name="a", patch={"spec": {"n": 1}})
+
+    with pytest.raises(errors.ConflictError):
+        cluster.update("Lease", namespace="ns", name="a", obj=created)
+    with pytest.raises(errors.NotFoundError):
+        cluster.update("Lease", namespace="ns", name="gone", obj=_lease("gone"))
+
+
+@pytest.mark.parametrize("kind", sorted(memory_cluster.IMMUTABLE_SPEC_KINDS))
+def test_the_spec_of_claims_and_templates_cannot_change(kind: str) -> None:
+    cluster = _cluster()
+    cluster.create(kind, {"metadata": {"name": "c", "namespace": "ns"}, "spec": {"a": 1}})
+
+    labelled = cluster.patch(kind, namespace="ns", name="c",
+                             patch={"metadata": {"labels": {"x": "y"}}})
+    with pytest.raises(errors.ClusterError, match="field is immutable"):
+        cluster.patch(kind, namespace="ns", name="c", patch={"spec": {"a": 2}})
+    with pytest.raises(errors.ClusterError, match="field is immutable"):
+        cluster.update(kind, namespace="ns", name="c", obj={**labelled, "spec": {}})
+    assert labelled["metadata"]["labels"] == {"x": "y"}
