@@ -2,11 +2,13 @@
 
 The binaries are built by `make kube-components` (`hack/kube-components.sh`, cached outside the
 repo). Without them the tier is skipped on a developer checkout and fails under CI=true, where
-`.ci/run` builds them first.
+`.ci/run` builds them first. KEEP_CONTROLPLANE_DIRS=1 keeps each server's directory (etcd and
+kube-apiserver logs, the apps' logs) after its module, to read after a failure.
 """
 
 from __future__ import annotations
 
+import os
 import shutil
 from collections.abc import Iterator
 
@@ -19,6 +21,13 @@ from adapters.kube import KubeCluster
 pytestmark = pytest.mark.slow
 
 
+def _remove(kube: realkube_server.RealKube) -> None:
+    if os.environ.get("KEEP_CONTROLPLANE_DIRS") == "1":
+        print(f"\nkept {kube.workdir} (KEEP_CONTROLPLANE_DIRS=1)")
+        return
+    shutil.rmtree(kube.workdir, ignore_errors=True)
+
+
 @pytest.fixture(scope="module")
 def real_kube() -> Iterator[realkube_server.RealKube]:
     """A fresh etcd + kube-apiserver for one test module, nothing installed."""
@@ -27,7 +36,7 @@ def real_kube() -> Iterator[realkube_server.RealKube]:
         yield kube
     finally:
         kube.stop()
-        shutil.rmtree(kube.workdir, ignore_errors=True)
+        _remove(kube)
 
 
 @pytest.fixture(scope="module", params=sorted(realkube_driver.MODES))
@@ -44,7 +53,7 @@ def installed(request: pytest.FixtureRequest) -> Iterator[realkube_driver.Driver
     finally:
         driver.stop()
         kube.stop()
-        shutil.rmtree(kube.workdir, ignore_errors=True)
+        _remove(kube)
 
 
 @pytest.fixture(scope="module")

@@ -74,6 +74,23 @@ class DelayProxy:
                 sock.shutdown(socket.SHUT_RDWR)
 
 
+def _shut(sock: socket.socket) -> None:
+    """Wake every thread blocked on `sock` (a read returns end-of-stream, a write fails) and
+    send the peer end-of-stream, keeping its descriptor.
+
+    NB: never `close()` a socket another thread may be reading. Linux does not wake a thread
+    blocked in recv() on a descriptor closed under it, and the number is free at once for the
+    next socket this process opens. For TLS it is worse than a hang: OpenSSL reads a record in
+    two recv() calls on the number it was given (header, then body), so the first call returns
+    on the old connection and the second reads the *new* socket that took the number, stealing
+    bytes from an unrelated connection (an answer the test's own client then waits 60 s for)
+    and writing an alert into it. `socket.socket.shutdown` on the socket itself, not
+    `SSLSocket.shutdown`, which would unwrap it under the other thread.
+    """
+    with contextlib.suppress(OSError):
+        socket.socket.shutdown(sock, socket.SHUT_RDWR)
+
+
 class LeaseHoldingProxy:
     """Forward https://127.0.0.1:<port> to the API server, able to hold Lease requests.
 
@@ -82,6 +99,9 @@ class LeaseHoldingProxy:
     every request whose path names `leases` waits unanswered (as behind a stalled connection:
     the client's call blocks), and so does what follows it on that connection; everything
     else passes at once. `release()` sends what was held on.
+
+    Each connection has two threads (requests in, answers out); when either side ends, both
+    sockets are shut down (see `_shut`) and closed only once both threads have returned.
     """
 
     def __init__(self, *, upstream_port: int, cert_file: str, key_file: str,
@@ -96,7 +116,7 @@ class LeaseHoldingProxy:
         self._released.set()
         self._closed = threading.Event()
         self._lock = threading.Lock()
-        self._sockets: list[socket.socket] = []
+        self._sockets: set[socket.socket] = set()
         self.held = 0  # lease requests held so far
         threading.Thread(target=self._accept, name="lease-proxy", daemon=True).start()
 
@@ -111,37 +131,51 @@ class LeaseHoldingProxy:
         self._released.set()
 
     def close(self) -> None:
-        self._closed.set()
-        self._released.set()
-        self._listener.close()
+        """Ends every connection; the threads that read the sockets close them."""
         with self._lock:
-            sockets, self._sockets = self._sockets, []
+            self._closed.set()
+            sockets = [self._listener, *self._sockets]
+        self._released.set()
         for sock in sockets:
-            with contextlib.suppress(OSError):
-                sock.close()
+            _shut(sock)
 
     def _accept(self) -> None:
-        while not self._closed.is_set():
-            try:
-                raw, _ = self._listener.accept()
-            except OSError:
-                return
-            threading.Thread(target=self._serve, args=(raw,), daemon=True).start()
+        with self._listener:  # NB: closed here, by the one thread that accepts on it
+            while not self._closed.is_set():
+                try:
+                    raw, _ = self._listener.accept()
+                except OSError:
+                    return
+                threading.Thread(target=self._serve, args=(raw,), daemon=True).start()
 
     def _serve(self, raw: socket.socket) -> None:
         try:
             client = self._server_tls.wrap_socket(raw, server_side=True)
+        except (OSError, ssl.SSLError):
+            raw.close()
+            return
+        try:
             upstream = self._client_tls.wrap_socket(
                 socket.create_connection(("127.0.0.1", self._upstream_port)),
                 server_hostname="127.0.0.1")
         except (OSError, ssl.SSLError):
-            with contextlib.suppress(OSError):
-                raw.close()
+            client.close()
             return
         with self._lock:
-            self._sockets += [client, upstream]
-        threading.Thread(target=self._pump, args=(upstream, client), daemon=True).start()
+            self._sockets |= {client, upstream}
+            if self._closed.is_set():  # accepted while `close()` ran
+                _shut(client)
+                _shut(upstream)
+        pump = threading.Thread(target=self._pump, args=(upstream, client), daemon=True)
+        pump.start()
         self._requests(client, upstream)
+        _shut(client)
+        _shut(upstream)
+        pump.join()
+        with self._lock:
+            self._sockets -= {client, upstream}
+        client.close()  # NB: only now: no thread reads either socket any more
+        upstream.close()
 
     def _requests(self, client: ssl.SSLSocket, upstream: ssl.SSLSocket) -> None:
         """Client -> server, one request at a time (head, then Content-Length body)."""
@@ -171,14 +205,11 @@ class LeaseHoldingProxy:
                         self.held += 1
                     self._released.wait()  # the stall itself
                 upstream.sendall(head + b"\r\n\r\n" + body)
-        for sock in (client, upstream):
-            with contextlib.suppress(OSError):
-                sock.close()
 
     def _pump(self, source: ssl.SSLSocket, sink: ssl.SSLSocket) -> None:
+        """Server -> client; at the end, wakes `_requests` (which then closes both)."""
         with contextlib.suppress(OSError):
             while chunk := source.recv(65536):
                 sink.sendall(chunk)
-        for sock in (source, sink):
-            with contextlib.suppress(OSError):
-                sock.close()
+        _shut(source)
+        _shut(sink)

@@ -20,7 +20,6 @@ from __future__ import annotations
 import collections
 import concurrent.futures
 import contextlib
-import os
 import threading
 from collections.abc import Iterator, Mapping
 from typing import Any
@@ -37,13 +36,7 @@ from core.computedomain import channels, controlling
 
 # NB: takeovers wait out lease durations and restart processes: more than the default 180 s
 # on a loaded machine.
-# NB: opt-in until its flakes are understood (about 1 run in 3 fails a takeover or settle wait,
-# without a duplicate channel ever seen): CHANNEL_UNIQUENESS_STRESS=1 runs it.
-pytestmark = [
-    pytest.mark.slow, pytest.mark.timeout(600),
-    pytest.mark.skipif(os.environ.get("CHANNEL_UNIQUENESS_STRESS") != "1",
-                       reason="opt-in stress test: set CHANNEL_UNIQUENESS_STRESS=1"),
-]
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
 MODE = "hostManaged-channel"
 LEASE = "compute-domain-controller"
@@ -168,35 +161,78 @@ class Sampler:
 
     def stop(self) -> None:
         self._stop.set()
-        self._thread.join(timeout=10)
+        # NB: no timeout: its client is closed only once its last list has returned (within
+        # the client's read timeout). A socket closed under a read frees a descriptor that the
+        # next connection of this process takes while the read goes on (see
+        # `realkube_delay_proxy._shut`).
+        self._thread.join()
         self._admin.close()
 
 
-def _settled(admin: KubeCluster, prefix: str, count: int,
-             replicas: list[Replica]) -> bool:
-    for replica in replicas:
-        # A replica that lost its lease exits 1 on purpose; anything else is a failure.
-        assert replica.process.running or replica.process.wait(1) == 1, (
-            replica.process.output()[-4000:])
-    domains = [o for o in admin.list(kinds.COMPUTE_DOMAIN.kind,
-                                     namespace=WORKLOAD_NAMESPACE).items
-               if o["metadata"]["name"].startswith(prefix)]
-    if len(domains) != count or duplicates(domains):
-        return False
-    templates = {o["metadata"]["name"]: channels.rct_channel_from_k8s(o) for o in admin.list(
-        kinds.RESOURCE_CLAIM_TEMPLATE.kind, namespace=WORKLOAD_NAMESPACE).items
-        if not o["metadata"].get("deletionTimestamp")}
-    for cd in domains:
-        status = cd.get("status") or {}
-        channel = status.get("channelID")
-        if status.get("status") != "Ready" or channel is None:
-            return False
-        if templates.get(f"{cd['metadata']['name']}-channel") != channel:
-            return False
-        if any(c.type == channels.UNIQUE_CONDITION
-               for c in controlling.conditions_from_k8s(cd)):
-            return False
-    return True
+class Settle:
+    """One poll of "the burst settled"; remembers why the last poll said no, so a timeout
+    says what was still missing, and restarts a replica that exited on losing its lease
+    (exit 1, on purpose), as its pod's restart policy would: on a loaded machine both
+    replicas can miss a renew deadline in turn, and nobody would be left to settle."""
+
+    def __init__(self, admin: KubeCluster, prefix: str, replicas: list[Replica]) -> None:
+        self._admin = admin
+        self._prefix = prefix
+        self._replicas = replicas
+        self.why_not = "not polled yet"
+        self.restarts = 0
+
+    def __call__(self, count: int) -> bool:
+        self.restart_exited()
+        self.why_not = self._missing(count)
+        return not self.why_not
+
+    def restart_exited(self) -> None:
+        for replica in self._replicas:
+            if replica.process.running:
+                continue
+            # A replica that lost its lease exits 1 on purpose; anything else is a failure.
+            assert replica.process.wait(1) == 1, replica.process.output()[-4000:]
+            replica.restart()
+            self.restarts += 1
+
+    def _missing(self, count: int) -> str:
+        admin = self._admin
+        domains = [o for o in admin.list(kinds.COMPUTE_DOMAIN.kind,
+                                         namespace=WORKLOAD_NAMESPACE).items
+                   if o["metadata"]["name"].startswith(self._prefix)]
+        if len(domains) != count:
+            return f"{len(domains)} of {count} ComputeDomains exist"
+        if found := duplicates(domains):
+            return f"channels named twice: {found}"
+        templates = {o["metadata"]["name"]: channels.rct_channel_from_k8s(o) for o in admin.list(
+            kinds.RESOURCE_CLAIM_TEMPLATE.kind, namespace=WORKLOAD_NAMESPACE).items
+            if not o["metadata"].get("deletionTimestamp")}
+        waiting: list[str] = []
+        for cd in domains:
+            name = cd["metadata"]["name"]
+            status = cd.get("status") or {}
+            channel = status.get("channelID")
+            if status.get("status") != "Ready" or channel is None:
+                waiting.append(f"{name}: status {status.get('status')!r} channel {channel!r}")
+            elif templates.get(f"{name}-channel") != channel:
+                waiting.append(f"{name}: template has channel "
+                               f"{templates.get(f'{name}-channel')!r}, status {channel}")
+            elif any(c.type == channels.UNIQUE_CONDITION
+                     for c in controlling.conditions_from_k8s(cd)):
+                waiting.append(f"{name}: still marked {channels.UNIQUE_CONDITION}")
+        if waiting:
+            return f"{len(waiting)} not settled, e.g. {'; '.join(waiting[:3])}"
+        return ""
+
+    def wait(self, count: int, *, what: str) -> None:
+        try:
+            wait_for(lambda: self(count), what=what, timeout_s=120)
+        except AssertionError as exc:
+            logs = "\n".join(f"== {r.identity} running={r.process.running}\n"
+                             f"{r.process.output()[-3000:]}" for r in self._replicas)
+            raise AssertionError(f"{exc}: {self.why_not} (replica restarts: "
+                                 f"{self.restarts})\n{logs}") from None
 
 
 def _restart_exited(replicas: list[Replica]) -> None:
@@ -214,9 +250,13 @@ def test_two_elected_controllers_never_share_a_channel_across_bursts(
     _forget_lease(admin)
     replicas = [Replica(installed, identity, ELECTED) for identity in IDENTITIES]
     sampler = Sampler(installed)
+    settle = Settle(admin, f"{prefix}-", replicas)
     takeovers = 0
     try:
         for burst in range(BURSTS):
+            # Both replicas run as each burst starts: one may have lost the lease to load since
+            # the last burst settled, and a stall needs a follower to take over.
+            settle.restart_exited()
             leader = wait_for(lambda: _lease_holder(admin) in IDENTITIES
                               and _lease_holder(admin), what="a leader", timeout_s=60)
             stalled = None
@@ -240,10 +280,9 @@ def test_two_elected_controllers_never_share_a_channel_across_bursts(
                 assert "lease renew deadline passed" in stalled.process.output()
                 stalled.proxy.release()
                 _restart_exited(replicas)
-            total = (burst + 1) * PER_BURST
-            wait_for(lambda t=total: _settled(admin, f"{prefix}-", t, replicas),
-                     what=f"burst {burst} settled: each ComputeDomain Ready on a channel of "
-                     "its own, its template carrying it", timeout_s=120)
+            settle.wait((burst + 1) * PER_BURST,
+                        what=f"burst {burst} settled: each ComputeDomain Ready on a channel "
+                        "of its own, its template carrying it")
     finally:
         sampler.stop()
         for replica in replicas:
@@ -253,7 +292,8 @@ def test_two_elected_controllers_never_share_a_channel_across_bursts(
     if stall:
         assert takeovers == BURSTS // 2
     print(f"\n{prefix}: {BURSTS} bursts x {PER_BURST} ComputeDomains, {takeovers} takeovers, "
-          f"{sampler.samples} samples, duplicates seen: {len(sampler.seen)}")
+          f"{settle.restarts} restarts after a lost lease, {sampler.samples} samples, "
+          f"duplicates seen: {len(sampler.seen)}")
 
 
 def _duplicate_events(admin: KubeCluster) -> set[str]:
@@ -272,14 +312,14 @@ def test_two_unelected_controllers_leave_no_duplicate_once_a_burst_settles(
     replicas = [Replica(installed, identity, {"LEADER_ELECT": "false"})
                 for identity in IDENTITIES]
     sampler = Sampler(installed)
+    settle = Settle(admin, "overlap-", replicas)
     injected: set[str] = set()
     try:
         for burst in range(OVERLAP_BURSTS):
             batch = [f"overlap-{burst}-{i}" for i in range(OVERLAP_PER_BURST)]
             _create_at_once(installed, batch)
             total = (burst + 1) * OVERLAP_PER_BURST
-            wait_for(lambda t=total: _settled(admin, "overlap-", t, replicas),
-                     what=f"burst {burst} settled", timeout_s=120)
+            settle.wait(total, what=f"burst {burst} settled")
             older = admin.get(kinds.COMPUTE_DOMAIN.kind, namespace=WORKLOAD_NAMESPACE,
                               name="overlap-0-0")
             admin.patch(kinds.COMPUTE_DOMAIN.kind, namespace=WORKLOAD_NAMESPACE,
@@ -287,7 +327,7 @@ def test_two_unelected_controllers_leave_no_duplicate_once_a_burst_settles(
                         patch={"status": {"channelID": older["status"]["channelID"]}})
             injected |= {"overlap-0-0", batch[-1]}
             wait_for(lambda t=total, i=frozenset(injected):
-                     _settled(admin, "overlap-", t, replicas) and i <= _duplicate_events(admin),
+                     settle(t) and i <= _duplicate_events(admin),
                      what=f"burst {burst}: the duplicate re-assigned and reported on both",
                      timeout_s=120)
     finally:
