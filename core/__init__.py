@@ -27,9 +27,9 @@ from core.computedomain.cliques import clique_id_from_fabric
 from core.computedomain.controlling import observe, plan_compute_domain
 from core.computedomain.modes import resolve_driver_config
 from core.computedomain.preparing import plan_prepare, plan_unprepare
+from core.computedomain.slice_devices import plan_slice_devices
 from core.decoding import compute_domain_from_k8s, decode_opaque_config, resource_claim_from_k8s
 from core.errors import ConfigError, DecodeError, DriverError, PermanentError, RetryableError
-from core.slices import plan_slice_devices
 
 __all__ = [
     "ConfigError",

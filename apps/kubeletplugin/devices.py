@@ -14,8 +14,8 @@ from collections.abc import Callable
 
 from apps.kubeletplugin import driver as plugin_driver
 from apps.pluginkit import node_events
-from core import errors, models, ports, slices
-from core.computedomain import node_facts
+from core import errors, models, ports
+from core.computedomain import node_facts, slice_devices
 
 log = logging.getLogger(__name__)
 
@@ -44,7 +44,7 @@ class NodeDevices:
         node = self._driver.node
         if self._config.host_managed and not node.clique_id:
             node = self._look_for_clique(node)
-        devices = slices.plan_slice_devices(self._config, node=node)
+        devices = slice_devices.plan_slice_devices(self._config, node=node)
         if self._config.host_managed and not node.clique_id and not self._announced_none:
             self._announced_none = True
             log.warning("event=no_nvlink_clique node=%s action=publishing_no_device",

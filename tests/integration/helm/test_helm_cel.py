@@ -1,8 +1,9 @@
 """CEL in the chart, evaluated with cel-python against what the driver really produces.
 
-DeviceClass selectors run against the devices `core.slices.plan_slice_devices` publishes in each
-mode, shaped the way the DRA scheduler builds the CEL `device` variable. The
-ValidatingAdmissionPolicy runs against admission requests for ResourceSlice writes.
+DeviceClass selectors run against the devices
+`core.computedomain.slice_devices.plan_slice_devices` publishes in each mode, shaped the way
+the DRA scheduler builds the CEL `device` variable. The ValidatingAdmissionPolicy runs against
+admission requests for ResourceSlice writes.
 """
 
 from __future__ import annotations
@@ -15,8 +16,8 @@ import celpy.adapter
 import chart_rendering as cr
 import pytest
 
-from core import names, slices
-from core.computedomain import modes
+from core import names
+from core.computedomain import modes, slice_devices
 
 
 def _device_variable(device: Mapping[str, Any], *, driver: str) -> Any:
@@ -60,7 +61,7 @@ def _published(values: cr.Obj) -> tuple[Mapping[str, Any], ...]:
         mode=imex.get("mode", ""), isolation=imex.get("isolation", ""),
         feature_gates=values.get("featureGates", {}), namespace=cr.NAMESPACE,
     ).config
-    return slices.plan_slice_devices(config)
+    return slice_devices.plan_slice_devices(config)
 
 
 @pytest.mark.parametrize(

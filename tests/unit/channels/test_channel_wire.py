@@ -6,7 +6,8 @@ import dataclasses
 
 import pytest
 
-from core import decoding, errors, models, names, slices
+from core import decoding, errors, models, names
+from core.computedomain import slice_devices
 from core.computedomain.channel_prepare import assigned_channel
 from tests.unit.plugin import plugin_factories as f
 
@@ -14,7 +15,7 @@ CONFIG = dataclasses.replace(f.HOST_CHANNEL, channel_slots=3)
 
 
 def test_a_node_publishes_its_slots_and_no_channel_under_channel_isolation() -> None:
-    devices = slices.plan_slice_devices(CONFIG, node=f.NODE)
+    devices = slice_devices.plan_slice_devices(CONFIG, node=f.NODE)
     assert devices == tuple(
         {"name": f"slot-{i}", "attributes": {"type": {"string": "slot"}, "id": {"int": i}}}
         for i in range(3)
@@ -22,11 +23,13 @@ def test_a_node_publishes_its_slots_and_no_channel_under_channel_isolation() -> 
 
 
 def test_a_node_without_a_clique_publishes_no_slot() -> None:
-    assert slices.plan_slice_devices(CONFIG, node=dataclasses.replace(f.NODE, clique_id="")) == ()
+    lonely = dataclasses.replace(f.NODE, clique_id="")
+    assert slice_devices.plan_slice_devices(CONFIG, node=lonely) == ()
 
 
 def test_isolation_none_still_publishes_channel_0() -> None:
-    assert [d["name"] for d in slices.plan_slice_devices(f.HOST, node=f.NODE)] == ["channel-0"]
+    devices = slice_devices.plan_slice_devices(f.HOST, node=f.NODE)
+    assert [d["name"] for d in devices] == ["channel-0"]
 
 
 def test_the_channel_config_round_trips_its_channel_id_and_omits_it_when_unset() -> None:

@@ -23,8 +23,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from adapters import nvml
-from core import gates, models, names, slices
-from core.computedomain import modes
+from core import gates, models, names
+from core.computedomain import modes, slice_devices
 from core.gpu import devices
 from core.gpu import slices as gpu_slices
 
@@ -136,7 +136,7 @@ def _compute_domain_devices() -> Published:
     return tuple(
         (names.DRIVER_NAME, device)
         for resolved in configs
-        for device in slices.plan_slice_devices(resolved.config)
+        for device in slice_devices.plan_slice_devices(resolved.config)
     )
 
 

@@ -8,6 +8,7 @@ from typing import Any
 import plugin_factories as f
 
 from core import models, names, slices
+from core.computedomain import slice_devices
 
 
 def _names(devices: tuple[dict[str, Any], ...]) -> list[str]:
@@ -15,15 +16,15 @@ def _names(devices: tuple[dict[str, Any], ...]) -> list[str]:
 
 
 def test_host_managed_slice_publishes_channel_zero_only() -> None:
-    assert _names(slices.plan_slice_devices(f.HOST)) == ["channel-0"]
+    assert _names(slice_devices.plan_slice_devices(f.HOST)) == ["channel-0"]
 
 
 def test_driver_managed_slice_publishes_channel_and_daemon() -> None:
-    assert _names(slices.plan_slice_devices(f.DRIVER)) == ["channel-0", "daemon-0"]
+    assert _names(slice_devices.plan_slice_devices(f.DRIVER)) == ["channel-0", "daemon-0"]
 
 
 def test_slice_device_attributes_match_the_device_class_selectors() -> None:
-    channel, daemon = slices.plan_slice_devices(f.DRIVER)
+    channel, daemon = slice_devices.plan_slice_devices(f.DRIVER)
     assert channel == {
         "name": "channel-0",
         "attributes": {"type": {"string": "channel"}, "id": {"int": 0}},
@@ -34,7 +35,7 @@ def test_slice_device_attributes_match_the_device_class_selectors() -> None:
 def test_slice_pool_is_named_after_the_node() -> None:
     (obj,) = slices.build_resource_slices(
         node_name="node-a", driver=names.DRIVER_NAME,
-        devices=slices.plan_slice_devices(f.HOST), generation=3,
+        devices=slice_devices.plan_slice_devices(f.HOST), generation=3,
     )
     assert obj["apiVersion"] == "resource.k8s.io/v1"
     assert obj["kind"] == "ResourceSlice"
@@ -70,7 +71,7 @@ def _desired(
 ) -> tuple[dict[str, Any], ...]:
     return slices.build_resource_slices(
         node_name="node-a", driver=names.DRIVER_NAME,
-        devices=slices.plan_slice_devices(config), generation=generation,
+        devices=slice_devices.plan_slice_devices(config), generation=generation,
     )
 
 
@@ -114,7 +115,7 @@ def test_slice_sync_deletes_slices_no_longer_wanted() -> None:
 def _owned(node_uid: str, generation: int = 1) -> tuple[dict[str, Any], ...]:
     return slices.build_resource_slices(
         node_name="node-a", driver=names.DRIVER_NAME,
-        devices=slices.plan_slice_devices(f.HOST), generation=generation, node_uid=node_uid,
+        devices=slice_devices.plan_slice_devices(f.HOST), generation=generation, node_uid=node_uid,
     )
 
 
@@ -165,10 +166,11 @@ def test_slice_sync_keeps_existing_owners_when_the_node_uid_is_unknown() -> None
 
 def test_host_managed_node_without_an_nvlink_clique_publishes_no_channel() -> None:
     lonely = dataclasses.replace(f.NODE, clique_id="")
-    assert slices.plan_slice_devices(f.HOST, node=lonely) == ()
-    assert _names(slices.plan_slice_devices(f.HOST, node=f.NODE)) == ["channel-0"]
+    assert slice_devices.plan_slice_devices(f.HOST, node=lonely) == ()
+    assert _names(slice_devices.plan_slice_devices(f.HOST, node=f.NODE)) == ["channel-0"]
 
 
 def test_driver_managed_devices_do_not_depend_on_the_clique() -> None:
     lonely = dataclasses.replace(f.NODE, clique_id="")
-    assert _names(slices.plan_slice_devices(f.DRIVER, node=lonely)) == ["channel-0", "daemon-0"]
+    devices = slice_devices.plan_slice_devices(f.DRIVER, node=lonely)
+    assert _names(devices) == ["channel-0", "daemon-0"]
