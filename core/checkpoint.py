@@ -15,8 +15,10 @@ back (downgrade safety); they are not interpreted.
 
 Version 1 (written by releases before the records were typed) is read too: its header's
 `mode`/`isolation` are dropped (nothing decided on them) and each entry's record is read by
-the codec's `decode_legacy` from the entry's own fields. A checkpoint read from version 1 is
-rewritten as version 2 before anything is appended to its journal (`needs_rewrite`).
+the codec's `decode_legacy` from the entry's own fields. The journal's records are in the
+format of the snapshot they follow (`encode_records`), so a version-1 snapshot (a graceful
+stop writes one, for a downgrade) is followed by version-1 records until the next compaction
+writes version 2: one journal never mixes two formats, and no start pays a rewrite.
 """
 
 from __future__ import annotations
@@ -74,12 +76,6 @@ def expects_journal(cp: models.Checkpoint[P]) -> bool:
     return cp.journal_expected
 
 
-def needs_rewrite(cp: models.Checkpoint[P]) -> bool:
-    """Whether `cp` was read from an older format version: write it as a new snapshot (and
-    start its journal anew) before appending, so one journal never mixes two formats."""
-    return cp.format_version != VERSION
-
-
 def empty(*, boot_id: str, codec: models.RecordCodec[P]) -> models.Checkpoint[P]:
     """A fresh checkpoint of one half for this boot."""
     return models.Checkpoint(boot_id=boot_id, codec=codec)
@@ -117,9 +113,14 @@ def encode(
     return (_canonical(document) + "\n").encode("ascii")
 
 
-def decode(data: bytes, codec: models.RecordCodec[P]) -> models.Checkpoint[P]:
+def decode(
+    data: bytes, codec: models.RecordCodec[P], *, check_journal_mark: bool = True
+) -> models.Checkpoint[P]:
     """Parse checkpoint bytes of the half `codec` belongs to; raises only
     CheckpointCorruptError.
+
+    `check_journal_mark`: also work out `journal_expected` (O(entries) more: the reader
+    needs it only when it found no journal beside the snapshot).
 
     Corrupt means: not canonical JSON, checksum mismatch, wrong shape or an unsupported
     version. The caller must move the file aside, never overwrite it.
@@ -147,7 +148,9 @@ def decode(data: bytes, codec: models.RecordCodec[P]) -> models.Checkpoint[P]:
     if document.get("checksum") != _content_checksum(canonical, document, content):
         raise _corrupt("checksum mismatch")
     try:
-        return _checkpoint_from_json(content, codec, version=version)
+        return _checkpoint_from_json(
+            content, codec, version=version, check_journal_mark=check_journal_mark
+        )
     except _ShapeError as err:
         raise _corrupt(str(err)) from None
     except (OverflowError, ValueError, TypeError) as err:
@@ -226,14 +229,16 @@ def _device_to_json(device: models.PreparedDevice) -> dict[str, Any]:
 
 
 def _checkpoint_from_json(
-    content: Mapping[str, Any], codec: models.RecordCodec[P], *, version: int
+    content: Mapping[str, Any], codec: models.RecordCodec[P], *, version: int,
+    check_journal_mark: bool,
 ) -> models.Checkpoint[P]:
     raw_entries = content.get("entries")
     if not isinstance(raw_entries, list):
         raise _ShapeError("'entries' is not a list")
     entries: dict[names.ClaimUID, models.CheckpointEntry[P]] = {}
+    known = _known_entry_fields(codec, version=version)
     for raw in raw_entries:
-        entry = _entry_from_json(raw, codec, version=version)
+        entry = _entry_from_json(raw, codec, version=version, known=known)
         if entry.claim_uid in entries:
             raise _ShapeError(f"claim {entry.claim_uid} appears twice")
         entries[entry.claim_uid] = entry
@@ -245,8 +250,16 @@ def _checkpoint_from_json(
         entries=entries,
         extra=_header_extra(content, version=version),
         format_version=version,
-        journal_expected=isinstance(mark, str) and mark == _journal_mark(boot_id, raw_entries),
+        journal_expected=(
+            check_journal_mark and isinstance(mark, str)
+            and mark == _journal_mark(boot_id, raw_entries)
+        ),
     )
+
+
+def _known_entry_fields(codec: models.RecordCodec[P], *, version: int) -> frozenset[str]:
+    """The members of an entry that are not kept as unknown fields in its `extra`."""
+    return _ENTRY_FIELDS | (codec.legacy_fields if version == 1 else frozenset({codec.key}))
 
 
 def _header_extra(content: Mapping[str, Any], *, version: int) -> dict[str, Any]:
@@ -255,7 +268,7 @@ def _header_extra(content: Mapping[str, Any], *, version: int) -> dict[str, Any]
 
 
 def _entry_from_json(
-    raw: Any, codec: models.RecordCodec[P], *, version: int
+    raw: Any, codec: models.RecordCodec[P], *, version: int, known: frozenset[str]
 ) -> models.CheckpointEntry[P]:
     if not isinstance(raw, dict):
         raise _ShapeError("an entry is not a JSON object")
@@ -267,13 +280,12 @@ def _entry_from_json(
         raise _ShapeError("an entry's 'devices' is not a list")
     if version == 1:
         record = codec.decode_legacy(raw)
-        known = _ENTRY_FIELDS | codec.legacy_fields
     else:
-        if codec.key not in raw:
+        own = raw.get(codec.key)
+        if own is None:
             raise _ShapeError(f"an entry has no {codec.key!r} record (a file of the other "
                               "half's plugin?)")
-        record = codec.decode(raw[codec.key])
-        known = _ENTRY_FIELDS | {codec.key}
+        record = codec.decode(own)
     return models.CheckpointEntry(
         claim_uid=names.ClaimUID(_str(raw, "uid")),
         namespace=_str(raw, "namespace"),
@@ -282,7 +294,8 @@ def _entry_from_json(
         record=record,
         devices=tuple(_device_from_json(d) for d in devices),
         updated_at=float(updated_at),
-        extra={k: v for k, v in raw.items() if k not in known},
+        # NB: the subset test runs in C; most entries have no unknown field.
+        extra={} if raw.keys() <= known else {k: v for k, v in raw.items() if k not in known},
     )
 
 
@@ -682,14 +695,20 @@ def encode_records(
     *,
     changed: Iterable[names.ClaimUID] | None = None,
 ) -> bytes:
-    """The journal lines that turn `before` into `after` (b"" if nothing changed).
+    """The journal lines that turn `before` into `after` (b"" if nothing changed), in the
+    format version of `before` (that of the snapshot the journal follows).
 
     `changed` names the claims that may differ (what the planner touched); None compares
     every entry.
     """
+    version = before.format_version
     lines: list[str] = []
     if (after.boot_id, after.extra) != (before.boot_id, before.extra):
-        header = {**after.extra, "bootID": after.boot_id}
+        legacy = (
+            after.codec.legacy_header([e.record for _, e in sorted(after.entries.items())])
+            if version == 1 else {}
+        )
+        header = {**after.extra, **legacy, "bootID": after.boot_id}
         lines.append(_record_line({"header": header}))
     if changed is None:
         uids: Iterable[names.ClaimUID] = sorted(set(before.entries) | set(after.entries))
@@ -700,7 +719,7 @@ def encode_records(
         if new is None and old is not None:
             lines.append(_record_line({"delete": uid}))
         elif new is not None and new is not old and new != old:
-            lines.append(_record_line({"put": _entry_to_json(new, after.codec)}))
+            lines.append(_record_line({"put": _entry_to_json(new, after.codec, version=version)}))
     return "".join(lines).encode("ascii")
 
 
@@ -791,7 +810,10 @@ def _apply(
     snapshot: models.Checkpoint[P],
 ) -> dict[str, Any] | None:
     if "put" in record:
-        entry = _entry_from_json(record["put"], snapshot.codec, version=snapshot.format_version)
+        entry = _entry_from_json(
+            record["put"], snapshot.codec, version=snapshot.format_version,
+            known=_known_entry_fields(snapshot.codec, version=snapshot.format_version),
+        )
         entries[entry.claim_uid] = entry
         return None
     if "base" in record:

@@ -30,9 +30,8 @@ log = logging.getLogger(__name__)
 class Loaded(Generic[RecordT]):
     """What the snapshot + journal hold.
 
-    `uncut`: the journal's torn or stale tail could not be cut, or a checkpoint of an older
-    format could not be rewritten, so nothing more may be written (the next append would
-    follow the uncut bytes, or mix two formats in one journal); `problem` says which.
+    `uncut`: the journal's torn or stale tail could not be cut, so nothing more may be
+    written (the next append would follow the uncut bytes); `problem` says why.
     """
 
     checkpoint: models.Checkpoint[RecordT]
@@ -103,7 +102,9 @@ class JournaledState(Generic[RecordT]):
         snapshot = checkpoint_codec.snapshot_id(raw)
         try:
             with _collector_paused():
-                decoded = checkpoint_codec.decode(raw, self._codec)
+                decoded = checkpoint_codec.decode(
+                    raw, self._codec, check_journal_mark=not journal
+                )
                 if not journal and checkpoint_codec.expects_journal(decoded):
                     return LostJournal(snapshot=decoded)
                 replayed = checkpoint_codec.replay(decoded, journal, snapshot=snapshot)
@@ -131,35 +132,15 @@ class JournaledState(Generic[RecordT]):
                 # A later read would drop or reject the whole journal: the caller stops writing.
                 log.error("event=checkpoint_journal_cut_failed error=%r", str(exc))
                 return Loaded(checkpoint=replayed.checkpoint, uncut=exc)
-        if checkpoint_codec.needs_rewrite(replayed.checkpoint):
-            return self._rewrite(replayed.checkpoint)
         self._remember(replayed.checkpoint, records=replayed.records)
-        assert self._checkpoint is not None
-        return Loaded(checkpoint=self._checkpoint)
-
-    def _rewrite(self, older: models.Checkpoint[RecordT]) -> Loaded[RecordT]:
-        """A checkpoint an older release wrote, rewritten in this release's format before
-        anything is appended: one journal never mixes two formats."""
-        current = dataclasses.replace(older, format_version=checkpoint_codec.VERSION)
-        try:
-            self.write_snapshot(current)
-        except OSError as exc:
-            log.error("event=checkpoint_rewrite_failed error=%r", str(exc))
-            problem = f"it is in the older format version {older.format_version} and could " \
-                "not be rewritten"
-            return Loaded(checkpoint=older, uncut=exc, problem=problem)
-        log.info(
-            "event=checkpoint_format_upgraded node=%s from_version=%d to_version=%d claims=%d",
-            self._node_name, older.format_version, checkpoint_codec.VERSION, len(older.entries),
-        )
         assert self._checkpoint is not None
         return Loaded(checkpoint=self._checkpoint)
 
     def persist(self, step: models.WriteCheckpoint[RecordT]) -> None:
         """Make `step.checkpoint` durable: its changes appended to the journal, or a snapshot."""
         before, after = self._checkpoint, step.checkpoint
-        if before is None or checkpoint_codec.needs_rewrite(before):
-            self.write_snapshot(after)  # one journal never mixes two formats
+        if before is None:
+            self.write_snapshot(after)
             return
         records = checkpoint_codec.encode_records(before, after, changed=step.changed)
         count = records.count(b"\n")

@@ -106,8 +106,11 @@ def _record_from(raw: Mapping[str, Any], *, where: str) -> ComputeDomainClaimRec
     if not isinstance(domain_id, str):
         raise ValueError(f"'{where}domainID' is not a string")
     channel_ids = raw.get("channelIDs")
-    if type(channel_ids) is not list or any(type(c) is not int for c in channel_ids):
+    if type(channel_ids) is not list:
         raise ValueError(f"'{where}channelIDs' is not a list of integers")
+    for channel in channel_ids:  # NB: a loop, not any(<generator>): runs for every entry
+        if type(channel) is not int:
+            raise ValueError(f"'{where}channelIDs' is not a list of integers")
     return ComputeDomainClaimRecord(
         mode=mode, isolation=isolation, domain_id=domain_id, channel_ids=tuple(channel_ids)
     )

@@ -7,6 +7,7 @@ as those plugins left them. `manifest.json` says what that release read back fro
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 from typing import Any
@@ -54,7 +55,7 @@ def _expected_shared(claim: dict[str, Any]) -> dict[str, Any]:
 def test_a_version_1_compute_domain_checkpoint_reads_back_every_claim(case: str) -> None:
     expected = MANIFEST[case]
     cp = _read(case, cd_records.CODEC)
-    assert cp.format_version == 1 and checkpoint.needs_rewrite(cp)
+    assert cp.format_version == 1
     assert cp.boot_id == expected["bootID"]
     assert set(cp.entries) == set(expected["claims"])
     for uid, claim in expected["claims"].items():
@@ -107,12 +108,13 @@ def test_a_version_1_checkpoint_written_again_is_version_2_and_equal(
     data = checkpoint.encode(old)
     assert json.loads(data)["version"] == checkpoint.VERSION == 2
     again = checkpoint.decode(data, codec)
-    assert again == old and not checkpoint.needs_rewrite(again)
+    assert again == old and again.format_version == 2
     assert checkpoint.encode(again) == data
 
 
-def test_a_journal_header_record_carries_no_mode() -> None:
-    cp = _read("cd-host-managed", cd_records.CODEC)
+def test_a_journal_header_record_after_a_version_2_snapshot_carries_no_mode() -> None:
+    cp = checkpoint.decode(checkpoint.encode(_read("cd-host-managed", cd_records.CODEC)),
+                           cd_records.CODEC)
     header = checkpoint.encode_records(
         cp, models.Checkpoint(codec=cd_records.CODEC, boot_id=cp.boot_id, entries=cp.entries,
                               extra={"note": 1}),
@@ -141,3 +143,18 @@ def test_version_1_is_written_without_a_journal_mark_and_no_other_version_at_all
     assert legacy.format_version == 1 and not checkpoint.expects_journal(legacy)
     with pytest.raises(ValueError, match="version 3"):
         checkpoint.encode(cp, version=3)
+
+
+def test_records_after_a_version_1_snapshot_are_version_1_records() -> None:
+    """So one journal never mixes two formats, and the previous release reads it."""
+    before = _read("cd-driver-managed", cd_records.CODEC)
+    uid, entry = sorted(before.entries.items())[0]
+    after = checkpoint.with_entry(before, dataclasses.replace(entry, name="renamed"))
+    lines = checkpoint.encode_records(before, after, changed=(uid,))
+    put = json.loads(lines.split(b" ", 1)[1])["put"]
+    assert put["mode"] == entry.record.mode.value and "computeDomain" not in put
+    assert checkpoint.replay(before, lines).checkpoint.entries == after.entries
+    v2 = checkpoint.decode(checkpoint.encode(before), cd_records.CODEC)
+    put2 = json.loads(checkpoint.encode_records(v2, checkpoint.with_entry(
+        v2, dataclasses.replace(entry, name="renamed"))).split(b" ", 1)[1])["put"]
+    assert "computeDomain" in put2 and "mode" not in put2
