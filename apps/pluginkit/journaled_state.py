@@ -198,7 +198,8 @@ class JournaledState(Generic[RecordT]):
 
     def _remember(self, cp: models.Checkpoint[RecordT], *, records: int) -> None:
         """`cp` is what the snapshot + journal now hold."""
-        self._checkpoint = checkpoint_codec.indexed(cp)
+        with _collector_paused():  # the index allocates O(claims) objects too, all kept
+            self._checkpoint = checkpoint_codec.indexed(cp)
         self._journal_records = records
         self._stamps = self._store.stamps()
 
