@@ -160,11 +160,14 @@ def first_node() -> str:
     return str(simulated.profile_nodes(PROFILE)[0])
 
 
-def host_managed_flags() -> list[str]:
+def host_managed_flags(*, host_imex_check: bool = False) -> list[str]:
+    """hostManaged flags; the host IMEX readiness query (on by default in the plugin) is off
+    unless asked for: this machine has no host nvidia-imex to ask."""
     return [
         "--imex-mode", "hostManaged",
         "--imex-isolation", "none",
         "--feature-gates", "HostManagedIMEX=true",
+        "--host-imex-check", str(host_imex_check).lower(),
     ]
 
 

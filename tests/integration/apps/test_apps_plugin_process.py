@@ -379,6 +379,32 @@ def test_plugin_process_in_host_managed_mode_without_the_gate_exits_2_naming_the
     assert not node_paths.registration_socket.exists()
 
 
+def test_plugin_process_asks_the_host_imex_daemon_by_default_in_host_managed_mode(
+    served: app_processes.ServedCluster,
+    node_paths: PluginPaths,
+    launch: app_processes.Launch,
+) -> None:
+    # As upstream, the readiness query is on unless turned off; here the driver root has no
+    # nvidia-imex-ctl, so the prepare is refused naming the tool and the socket, and retried.
+    node = app_processes.first_node()
+    node_paths.write_node_files(node)
+    cd_uid = str(app_processes.compute_domain(served.cluster, "probed")["metadata"]["uid"])
+    ref = app_processes.resource_claim(served.cluster, "probed", node=node, cd_uid=cd_uid)
+    process = _start(
+        launch, served.kubeconfig, node_paths, node=node,
+        mode_flags=[f for f in app_processes.host_managed_flags() if f not in (
+            "--host-imex-check", "false")],
+    )
+    wait_registered(process, node_paths)
+
+    error = prepare(node_paths, [ref], version="v1")[ref.uid].error
+
+    assert "host nvidia-imex daemon is not ready" in error
+    assert "queried via /etc/nvidia-imex/imex_ctrl.sock" in error
+    assert "nvidia-imex-ctl not found under the driver root" in error
+    assert not node_paths.cdi_file(ref.uid).exists()
+
+
 # ------------------------------------------------------------------ stale entries
 
 
