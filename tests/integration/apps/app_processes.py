@@ -160,21 +160,22 @@ def first_node() -> str:
     return str(simulated.profile_nodes(PROFILE)[0])
 
 
-def host_managed_flags(*, host_imex_check: bool = False) -> list[str]:
-    """hostManaged flags; the host IMEX readiness query (on by default in the plugin) is off
-    unless asked for: this machine has no host nvidia-imex to ask."""
+def host_managed_flags() -> list[str]:
     return [
         "--imex-mode", "hostManaged",
         "--imex-isolation", "none",
         "--feature-gates", "HostManagedIMEX=true",
-        "--host-imex-check", str(host_imex_check).lower(),
     ]
 
 
 def plugin_args(
-    paths: PluginPaths, *, node: str, kubeconfig: pathlib.Path, mode_flags: Sequence[str]
+    paths: PluginPaths, *, node: str, kubeconfig: pathlib.Path, mode_flags: Sequence[str],
+    host_imex_check: bool = False,
 ) -> list[str]:
+    """The plugin's flags. The host IMEX readiness query (on by default in the plugin) is off
+    unless asked for: this machine has no host nvidia-imex to answer it."""
     return [
+        "--host-imex-check", str(host_imex_check).lower(),
         "--node-name", node,
         "--nvml", f"simulated:{PROFILE}",
         "--proc-devices", str(paths.proc_devices),
