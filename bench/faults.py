@@ -57,7 +57,7 @@ EXIT_TIMEOUT_S = 30.0
 
 _MODE_FLAGS: dict[str, tuple[str, ...]] = {
     "hostManaged": ("--imex-mode", "hostManaged", "--imex-isolation", "none",
-                    "--feature-gates", "HostManagedIMEX=true"),
+                    "--feature-gates", "HostManagedIMEX=true", "--host-imex-check", "false"),
     "driverManaged": ("--imex-mode", "driverManaged"),
 }
 

@@ -344,6 +344,7 @@ def process_cold_start(workdir: str, *, runs: int) -> dict[str, Any]:
                 [sys.executable, "-m", "apps.kubeletplugin", "--node-name", node,
                  "--nvml", "simulated:gb200-nvl72", "--imex-mode", "hostManaged",
                  "--imex-isolation", "none", "--feature-gates", "HostManagedIMEX=true",
+                 "--host-imex-check", "false",
                  "--proc-devices", os.path.join(root, "devices"),
                  "--boot-id-path", os.path.join(root, "boot_id"),
                  "--plugin-dir", os.path.join(root, "plugin"), "--registry-dir", registry,

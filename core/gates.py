@@ -24,45 +24,126 @@ class Stage(enum.StrEnum):
     GA = "ga"
 
 
+class Component(enum.StrEnum):
+    """A binary of this driver that reads gates (the names of upstream's binaries)."""
+
+    CONTROLLER = "compute-domain-controller"
+    COMPUTE_DOMAIN_PLUGIN = "compute-domain-kubelet-plugin"
+    GPU_PLUGIN = "gpu-kubelet-plugin"
+
+
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class Gate:
-    """One known gate: its default and the gates it needs enabled alongside it."""
+    """One known gate: its default, its stage, and where its feature is still missing here."""
 
     name: str
     default: bool
     stage: Stage
-    requires: tuple[str, ...] = ()
+    # The binaries upstream changes behaviour in for this gate but this driver does not yet:
+    # turning the gate on makes exactly those refuse to start (`refuse_unbuilt`), while the
+    # chart and the other binaries accept it, so an upstream values file still installs.
+    unbuilt_in: frozenset[Component] = frozenset()
+    # What the feature does, for the refusal message.
+    feature: str = ""
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Requires:
+    """`gate` on needs `needed` on."""
+
+    gate: str
+    needed: str
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Excludes:
+    """`gate` and `other` may not both be on."""
+
+    gate: str
+    other: str
+
+
+Rule = Requires | Excludes
 
 
 IMEX_DAEMONS_WITH_DNS_NAMES: Final = "IMEXDaemonsWithDNSNames"
 COMPUTE_DOMAIN_CLIQUES: Final = "ComputeDomainCliques"
 CRASH_ON_NVLINK_FABRIC_ERRORS: Final = "CrashOnNVLinkFabricErrors"
 HOST_MANAGED_IMEX: Final = "HostManagedIMEX"
+FABRIC_MANAGER_PARTITIONING: Final = "FabricManagerPartitioning"
 # The GPU half's gates (gpu.nvidia.com), with upstream's names and defaults.
 TIME_SLICING_SETTINGS: Final = "TimeSlicingSettings"
 MPS_SUPPORT: Final = "MPSSupport"
 PASSTHROUGH_SUPPORT: Final = "PassthroughSupport"
+NVML_DEVICE_HEALTH_CHECK: Final = "NVMLDeviceHealthCheck"
+DYNAMIC_MIG: Final = "DynamicMIG"
+DEVICE_METADATA: Final = "DeviceMetadata"
+DRA_LIST_TYPE_ATTRIBUTES: Final = "DRAListTypeAttributes"
+CONSUMABLE_SHARES: Final = "ConsumableShares"
+# Kubernetes component-base's logging gates, which upstream's binaries register beside their
+# own (ContextualLogging defaults to true there). Accepted so the same FEATURE_GATES string
+# starts ours; our logging does not change with them.
+CONTEXTUAL_LOGGING: Final = "ContextualLogging"
+LOGGING_ALPHA_OPTIONS: Final = "LoggingAlphaOptions"
+LOGGING_BETA_OPTIONS: Final = "LoggingBetaOptions"
+
+_GPU_PLUGIN: Final = frozenset({Component.GPU_PLUGIN})
 
 REGISTRY: Final[Mapping[str, Gate]] = {
     g.name: g
     for g in sorted(
         (
             Gate(name=IMEX_DAEMONS_WITH_DNS_NAMES, default=True, stage=Stage.BETA),
-            Gate(
-                name=COMPUTE_DOMAIN_CLIQUES,
-                default=True,
-                stage=Stage.BETA,
-                requires=(IMEX_DAEMONS_WITH_DNS_NAMES,),
-            ),
+            Gate(name=COMPUTE_DOMAIN_CLIQUES, default=True, stage=Stage.BETA),
             Gate(name=CRASH_ON_NVLINK_FABRIC_ERRORS, default=True, stage=Stage.BETA),
             Gate(name=HOST_MANAGED_IMEX, default=False, stage=Stage.ALPHA),
             Gate(name=TIME_SLICING_SETTINGS, default=False, stage=Stage.ALPHA),
             Gate(name=MPS_SUPPORT, default=False, stage=Stage.ALPHA),
             Gate(name=PASSTHROUGH_SUPPORT, default=False, stage=Stage.ALPHA),
+            Gate(
+                name=NVML_DEVICE_HEALTH_CHECK, default=False, stage=Stage.ALPHA,
+                unbuilt_in=_GPU_PLUGIN, feature="GPU health checking through NVML events",
+            ),
+            Gate(
+                name=DYNAMIC_MIG, default=False, stage=Stage.ALPHA,
+                unbuilt_in=_GPU_PLUGIN, feature="creating MIG devices on demand at prepare",
+            ),
+            Gate(
+                name=DEVICE_METADATA, default=False, stage=Stage.ALPHA,
+                unbuilt_in=_GPU_PLUGIN, feature="device metadata files in workload containers",
+            ),
+            Gate(
+                name=FABRIC_MANAGER_PARTITIONING, default=False, stage=Stage.ALPHA,
+                unbuilt_in=frozenset({Component.GPU_PLUGIN, Component.COMPUTE_DOMAIN_PLUGIN}),
+                feature="Fabric Manager (NVSwitch) partition activation",
+            ),
+            Gate(
+                name=DRA_LIST_TYPE_ATTRIBUTES, default=False, stage=Stage.ALPHA,
+                unbuilt_in=_GPU_PLUGIN, feature="list-valued device attributes in ResourceSlices",
+            ),
+            Gate(
+                name=CONSUMABLE_SHARES, default=False, stage=Stage.ALPHA,
+                unbuilt_in=_GPU_PLUGIN,
+                feature="consumable capacity and shared allocation of one GPU by several claims",
+            ),
+            Gate(name=CONTEXTUAL_LOGGING, default=True, stage=Stage.BETA),
+            Gate(name=LOGGING_ALPHA_OPTIONS, default=False, stage=Stage.ALPHA),
+            Gate(name=LOGGING_BETA_OPTIONS, default=True, stage=Stage.BETA),
         ),
         key=lambda g: g.name,
     )
 }
+
+# Upstream's dependency rules (pkg/featuregates ValidateFeatureGates), checked in its order so
+# that a combination breaking two rules reports the same one first.
+RULES: Final[tuple[Rule, ...]] = (
+    Requires(gate=COMPUTE_DOMAIN_CLIQUES, needed=IMEX_DAEMONS_WITH_DNS_NAMES),
+    Excludes(gate=DYNAMIC_MIG, other=PASSTHROUGH_SUPPORT),
+    Excludes(gate=DYNAMIC_MIG, other=NVML_DEVICE_HEALTH_CHECK),
+    Excludes(gate=DYNAMIC_MIG, other=MPS_SUPPORT),
+    Excludes(gate=PASSTHROUGH_SUPPORT, other=NVML_DEVICE_HEALTH_CHECK),
+    Requires(gate=DEVICE_METADATA, needed=PASSTHROUGH_SUPPORT),
+)
 
 # Other spellings accepted on input; always canonicalised before anything else sees them.
 # `HostManagedIMEXDaemon` is the upstream name of our `HostManagedIMEX`.
@@ -85,6 +166,20 @@ def unknown_gate_message(name: str) -> str:
 
 def dependency_message(gate: str, required: str) -> str:
     return f"feature gate {gate}=true requires {required}=true"
+
+
+def exclusion_message(gate: str, other: str) -> str:
+    return (
+        f"feature gate {gate}=true cannot be combined with {other}=true "
+        f"(the two are mutually exclusive, as upstream): set one of them to false"
+    )
+
+
+def unbuilt_message(gate: Gate, component: Component) -> str:
+    return (
+        f"feature gate {gate.name}=true: {gate.feature} is not implemented yet in this "
+        f"driver's {component.value}; set {gate.name}=false (or remove it) to start"
+    )
 
 
 def canonical_name(name: str) -> str:
@@ -151,13 +246,27 @@ def resolve_gates(explicit: Mapping[str, bool]) -> models.FeatureGates:
 
 
 def validate_gate_dependencies(gates: models.FeatureGates) -> None:
-    """Raise ConfigError for the first enabled gate (by name) whose required gate is off."""
+    """Raise ConfigError for the first broken rule of `RULES`, in upstream's order."""
+    for rule in RULES:
+        match rule:
+            case Requires(gate=gate, needed=needed):
+                if gates.enabled(gate) and not gates.enabled(needed):
+                    raise errors.ConfigError(dependency_message(gate, needed))
+            case Excludes(gate=gate, other=other):
+                if gates.enabled(gate) and gates.enabled(other):
+                    raise errors.ConfigError(exclusion_message(gate, other))
+
+
+def refuse_unbuilt(gates: models.FeatureGates, component: Component) -> None:
+    """Raise ConfigError when an enabled gate's feature is not built into `component` yet.
+
+    A gate that is merely accepted must never look as if it took effect: the binary that
+    would act on it stops instead, naming the gate (the first by name when several are on).
+    """
     for name in known_gate_names():
-        if not gates.enabled(name):
-            continue
-        for required in REGISTRY[name].requires:
-            if not gates.enabled(required):
-                raise errors.ConfigError(dependency_message(name, required))
+        gate = REGISTRY[name]
+        if component in gate.unbuilt_in and gates.enabled(name):
+            raise errors.ConfigError(unbuilt_message(gate, component))
 
 
 def format_feature_gates(gates: models.FeatureGates | Mapping[str, bool]) -> str:

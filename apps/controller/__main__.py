@@ -16,7 +16,7 @@ from apps.controller import reconciler as controller_reconciler
 from apps.controller import running
 from apps.controller import settings as controller_settings
 from apps.shell import logs, signals
-from core import errors, ports
+from core import errors, gates, ports
 from core.computedomain import modes
 
 log = logging.getLogger("compute-domain-controller")
@@ -85,6 +85,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             daemon_service_account=settings.daemon_service_account,
             max_channels=settings.max_channels,
         )
+        gates.refuse_unbuilt(resolved.config.gates, gates.Component.CONTROLLER)
     except errors.ConfigError as exc:
         log.error("event=startup_failed error=%r", exc.message)
         print(f"error: {exc.message}", file=sys.stderr)

@@ -59,7 +59,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _gates(settings: gpu_settings.Settings) -> models.FeatureGates:
-    return gates.resolve_gates(gates.parse_feature_gates(settings.feature_gates))
+    """The effective gates, or ConfigError: upstream's rules broken, or a feature not built."""
+    resolved = gates.resolve_gates(gates.parse_feature_gates(settings.feature_gates))
+    gates.validate_gate_dependencies(resolved)
+    gates.refuse_unbuilt(resolved, gates.Component.GPU_PLUGIN)
+    return resolved
 
 
 def _start(

@@ -40,6 +40,7 @@ def _start(
         host_imex_check=settings.host_imex_check,
         channel_slots=settings.channel_slots,
     )
+    gates.refuse_unbuilt(resolved.config.gates, gates.Component.COMPUTE_DOMAIN_PLUGIN)
     for note in resolved.notes:
         log.info("event=config_note note=%r", note)
     inventory = nvml_inventory.inventory_from_spec(

@@ -8,6 +8,7 @@ from collections.abc import Mapping, Sequence
 from apps.pluginkit import flags as plugin_flags
 from apps.shell import flags
 from core import names
+from core.computedomain import hostimex
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -57,15 +58,17 @@ COMMAND = flags.command(
         flags.imex_mode(),
         flags.imex_isolation(),
         flags.option("--host-imex-check", env="HOST_IMEX_CHECK", type=flags.BOOLEAN,
-                     default="false",
-                     help="hostManaged: ask the host's nvidia-imex whether it is ready"),
+                     default="true",
+                     help="hostManaged: before a fabric node's workload gets a channel, ask the "
+                     "host's nvidia-imex whether it is READY (as upstream; false turns it off)"),
         flags.option("--imex-channel-slots", env="IMEX_CHANNEL_SLOTS",
                      type=flags.WHOLE_ABOVE_0, default="8",
                      help="channel isolation: ComputeDomain pods this node can run (slot devices)"),
-        flags.option("--imex-host-socket", env="IMEX_HOST_SOCKET",
-                     default="/var/run/nvidia-imex/imex.sock",
-                     help="host nvidia-imex control socket (mounted at the same path in the "
-                     "container)"),
+        flags.option("--imex-host-socket-path", "--imex-host-socket",
+                     env=("IMEX_HOST_SOCKET_PATH", "IMEX_HOST_SOCKET"),
+                     default=hostimex.DEFAULT_HOST_SOCKET,
+                     help="hostManaged: the host nvidia-imex command socket, as a path inside "
+                     "the driver root (its IMEX_CMD_UNIX_DOMAIN_PATH)"),
         flags.option("--cluster", env="CLUSTER", default="kube", type=flags.OneOf("kube"),
                      help="the cluster adapter: kube (the API server)"),
         flags.option("--host-driver-root", env="HOST_DRIVER_ROOT", default="/",
@@ -101,7 +104,7 @@ def parse(argv: Sequence[str] | None, env: Mapping[str, str]) -> Settings:
         nvidia_driver_root=values["nvidia_driver_root"],
         host_imex_check=values["host_imex_check"],
         channel_slots=values["imex_channel_slots"],
-        imex_host_socket=values["imex_host_socket"],
+        imex_host_socket=values["imex_host_socket_path"],
         nvml=values["nvml"],
         cluster=values["cluster"],
         kubeconfig=values["kubeconfig"],

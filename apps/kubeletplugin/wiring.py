@@ -122,6 +122,8 @@ def start_plugin(
     # NB: not waited for: the API client may still be loading (a miss reads through anyway).
     domains.start(stopping)
     probe = None
+    # NB: only fabric nodes reach the probe: host-managed prepare refuses a node without
+    # a clique before any CDI spec is planned.
     if config.host_managed and config.host_imex_check:
         probe = imexctl.HostIMEXProbe(
             driver_root=settings.nvidia_driver_root, socket_path=settings.imex_host_socket

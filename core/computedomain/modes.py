@@ -20,22 +20,6 @@ HOST_MANAGED_NEEDS_GATE: Final = (
     "set featureGates.HostManagedIMEX=true (Helm) or FEATURE_GATES=HostManagedIMEX=true, "
     "or use mode driverManaged"
 )
-HOST_MANAGED_DOMAIN_INVALID: Final = (
-    "isolation 'domain' needs driver-managed IMEX daemons (one IMEX domain per ComputeDomain) "
-    "and is invalid with mode hostManaged: set isolation to 'none' (all ComputeDomains share "
-    "host channel 0) or 'channel' (one channel per ComputeDomain)"
-)
-# Upstream's alpha recipe was the gate alone. Here the gate only allows hostManaged; running
-# driver-managed daemons beside the host's nvidia-imex because the mode was left at its
-# default would be the opposite of what the operator asked for, so the pair is refused.
-HOST_MANAGED_GATE_WITHOUT_MODE: Final = (
-    "feature gate HostManagedIMEX=true is set but the IMEX mode is driverManaged (the default): "
-    "the driver would run its own nvidia-imex daemons beside the host's. To use the host's "
-    "nvidia-imex, set mode hostManaged and isolation none (Helm: "
-    "resources.computeDomains.imex.mode=hostManaged, resources.computeDomains.imex.isolation=none; "
-    "env: IMEX_MODE=hostManaged IMEX_ISOLATION=none); to keep driver-managed daemons, "
-    "remove the HostManagedIMEX gate"
-)
 DEFAULT_CHANNEL_SLOTS: Final = 8
 MAX_CHANNEL_SLOTS: Final = 128
 
@@ -59,7 +43,10 @@ def unknown_mode_message(mode: str) -> str:
 
 
 def unknown_isolation_message(isolation: str) -> str:
-    return f"unknown IMEX isolation '{isolation}': use domain, channel or none"
+    return (
+        f"unknown IMEX isolation '{isolation}': use domain or channel "
+        "(none is accepted as an old name of domain under hostManaged)"
+    )
 
 
 def driver_managed_isolation_message(isolation: str) -> str:
@@ -94,10 +81,10 @@ def resolve_driver_config(
     Order matters and is fixed: gates are parsed; the mode is checked (empty means
     driverManaged); in hostManaged the HostManagedIMEX gate is required and the
     driver-daemon gates are forced off (reported in `notes`) *before* gate dependencies
-    are validated; then the isolation matrix is applied; last, the HostManagedIMEX gate
-    with any mode but hostManaged is refused; channel-isolation sizes are range-checked
-    (in every mode, so a bad value never waits for a mode change to surface). Raises ConfigError.
-    Deterministic and pure.
+    are validated; then the isolation matrix is applied; channel-isolation sizes are
+    range-checked last (in every mode, so a bad value never waits for a mode change to
+    surface). As upstream, the HostManagedIMEX gate only unlocks hostManaged: on with
+    driverManaged is valid. Raises ConfigError. Deterministic and pure.
     """
     explicit = (
         gates.parse_feature_gates(feature_gates)
@@ -132,8 +119,6 @@ def resolve_driver_config(
             f"imex.channels.slotsPerNode is {channel_slots}: it must be 1..{MAX_CHANNEL_SLOTS} "
             "(the ComputeDomain pods one node can run under channel isolation)"
         )
-    if imex_mode is not models.IMEXMode.HOST_MANAGED and resolved.enabled(gates.HOST_MANAGED_IMEX):
-        raise errors.ConfigError(HOST_MANAGED_GATE_WITHOUT_MODE)
     if daemon_image is not None:
         config = dataclasses.replace(config, daemon_image=daemon_image)
     return ResolvedConfig(config=config, notes=tuple(notes))
@@ -180,6 +165,13 @@ def _force_host_managed_gates(
 
 
 def _resolve_isolation(mode: models.IMEXMode, isolation: str) -> models.Isolation:
+    """The isolation a (mode, value) pair means; `domain` is the default in both modes.
+
+    NB: under hostManaged, `domain` has upstream's meaning: the host's one IMEX domain, every
+    ComputeDomain on host channel 0. Internally that is `Isolation.NONE`, the value earlier
+    versions of ours stored in checkpoints and admitted-mode stamps for exactly that
+    behaviour, so `none` stays accepted as its alias and nothing recorded changes meaning.
+    """
     chosen: models.Isolation | None = None
     if isolation:
         for candidate in models.Isolation:
@@ -193,10 +185,6 @@ def _resolve_isolation(mode: models.IMEXMode, isolation: str) -> models.Isolatio
             return models.Isolation.DOMAIN
         raise errors.ConfigError(driver_managed_isolation_message(isolation))
 
-    # hostManaged: channel isolation is the default (DESIGN §1): the safe choice, and what an
-    # empty value never meant before (it was a startup error), so no install changes meaning.
-    if chosen is None:
+    if chosen is models.Isolation.CHANNEL:
         return models.Isolation.CHANNEL
-    if chosen is models.Isolation.DOMAIN:
-        raise errors.ConfigError(HOST_MANAGED_DOMAIN_INVALID)
-    return chosen
+    return models.Isolation.NONE

@@ -101,13 +101,10 @@ Empty fields fall back to the global `image`, the tag finally to the chart's app
 {{- if eq (include "cdd.mode" .) "hostManaged" -}}true{{- end -}}
 {{- end -}}
 
-{{/* The isolation the apps run with: empty means the mode's default (domain for driverManaged,
-channel for hostManaged). */}}
+{{/* The isolation the apps run with: empty means domain in both modes, as upstream (under
+hostManaged: every ComputeDomain on host channel 0; "none" is our older name for that). */}}
 {{- define "cdd.isolation" -}}
-{{- $iso := .Values.resources.computeDomains.imex.isolation | default "" -}}
-{{- if ne $iso "" -}}{{ $iso }}
-{{- else if eq (include "cdd.mode" .) "driverManaged" -}}domain
-{{- else -}}channel{{- end -}}
+{{- .Values.resources.computeDomains.imex.isolation | default "domain" -}}
 {{- end -}}
 
 {{/* "true" under host-managed channel isolation (one IMEX channel per ComputeDomain). */}}
@@ -146,9 +143,17 @@ HostManagedIMEXDaemon becomes HostManagedIMEX; when both are set, HostManagedIME
 {{- toJson $out -}}
 {{- end -}}
 
+{{/*
+Every known gate with upstream's default, as JSON: core/gates.py REGISTRY (upstream's thirteen
+and the Kubernetes logging gates upstream's binaries accept).
+*/}}
+{{- define "cdd.gateDefaults" -}}
+{{- dict "ComputeDomainCliques" true "ConsumableShares" false "ContextualLogging" true "CrashOnNVLinkFabricErrors" true "DRAListTypeAttributes" false "DeviceMetadata" false "DynamicMIG" false "FabricManagerPartitioning" false "HostManagedIMEX" false "IMEXDaemonsWithDNSNames" true "LoggingAlphaOptions" false "LoggingBetaOptions" true "MPSSupport" false "NVMLDeviceHealthCheck" false "PassthroughSupport" false "TimeSlicingSettings" false | toJson -}}
+{{- end -}}
+
 {{/* Every known gate with its effective value (upstream defaults, then user values, then the hostManaged overrides). */}}
 {{- define "cdd.effectiveGates" -}}
-{{- $g := dict "ComputeDomainCliques" true "CrashOnNVLinkFabricErrors" true "HostManagedIMEX" false "IMEXDaemonsWithDNSNames" true "MPSSupport" false "PassthroughSupport" false "TimeSlicingSettings" false -}}
+{{- $g := include "cdd.gateDefaults" . | fromJson -}}
 {{- range $name, $on := (include "cdd.explicitGates" . | fromJson) -}}
 {{- $_ := set $g $name $on -}}
 {{- end -}}
@@ -175,10 +180,10 @@ dependencies (after the hostManaged overrides), isolation. The IMEX checks apply
 ComputeDomain half is on. Every message is the apps' ConfigError text.
 */}}
 {{- define "cdd.validate" -}}
-{{- $known := list "ComputeDomainCliques" "CrashOnNVLinkFabricErrors" "HostManagedIMEX" "HostManagedIMEXDaemon" "IMEXDaemonsWithDNSNames" "MPSSupport" "PassthroughSupport" "TimeSlicingSettings" -}}
+{{- $known := keys (include "cdd.gateDefaults" . | fromJson) | sortAlpha -}}
 {{- range $name, $_ := (.Values.featureGates | default dict) -}}
-{{- if not (has $name $known) -}}
-{{- fail (printf "unknown feature gate '%s': known gates are ComputeDomainCliques, CrashOnNVLinkFabricErrors, HostManagedIMEX, IMEXDaemonsWithDNSNames, MPSSupport, PassthroughSupport, TimeSlicingSettings" $name) -}}
+{{- if not (has $name (append $known "HostManagedIMEXDaemon")) -}}
+{{- fail (printf "unknown feature gate '%s': known gates are %s" $name (join ", " $known)) -}}
 {{- end -}}
 {{- end -}}
 {{- if not (or (include "cdd.computeDomains" .) (include "cdd.gpus" .)) -}}
@@ -188,10 +193,7 @@ ComputeDomain half is on. Every message is the apps' ConfigError text.
 {{- include "cdd.validateIMEX" . -}}
 {{- else -}}
 {{- /* The GPU half alone: the IMEX checks do not apply, the gates' dependencies still do. */ -}}
-{{- $g := include "cdd.effectiveGates" . | fromJson -}}
-{{- if and $g.ComputeDomainCliques (not $g.IMEXDaemonsWithDNSNames) -}}
-{{- fail "feature gate ComputeDomainCliques=true requires IMEXDaemonsWithDNSNames=true" -}}
-{{- end -}}
+{{- include "cdd.validateGateRules" . -}}
 {{- end -}}
 {{- if include "cdd.gpus" . -}}
 {{- include "cdd.validateGPUs" . -}}
@@ -211,22 +213,33 @@ ComputeDomain half is on. Every message is the apps' ConfigError text.
 {{- if and (eq $mode "hostManaged") (not $explicit.HostManagedIMEX) -}}
 {{- fail "IMEX mode hostManaged requires feature gate HostManagedIMEX=true: set featureGates.HostManagedIMEX=true (Helm) or FEATURE_GATES=HostManagedIMEX=true, or use mode driverManaged" -}}
 {{- end -}}
+{{- include "cdd.validateGateRules" . -}}
+{{- $iso := .Values.resources.computeDomains.imex.isolation | default "" -}}
+{{- if not (has $iso (list "" "domain" "channel" "none")) -}}
+{{- fail (printf "unknown IMEX isolation '%s': use domain or channel (none is accepted as an old name of domain under hostManaged)" $iso) -}}
+{{- end -}}
+{{- if and (eq $mode "driverManaged") (has $iso (list "none" "channel")) -}}
+{{- fail (printf "isolation '%s' is only valid with mode hostManaged: with mode driverManaged leave isolation empty or set it to 'domain'" $iso) -}}
+{{- end -}}
+{{- end -}}
+
+{{/*
+Upstream's gate dependency rules, in its order (core/gates.py RULES), on the effective gates
+(after the hostManaged overrides). Gates whose feature a binary lacks are accepted here: that
+binary refuses to start with the gate on, naming it.
+*/}}
+{{- define "cdd.validateGateRules" -}}
 {{- $g := include "cdd.effectiveGates" . | fromJson -}}
 {{- if and $g.ComputeDomainCliques (not $g.IMEXDaemonsWithDNSNames) -}}
 {{- fail "feature gate ComputeDomainCliques=true requires IMEXDaemonsWithDNSNames=true" -}}
 {{- end -}}
-{{- $iso := .Values.resources.computeDomains.imex.isolation | default "" -}}
-{{- if not (has $iso (list "" "domain" "channel" "none")) -}}
-{{- fail (printf "unknown IMEX isolation '%s': use domain, channel or none" $iso) -}}
+{{- range $pair := list (list "DynamicMIG" "PassthroughSupport") (list "DynamicMIG" "NVMLDeviceHealthCheck") (list "DynamicMIG" "MPSSupport") (list "PassthroughSupport" "NVMLDeviceHealthCheck") -}}
+{{- if and (get $g (index $pair 0)) (get $g (index $pair 1)) -}}
+{{- fail (printf "feature gate %s=true cannot be combined with %s=true (the two are mutually exclusive, as upstream): set one of them to false" (index $pair 0) (index $pair 1)) -}}
 {{- end -}}
-{{- if eq $mode "driverManaged" -}}
-{{- if has $iso (list "none" "channel") -}}
-{{- fail (printf "isolation '%s' is only valid with mode hostManaged: with mode driverManaged leave isolation empty or set it to 'domain'" $iso) -}}
 {{- end -}}
-{{- else -}}
-{{- if eq $iso "domain" -}}
-{{- fail "isolation 'domain' needs driver-managed IMEX daemons (one IMEX domain per ComputeDomain) and is invalid with mode hostManaged: set isolation to 'none' (all ComputeDomains share host channel 0) or 'channel' (one channel per ComputeDomain)" -}}
-{{- end -}}
+{{- if and $g.DeviceMetadata (not $g.PassthroughSupport) -}}
+{{- fail "feature gate DeviceMetadata=true requires PassthroughSupport=true" -}}
 {{- end -}}
 {{- end -}}
 

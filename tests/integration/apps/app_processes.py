@@ -169,9 +169,13 @@ def host_managed_flags() -> list[str]:
 
 
 def plugin_args(
-    paths: PluginPaths, *, node: str, kubeconfig: pathlib.Path, mode_flags: Sequence[str]
+    paths: PluginPaths, *, node: str, kubeconfig: pathlib.Path, mode_flags: Sequence[str],
+    host_imex_check: bool = False,
 ) -> list[str]:
+    """The plugin's flags. The host IMEX readiness query (on by default in the plugin) is off
+    unless asked for: this machine has no host nvidia-imex to answer it."""
     return [
+        "--host-imex-check", str(host_imex_check).lower(),
         "--node-name", node,
         "--nvml", f"simulated:{PROFILE}",
         "--proc-devices", str(paths.proc_devices),

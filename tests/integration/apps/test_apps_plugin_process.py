@@ -283,11 +283,13 @@ def _start(
     *,
     node: str,
     mode_flags: Sequence[str] | None = None,
+    host_imex_check: bool = False,
 ) -> app_processes.AppProcess:
     flags = app_processes.host_managed_flags() if mode_flags is None else mode_flags
     return launch(
         "apps.kubeletplugin",
-        app_processes.plugin_args(paths, node=node, kubeconfig=served_kubeconfig, mode_flags=flags),
+        app_processes.plugin_args(paths, node=node, kubeconfig=served_kubeconfig,
+                                  mode_flags=flags, host_imex_check=host_imex_check),
     )
 
 
@@ -377,6 +379,28 @@ def test_plugin_process_in_host_managed_mode_without_the_gate_exits_2_naming_the
     assert process.wait() == 2
     assert "requires feature gate HostManagedIMEX=true" in process.output()
     assert not node_paths.registration_socket.exists()
+
+
+def test_plugin_process_refuses_prepare_while_the_host_imex_query_cannot_run(
+    served: app_processes.ServedCluster,
+    node_paths: PluginPaths,
+    launch: app_processes.Launch,
+) -> None:
+    # The readiness query (on by default, see test_plugin_settings) with a driver root that
+    # has no nvidia-imex-ctl: the prepare is refused naming the tool and the socket, retried.
+    node = app_processes.first_node()
+    node_paths.write_node_files(node)
+    cd_uid = str(app_processes.compute_domain(served.cluster, "probed")["metadata"]["uid"])
+    ref = app_processes.resource_claim(served.cluster, "probed", node=node, cd_uid=cd_uid)
+    process = _start(launch, served.kubeconfig, node_paths, node=node, host_imex_check=True)
+    wait_registered(process, node_paths)
+
+    error = prepare(node_paths, [ref], version="v1")[ref.uid].error
+
+    assert "host nvidia-imex daemon is not ready" in error
+    assert "queried via /etc/nvidia-imex/imex_ctrl.sock" in error
+    assert "nvidia-imex-ctl not found under the driver root" in error
+    assert not node_paths.cdi_file(ref.uid).exists()
 
 
 # ------------------------------------------------------------------ stale entries

@@ -34,7 +34,7 @@ def _refused_before_the_banner(done: subprocess.CompletedProcess[str], *needles:
 
 @pytest.mark.parametrize(("args", "needles"), [
     (["--mode", "sideways"], ["sideways"]),
-    (["--mode", "hostManaged", "--isolation", "domain"], ["isolation 'domain'"]),
+    (["--mode", "driverManaged", "--isolation", "none"], ["isolation 'none'"]),
     (["--mode", "driverManaged", "--isolation", "channel"], ["channel"]),
     (["--profile", "nope"], ["nope"]),
     (["--channels-max", "1", "--isolation", "channel"], ["2.."]),

@@ -118,9 +118,9 @@ def test_preflight_allows_any_change_when_no_domain_exists() -> None:
 
 def test_preflight_reports_an_invalid_target_mode() -> None:
     cluster = memory_cluster.InMemoryCluster()
-    refusal = preflight.check(cluster, mode="hostManaged", isolation="domain",
-                              feature_gates="HostManagedIMEX=true")
-    assert "isolation 'domain' needs driver-managed IMEX daemons" in refusal
+    refusal = preflight.check(cluster, mode="driverManaged", isolation="channel",
+                              feature_gates="")
+    assert "isolation 'channel' is only valid with mode hostManaged" in refusal
 
 
 def test_preflight_without_reachable_credentials_fails_with_a_message_not_a_traceback(
@@ -136,11 +136,10 @@ def test_preflight_without_reachable_credentials_fails_with_a_message_not_a_trac
     assert "Traceback" not in done.stderr
 
 
-def test_plan_refuses_the_host_managed_gate_without_the_host_managed_mode(
+def test_plan_with_the_host_managed_gate_alone_plans_driver_managed(
     tmp_path: pathlib.Path,
 ) -> None:
+    # As upstream: the gate only unlocks hostManaged; the mode stays the default.
     done = _plan(tmp_path, "--feature-gates", "HostManagedIMEX=true")
-    assert done.returncode == 2
-    assert "feature gate HostManagedIMEX=true is set but the IMEX mode is driverManaged" in (
-        done.stderr)
+    assert done.returncode == 0, done.stderr
     assert "Traceback" not in done.stderr

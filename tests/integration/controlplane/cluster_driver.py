@@ -49,11 +49,13 @@ HOOK_ANNOTATION = "helm.sh/hook"
 
 Obj = dict[str, Any]
 
+# hostCheck off: no host nvidia-imex runs here to answer the plugin's readiness query.
 MODES: dict[str, Obj] = {
     "driverManaged": {},
     "hostManaged-channel": {
         "featureGates": {"HostManagedIMEX": True},
-        "resources": {"computeDomains": {"imex": {"mode": "hostManaged", "isolation": "channel"}}},
+        "resources": {"computeDomains": {"imex": {
+            "mode": "hostManaged", "hostCheck": False, "isolation": "channel"}}},
     },
 }
 

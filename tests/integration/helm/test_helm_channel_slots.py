@@ -70,13 +70,17 @@ def test_out_of_range_channel_values_fail_schema_validation(channels: cr.Obj) ->
         cr.render(values)
 
 
-def test_host_managed_without_an_isolation_installs_channel_isolation_like_the_apps() -> None:
+def test_host_managed_without_an_isolation_installs_domain_isolation_like_the_apps() -> None:
+    # As upstream: domain is the default in both modes; under hostManaged it means host
+    # channel 0 for every ComputeDomain, so no slot DeviceClass is installed.
     values = cr.imex("hostManaged", "", featureGates={"HostManagedIMEX": True})
     objects = cr.render(values)
     for kind, suffix in (("Deployment", "-controller"), ("DaemonSet", "-kubelet-plugin")):
-        assert _env(objects, kind, suffix)["IMEX_ISOLATION"] == "channel"
-    assert cr.one(objects, "DeviceClass", names.SLOT_DEVICE_CLASS)
+        assert _env(objects, kind, suffix)["IMEX_ISOLATION"] == "domain"
+    assert not [o for o in objects if o["kind"] == "DeviceClass"
+                and o["metadata"]["name"] == names.SLOT_DEVICE_CLASS]
     resolved = modes.resolve_driver_config(
-        mode="hostManaged", isolation="", feature_gates="HostManagedIMEX=true", namespace="ns"
+        mode="hostManaged", isolation="domain", feature_gates="HostManagedIMEX=true",
+        namespace="ns",
     )
-    assert resolved.config.isolation.value == "channel"
+    assert not resolved.config.channel_isolation

@@ -101,7 +101,9 @@ def test_valid_combination_renders_and_passes_env_to_both_apps(
         )
         env = cr.container_env(workload)
         assert env["IMEX_MODE"] == expected.mode.value
-        assert env["IMEX_ISOLATION"] == expected.isolation.value
+        # The chart passes the value as written (empty: domain, in both modes, as upstream);
+        # under hostManaged the apps read domain as host channel 0 (Isolation.NONE).
+        assert env["IMEX_ISOLATION"] == (isolation or "domain")
         # The apps, parsing FEATURE_GATES, reach the same configuration the chart validated.
         reparsed = modes.resolve_driver_config(
             mode=env["IMEX_MODE"], isolation=env["IMEX_ISOLATION"],
@@ -390,9 +392,9 @@ def test_kubelet_plugin_probes_grpc_health_and_reads_downward_api() -> None:
     assert env["NODE_NAME"] == {"fieldRef": {"fieldPath": "spec.nodeName"}}
     assert env["POD_UID"] == {"fieldRef": {"fieldPath": "metadata.uid"}}
     assert env["HEALTH_PORT"] == "6000"
+    # The readiness query is a host-managed concern: off in the default driverManaged mode.
     assert (env["NVML"], env["HOST_IMEX_CHECK"]) == ("real", "false")
-    # Unset, so the plugin's own default socket path applies.
-    assert "IMEX_HOST_SOCKET" not in env
+    assert env["IMEX_HOST_SOCKET_PATH"] == "/etc/nvidia-imex/imex_ctrl.sock"
 
 
 def test_kubelet_plugin_stale_claim_cleanup_interval_is_a_chart_setting() -> None:
@@ -403,19 +405,26 @@ def test_kubelet_plugin_stale_claim_cleanup_interval_is_a_chart_setting() -> Non
     assert env["STALE_CLAIM_CLEANUP_INTERVAL_SECONDS"] == "10"
 
 
-def test_host_imex_check_and_socket_reach_the_plugin_in_host_managed_mode() -> None:
+def test_host_imex_check_is_on_in_host_managed_mode_with_upstreams_socket() -> None:
+    plugin = cr.one(cr.render(cr.host_managed()), "DaemonSet")
+    env = cr.container_env(plugin)
+    assert (env["HOST_IMEX_CHECK"], env["IMEX_HOST_SOCKET_PATH"]) == (
+        "true", "/etc/nvidia-imex/imex_ctrl.sock",
+    )
+    # The query runs chrooted into the driver root, so the socket needs no mount of its own.
+    volumes = plugin["spec"]["template"]["spec"]["volumes"]
+    assert not [v for v in volumes if v["name"] == "host-imex-socket"]
+
+
+def test_host_imex_socket_and_check_are_chart_settings() -> None:
     values = cr.host_managed()
     values["resources"]["computeDomains"]["imex"].update(
-        hostCheck=True, hostSocketPath="/run/nvidia-imex/imex.sock"
+        hostCheck=False, hostSocketPath="/run/nvidia-imex/imex.sock"
     )
-    plugin = cr.one(cr.render(values), "DaemonSet")
-    env = cr.container_env(plugin)
-    assert (env["HOST_IMEX_CHECK"], env["IMEX_HOST_SOCKET"]) == (
-        "true", "/run/nvidia-imex/imex.sock",
+    env = cr.container_env(cr.one(cr.render(values), "DaemonSet"))
+    assert (env["HOST_IMEX_CHECK"], env["IMEX_HOST_SOCKET_PATH"]) == (
+        "false", "/run/nvidia-imex/imex.sock",
     )
-    spec = plugin["spec"]["template"]["spec"]
-    socket = next(v for v in spec["volumes"] if v["name"] == "host-imex-socket")
-    assert socket["hostPath"] == {"path": "/run/nvidia-imex/imex.sock", "type": "Socket"}
 
 
 def test_only_the_kubelet_plugin_runs_privileged() -> None:
@@ -590,14 +599,12 @@ def test_kubelet_plugin_accepts_upstream_value_names_and_prefers_ours() -> None:
 
 
 @pytest.mark.parametrize("gate", ["HostManagedIMEX", "HostManagedIMEXDaemon"])
-def test_host_managed_gate_alone_fails_rendering_instead_of_installing_imex_daemons(
-    gate: str,
-) -> None:
-    # Upstream's alpha recipe: only the gate. The chart's default mode is driverManaged.
-    message = cr.render_error({"featureGates": {gate: True}})
-
-    assert modes.HOST_MANAGED_GATE_WITHOUT_MODE in message
-    assert "resources.computeDomains.imex.mode=hostManaged" in message
+def test_host_managed_gate_alone_only_unlocks_the_mode(gate: str) -> None:
+    # As upstream: the gate changes nothing by itself; the default mode stays driverManaged.
+    objects = cr.render({"featureGates": {gate: True}})
+    env = cr.container_env(cr.one(objects, "DaemonSet"))
+    assert (env["IMEX_MODE"], env["IMEX_ISOLATION"]) == ("driverManaged", "domain")
+    assert "HostManagedIMEX=true" in env["FEATURE_GATES"]
 
 
 def test_host_managed_gate_with_host_managed_mode_still_renders() -> None:

@@ -148,7 +148,7 @@ def test_host_imex_check_blocks_prepare_until_the_host_daemon_is_ready(
     os.chmod(script, 0o755)
     with open(answer, "w", encoding="utf-8") as f:
         f.write("NOT_READY\n")
-    probe = imexctl.HostIMEXProbe(driver_root="/", socket_path="/run/imex.sock", command=script)
+    probe = imexctl.HostIMEXProbe(driver_root="/", socket_path="/run/imex.sock", ctl_path=script)
     node(env).plugin.driver.half._host_imex_probe = probe.check  # the app wires this from settings
     ref = create_claim(env, "a", domain_id=create_domain(env))
     refused = prepare(env, ref)

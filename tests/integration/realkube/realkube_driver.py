@@ -41,11 +41,13 @@ START_TIMEOUT_S = 90.0
 
 Obj = dict[str, Any]
 
+# hostCheck off: no host nvidia-imex runs here to answer the plugin's readiness query.
 MODES: dict[str, Obj] = {
     "driverManaged": {},
     "hostManaged": {
         "featureGates": {"HostManagedIMEX": True},
-        "resources": {"computeDomains": {"imex": {"mode": "hostManaged", "isolation": "none"}}},
+        "resources": {"computeDomains": {"imex": {
+            "mode": "hostManaged", "hostCheck": False, "isolation": "none"}}},
     },
 }
 
@@ -55,13 +57,14 @@ EXTRA_MODES: dict[str, Obj] = {
     "hostManaged-channel-max3": {
         "featureGates": {"HostManagedIMEX": True},
         "resources": {"computeDomains": {"imex": {
-            "mode": "hostManaged", "isolation": "channel", "channels": {"max": 3}}}},
+            "mode": "hostManaged", "hostCheck": False, "isolation": "channel",
+            "channels": {"max": 3}}}},
     },
     # Channel isolation with every channel (bursts of ComputeDomains).
     "hostManaged-channel": {
         "featureGates": {"HostManagedIMEX": True},
         "resources": {"computeDomains": {"imex": {
-            "mode": "hostManaged", "isolation": "channel"}}},
+            "mode": "hostManaged", "hostCheck": False, "isolation": "channel"}}},
     },
 }
 

@@ -9,9 +9,33 @@ from hypothesis import strategies as st
 from core import errors, gates, models
 
 UNKNOWN_GATE_SUFFIX = (
-    ": known gates are ComputeDomainCliques, CrashOnNVLinkFabricErrors, HostManagedIMEX, "
-    "IMEXDaemonsWithDNSNames, MPSSupport, PassthroughSupport, TimeSlicingSettings"
+    ": known gates are ComputeDomainCliques, ConsumableShares, ContextualLogging, "
+    "CrashOnNVLinkFabricErrors, DRAListTypeAttributes, DeviceMetadata, DynamicMIG, "
+    "FabricManagerPartitioning, HostManagedIMEX, IMEXDaemonsWithDNSNames, LoggingAlphaOptions, "
+    "LoggingBetaOptions, MPSSupport, NVMLDeviceHealthCheck, PassthroughSupport, "
+    "TimeSlicingSettings"
 )
+
+# Upstream's thirteen (pkg/featuregates/featuregates.go) with their defaults and stages, the
+# logging gates component-base registers beside them (ContextualLogging overridden to true).
+UPSTREAM_DEFAULTS = {
+    "ComputeDomainCliques": (True, "beta"),
+    "ConsumableShares": (False, "alpha"),
+    "CrashOnNVLinkFabricErrors": (True, "beta"),
+    "DRAListTypeAttributes": (False, "alpha"),
+    "DeviceMetadata": (False, "alpha"),
+    "DynamicMIG": (False, "alpha"),
+    "FabricManagerPartitioning": (False, "alpha"),
+    "HostManagedIMEX": (False, "alpha"),
+    "IMEXDaemonsWithDNSNames": (True, "beta"),
+    "MPSSupport": (False, "alpha"),
+    "NVMLDeviceHealthCheck": (False, "alpha"),
+    "PassthroughSupport": (False, "alpha"),
+    "TimeSlicingSettings": (False, "alpha"),
+    "ContextualLogging": (True, "beta"),
+    "LoggingAlphaOptions": (False, "alpha"),
+    "LoggingBetaOptions": (True, "beta"),
+}
 
 
 def test_parse_empty_string_gives_no_explicit_gates() -> None:
@@ -66,29 +90,23 @@ def test_parse_rejects_non_boolean_value_naming_item_and_allowed_values() -> Non
 
 def test_registry_matches_upstream_defaults_and_stages() -> None:
     registry = gates.REGISTRY
-    assert {name: (g.default, g.stage.value) for name, g in registry.items()} == {
-        "IMEXDaemonsWithDNSNames": (True, "beta"),
-        "ComputeDomainCliques": (True, "beta"),
-        "CrashOnNVLinkFabricErrors": (True, "beta"),
-        "HostManagedIMEX": (False, "alpha"),
-        "TimeSlicingSettings": (False, "alpha"),
-        "MPSSupport": (False, "alpha"),
-        "PassthroughSupport": (False, "alpha"),
-    }
-    assert registry["ComputeDomainCliques"].requires == ("IMEXDaemonsWithDNSNames",)
+    assert {name: (g.default, g.stage.value) for name, g in registry.items()} == (
+        UPSTREAM_DEFAULTS
+    )
+
+
+def test_every_upstream_gate_is_accepted_under_its_own_name() -> None:
+    text = ",".join(f"{name}=false" for name in UPSTREAM_DEFAULTS)
+    assert set(gates.parse_feature_gates(text)) == set(UPSTREAM_DEFAULTS)
+    assert gates.parse_feature_gates("HostManagedIMEXDaemon=false") == {"HostManagedIMEX": False}
 
 
 def test_resolve_fills_in_defaults_for_unset_gates() -> None:
     resolved = gates.resolve_gates({"HostManagedIMEX": True, "CrashOnNVLinkFabricErrors": False})
-    assert resolved.values == {
-        "ComputeDomainCliques": True,
-        "CrashOnNVLinkFabricErrors": False,
-        "HostManagedIMEX": True,
-        "IMEXDaemonsWithDNSNames": True,
-        "MPSSupport": False,
-        "PassthroughSupport": False,
-        "TimeSlicingSettings": False,
-    }
+    expected = {name: default for name, (default, _) in UPSTREAM_DEFAULTS.items()}
+    expected.update(HostManagedIMEX=True, CrashOnNVLinkFabricErrors=False)
+    assert resolved.values == expected
+    assert list(resolved.values) == sorted(resolved.values)
 
 
 def test_resolve_canonicalises_alias_and_rejects_unknown() -> None:
@@ -111,6 +129,94 @@ def test_dependency_satisfied_when_dependent_gate_is_off() -> None:
         {"IMEXDaemonsWithDNSNames": False, "ComputeDomainCliques": False}
     )
     gates.validate_gate_dependencies(resolved)
+
+
+@pytest.mark.parametrize(
+    ("explicit", "message"),
+    [
+        (
+            {"DynamicMIG": True, "PassthroughSupport": True},
+            "feature gate DynamicMIG=true cannot be combined with PassthroughSupport=true",
+        ),
+        (
+            {"DynamicMIG": True, "NVMLDeviceHealthCheck": True},
+            "feature gate DynamicMIG=true cannot be combined with NVMLDeviceHealthCheck=true",
+        ),
+        (
+            {"DynamicMIG": True, "MPSSupport": True},
+            "feature gate DynamicMIG=true cannot be combined with MPSSupport=true",
+        ),
+        (
+            {"PassthroughSupport": True, "NVMLDeviceHealthCheck": True},
+            "feature gate PassthroughSupport=true cannot be combined with "
+            "NVMLDeviceHealthCheck=true",
+        ),
+        (
+            {"DeviceMetadata": True},
+            "feature gate DeviceMetadata=true requires PassthroughSupport=true",
+        ),
+    ],
+)
+def test_upstream_dependency_rules_are_enforced(explicit: dict[str, bool], message: str) -> None:
+    with pytest.raises(errors.ConfigError) as caught:
+        gates.validate_gate_dependencies(gates.resolve_gates(explicit))
+    assert caught.value.message.startswith(message)
+    assert "set one of them to false" in caught.value.message or "requires" in message
+
+
+def test_dependency_rules_report_upstreams_first_broken_rule() -> None:
+    # Breaks both DynamicMIG rules: upstream checks PassthroughSupport before MPSSupport.
+    resolved = gates.resolve_gates(
+        {"DynamicMIG": True, "MPSSupport": True, "PassthroughSupport": True}
+    )
+    with pytest.raises(errors.ConfigError, match="with PassthroughSupport=true"):
+        gates.validate_gate_dependencies(resolved)
+
+
+def test_allowed_combinations_pass_dependency_validation() -> None:
+    for explicit in (
+        {"DeviceMetadata": True, "PassthroughSupport": True},
+        {"DynamicMIG": True},
+        {"NVMLDeviceHealthCheck": True, "MPSSupport": True},
+        {"FabricManagerPartitioning": True, "PassthroughSupport": True},
+    ):
+        gates.validate_gate_dependencies(gates.resolve_gates(explicit))
+
+
+@pytest.mark.parametrize(
+    "gate",
+    [
+        "NVMLDeviceHealthCheck",
+        "DynamicMIG",
+        "DeviceMetadata",
+        "FabricManagerPartitioning",
+        "DRAListTypeAttributes",
+        "ConsumableShares",
+    ],
+)
+def test_gpu_plugin_refuses_a_gate_whose_feature_is_not_built(gate: str) -> None:
+    with pytest.raises(errors.ConfigError) as caught:
+        gates.refuse_unbuilt(gates.resolve_gates({gate: True}), gates.Component.GPU_PLUGIN)
+    message = caught.value.message
+    assert message.startswith(f"feature gate {gate}=true: ")
+    assert "is not implemented yet in this driver's gpu-kubelet-plugin" in message
+    assert f"set {gate}=false" in message
+    assert "\n" not in message
+
+
+def test_unbuilt_gate_is_refused_only_where_its_feature_lives_and_only_when_on() -> None:
+    on = gates.resolve_gates({"DynamicMIG": True, "ContextualLogging": False})
+    gates.refuse_unbuilt(on, gates.Component.COMPUTE_DOMAIN_PLUGIN)
+    gates.refuse_unbuilt(on, gates.Component.CONTROLLER)
+    gates.refuse_unbuilt(gates.resolve_gates({"DynamicMIG": False}), gates.Component.GPU_PLUGIN)
+    fm = gates.resolve_gates({"FabricManagerPartitioning": True})
+    with pytest.raises(errors.ConfigError, match="compute-domain-kubelet-plugin"):
+        gates.refuse_unbuilt(fm, gates.Component.COMPUTE_DOMAIN_PLUGIN)
+
+
+def test_defaults_pass_dependency_validation_and_start_every_binary() -> None:
+    for component in gates.Component:
+        gates.refuse_unbuilt(gates.resolve_gates({}), component)
 
 
 def test_defaults_pass_dependency_validation() -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from core import errors, models
+from core import errors, gates, models
 from core.computedomain import modes
 
 
@@ -30,15 +30,7 @@ def test_empty_mode_and_isolation_mean_driver_managed_domain_with_default_gates(
     assert resolved.config.mode is models.IMEXMode.DRIVER_MANAGED
     assert resolved.config.isolation is models.Isolation.DOMAIN
     assert resolved.config.namespace == "dra"
-    assert resolved.config.gates.values == {
-        "ComputeDomainCliques": True,
-        "CrashOnNVLinkFabricErrors": True,
-        "HostManagedIMEX": False,
-        "IMEXDaemonsWithDNSNames": True,
-        "MPSSupport": False,
-        "PassthroughSupport": False,
-        "TimeSlicingSettings": False,
-    }
+    assert resolved.config.gates == gates.resolve_gates({})
     assert resolved.notes == ()
 
 
@@ -135,7 +127,8 @@ def test_unknown_mode_is_rejected() -> None:
 
 def test_unknown_isolation_is_rejected() -> None:
     assert config_error(isolation="strict") == (
-        "unknown IMEX isolation 'strict': use domain, channel or none"
+        "unknown IMEX isolation 'strict': use domain or channel "
+        "(none is accepted as an old name of domain under hostManaged)"
     )
 
 
@@ -156,25 +149,16 @@ def test_host_managed_with_gate_explicitly_false_is_rejected() -> None:
     assert message == modes.HOST_MANAGED_NEEDS_GATE
 
 
-def test_host_managed_with_domain_isolation_is_rejected() -> None:
-    message = config_error(
-        mode="hostManaged", isolation="domain", feature_gates="HostManagedIMEX=true"
+@pytest.mark.parametrize("isolation", ["", "domain", "none"])
+def test_host_managed_domain_isolation_is_upstreams_host_channel_0(isolation: str) -> None:
+    # Upstream's meaning: `domain` (the default in both modes) under hostManaged is the host's
+    # one IMEX domain, every ComputeDomain on channel 0; `none` is our earlier name for it.
+    resolved = resolve(
+        mode="hostManaged", isolation=isolation, feature_gates="HostManagedIMEX=true"
     )
-    assert message == modes.HOST_MANAGED_DOMAIN_INVALID
-    assert message == (
-        "isolation 'domain' needs driver-managed IMEX daemons (one IMEX domain per ComputeDomain) "
-        "and is invalid with mode hostManaged: set isolation to 'none' (all ComputeDomains share "
-        "host channel 0) or 'channel' (one channel per ComputeDomain)"
-    )
-
-
-def test_host_managed_with_empty_isolation_defaults_to_one_channel_per_domain() -> None:
-    # DESIGN §1: once channel isolation exists it is hostManaged's default (isolation is
-    # never lost silently: the default is the isolating choice).
-    resolved = modes.resolve_driver_config(
-        mode="hostManaged", isolation="", feature_gates="HostManagedIMEX=true", namespace="ns"
-    )
-    assert resolved.config.isolation is models.Isolation.CHANNEL
+    assert resolved.config.isolation is models.Isolation.NONE
+    assert not resolved.config.channel_isolation
+    assert modes.host_managed_channel_grant(resolved.config) == "every workload channel 0 only"
 
 
 def test_host_managed_with_channel_isolation_resolves_to_one_channel_per_domain() -> None:
@@ -251,12 +235,11 @@ def test_describe_is_one_key_value_line() -> None:
     ).config
     line = modes.describe(config)
     assert "\n" not in line
-    assert line == (
+    assert line.startswith(
         "mode=hostManaged isolation=none namespace=dra host_imex_check=false "
-        "feature_gates=ComputeDomainCliques=false,CrashOnNVLinkFabricErrors=true,"
-        "HostManagedIMEX=true,IMEXDaemonsWithDNSNames=false,MPSSupport=false,"
-        "PassthroughSupport=false,TimeSlicingSettings=false"
+        "feature_gates=ComputeDomainCliques=false,"
     )
+    assert ",HostManagedIMEX=true,IMEXDaemonsWithDNSNames=false," in line
 
 
 # ---------------------------------------------------------------- the gate without the mode
@@ -264,14 +247,13 @@ def test_describe_is_one_key_value_line() -> None:
 
 @pytest.mark.parametrize("mode", ["", "driverManaged"])
 @pytest.mark.parametrize("gate", ["HostManagedIMEX=true", "HostManagedIMEXDaemon=true"])
-def test_host_managed_gate_without_host_managed_mode_is_refused_not_run_driver_managed(
-    mode: str, gate: str
-) -> None:
-    # Upstream's recipe sets only the gate; driver-managed daemons beside the host's
-    # nvidia-imex would be the silent opposite of what it asks for.
-    assert config_error(mode=mode, feature_gates=gate) == modes.HOST_MANAGED_GATE_WITHOUT_MODE
-    assert "set mode hostManaged and isolation none" in modes.HOST_MANAGED_GATE_WITHOUT_MODE
-    assert "remove the HostManagedIMEX gate" in modes.HOST_MANAGED_GATE_WITHOUT_MODE
+def test_host_managed_gate_only_unlocks_the_mode(mode: str, gate: str) -> None:
+    # Upstream: the gate changes no behaviour by itself; driverManaged with it on is valid.
+    resolved = resolve(mode=mode, feature_gates=gate)
+    assert resolved.config.mode is models.IMEXMode.DRIVER_MANAGED
+    assert resolved.config.isolation is models.Isolation.DOMAIN
+    assert resolved.config.gates.enabled("HostManagedIMEX")
+    assert resolved.config.gates.enabled("IMEXDaemonsWithDNSNames")
 
 
 def test_host_managed_gate_set_false_keeps_driver_managed() -> None:

@@ -47,3 +47,24 @@ def test_channel_slots_that_are_not_a_whole_number_above_0_are_refused(
     assert "--imex-channel-slots (env IMEX_CHANNEL_SLOTS) must be a whole number above 0" in (
         capsys.readouterr().err
     )
+
+
+def test_the_host_imex_check_is_on_by_default_with_upstreams_socket() -> None:
+    parsed = plugin_settings.parse(["--node-name", "n"], {})
+    assert parsed.host_imex_check is True
+    assert parsed.imex_host_socket == "/etc/nvidia-imex/imex_ctrl.sock"
+    off = plugin_settings.parse(["--node-name", "n"], {"HOST_IMEX_CHECK": "false"})
+    assert off.host_imex_check is False
+
+
+@pytest.mark.parametrize("env_name", ["IMEX_HOST_SOCKET_PATH", "IMEX_HOST_SOCKET"])
+def test_the_host_socket_comes_from_upstreams_env_name_or_ours(env_name: str) -> None:
+    parsed = plugin_settings.parse(["--node-name", "n"], {env_name: "/run/imex/c.sock"})
+    assert parsed.imex_host_socket == "/run/imex/c.sock"
+
+
+def test_upstreams_imex_env_names_reach_the_settings() -> None:
+    parsed = plugin_settings.parse(
+        ["--node-name", "n"], {"IMEX_MODE": "hostManaged", "IMEX_ISOLATION": "domain"}
+    )
+    assert (parsed.imex_mode, parsed.imex_isolation) == ("hostManaged", "domain")

@@ -1,0 +1,62 @@
+"""Gates accepted for upstream compatibility but whose feature is not built here (issue 19).
+
+Each binary runs as a real process with the gate on and must stop before touching the node:
+exit 2, one `error:` line naming the gate and saying the feature is not implemented yet. A
+broken upstream dependency rule stops the GPU plugin the same way.
+"""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+REPO = pathlib.Path(__file__).resolve().parents[3]
+
+
+def _run(module: str, tmp_path: pathlib.Path, gates: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": str(REPO), "FEATURE_GATES": gates}
+    return subprocess.run(
+        [
+            sys.executable, "-m", module, "--node-name", "node-a",
+            "--kubeconfig", str(tmp_path / "absent-kubeconfig"),
+            "--plugin-dir", str(tmp_path / "plugin"),
+            "--registry-dir", str(tmp_path / "registry"),
+        ],
+        capture_output=True, text=True, timeout=60, env=env, cwd=tmp_path, check=False,
+    )
+
+
+def _error_lines(done: subprocess.CompletedProcess[str]) -> list[str]:
+    return [line for line in done.stderr.splitlines() if line.startswith("error: ")]
+
+
+@pytest.mark.parametrize(
+    ("module", "gate", "binary"),
+    [
+        ("apps.gpuplugin", "DynamicMIG", "gpu-kubelet-plugin"),
+        ("apps.gpuplugin", "ConsumableShares", "gpu-kubelet-plugin"),
+        ("apps.kubeletplugin", "FabricManagerPartitioning", "compute-domain-kubelet-plugin"),
+    ],
+)
+def test_binary_refuses_an_unbuilt_gate_with_exit_2_naming_it(
+    tmp_path: pathlib.Path, module: str, gate: str, binary: str
+) -> None:
+    done = _run(module, tmp_path, f"{gate}=true")
+    assert done.returncode == 2, done.stderr
+    [line] = _error_lines(done)
+    assert line.startswith(f"error: feature gate {gate}=true: ")
+    assert f"is not implemented yet in this driver's {binary}" in line
+    assert not (tmp_path / "plugin").exists()
+
+
+def test_gpu_plugin_refuses_a_broken_upstream_gate_rule(tmp_path: pathlib.Path) -> None:
+    done = _run("apps.gpuplugin", tmp_path, "DynamicMIG=true,MPSSupport=true")
+    assert done.returncode == 2, done.stderr
+    assert _error_lines(done) == [
+        "error: feature gate DynamicMIG=true cannot be combined with MPSSupport=true "
+        "(the two are mutually exclusive, as upstream): set one of them to false"
+    ]
