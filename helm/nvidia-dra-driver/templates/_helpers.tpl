@@ -429,6 +429,9 @@ Webhook TLS. Our webhook.tls.secretName wins when set; else upstream's modes: "c
 
 {{/* Upstream keys this chart accepts but whose feature it does not have: refused when they ask for it. */}}
 {{- define "cdd.validateUpstreamKeys" -}}
+{{- if .Values.maskNvidiaDriverParams -}}
+{{- fail "maskNvidiaDriverParams=true: this chart cannot hide ModifyDeviceFiles from NVML yet; leave it false (or unset)" -}}
+{{- end -}}
 {{- range $component := list "controller" "kubeletPlugin" -}}
 {{- if dig "networkPolicy" "enabled" false (index $.Values $component) -}}
 {{- fail (printf "%s.networkPolicy.enabled=true: this chart creates no NetworkPolicy yet; set it to false and add your own NetworkPolicy" $component) -}}

@@ -225,6 +225,35 @@ def test_bats_install_renders(base: str, sets: tuple[str, ...]) -> None:
             assert "affinity" not in controller["spec"]["template"]["spec"]
 
 
+REFUSED_GATE_SETS = [sets for _, sets in BATS_SETS
+                     if any(f"featureGates.{g}=" in s for g in UNKNOWN_GATES for s in sets)]
+
+
+@pytest.mark.parametrize("sets", REFUSED_GATE_SETS, ids="+".join)
+def test_bats_installs_fail_only_on_the_gates_not_accepted_yet(sets: tuple[str, ...]) -> None:
+    """Until the feature-gate part of issue 19 lands: the unknown gate is the only refusal."""
+    values = with_sets({}, (*IUPGRADE_WAIT, *sets))
+    assert "unknown feature gate" in cr.render_error(values)
+    for gate in UNKNOWN_GATES:
+        values["featureGates"].pop(gate, None)
+    assert cr.render(values, is_upgrade=True)
+
+
+@needs_upstream_values
+def test_upstream_values_with_the_webhook_on_get_a_cert_manager_certificate() -> None:
+    """Upstream's default webhook.tls.mode is cert-manager with a self-signed issuer."""
+    objects = cr.render(with_sets(upstream_values(), ("webhook.enabled=true",)))
+    certificate = cr.one(objects, "Certificate")
+    assert certificate["spec"]["issuerRef"]["kind"] == "Issuer"
+    assert cr.one(objects, "Issuer")["spec"] == {"selfSigned": {}}
+    deployment = cr.one(objects, "Deployment", "cdd-compute-domain-dra-driver-webhook")
+    pod = deployment["spec"]["template"]["spec"]
+    assert pod["priorityClassName"] == "system-cluster-critical"
+    assert pod["tolerations"] == [{"key": "CriticalAddonsOnly", "operator": "Exists"}]
+    assert pod["containers"][0]["securityContext"]["privileged"] is False
+    assert deployment["spec"]["strategy"]["type"] == "RollingUpdate"
+
+
 # ------------------------------------------------------------------ the keys, one by one
 
 
@@ -428,9 +457,11 @@ def test_webhook_cert_manager_mode_creates_the_certificate(
          "gpuCliqueLabelEnable"),
         ({"controller": {"leaderElection": {"leaseDurations": "15s"}}}, "leaseDurations"),
         ({"consumableShares": "some"}, "consumableShares"),
+        ({"maskNvidiaDriverParams": True}, "maskNvidiaDriverParams"),
     ],
     ids=["issuer-without-name", "secret-without-name", "controller-netpol", "plugin-netpol",
-         "metrics-path", "typo-plugin", "typo-leader-election", "consumable-shares-value"],
+         "metrics-path", "typo-plugin", "typo-leader-election", "consumable-shares-value",
+         "mask-driver-params"],
 )
 def test_refused_values_name_the_key(values: dict[str, Any], message: str) -> None:
     assert message in cr.render_error(values)
