@@ -29,8 +29,9 @@ and RBAC subjects keep pointing at the same names.
 {{- end -}}
 {{- end -}}
 
+{{/* Upstream's namespaceOverride, else the release namespace. */}}
 {{- define "cdd.namespace" -}}
-{{- .Release.Namespace -}}
+{{- .Values.namespaceOverride | default .Release.Namespace -}}
 {{- end -}}
 
 {{- define "cdd.chart" -}}
@@ -80,9 +81,15 @@ Empty fields fall back to the global `image`, the tag finally to the chart's app
 {{- if .Values.resources.computeDomains.enabled -}}true{{- end -}}
 {{- end -}}
 
-{{/* "true" when the GPU half (gpu.nvidia.com) is installed, else empty. Off by default, as upstream. */}}
+{{/*
+"true" when the GPU half (gpu.nvidia.com) is installed, else empty. resources.gpus.enabled
+decides when set; left empty, upstream's gpuResourcesEnabledOverride=true turns the half on, as
+upstream's own default (enabled, unlocked by that override) does. Off otherwise.
+*/}}
 {{- define "cdd.gpus" -}}
-{{- if (.Values.resources.gpus | default dict).enabled -}}true{{- end -}}
+{{- $enabled := (.Values.resources.gpus | default dict).enabled -}}
+{{- if kindIs "bool" $enabled -}}{{- if $enabled -}}true{{- end -}}
+{{- else if .Values.gpuResourcesEnabledOverride -}}true{{- end -}}
 {{- end -}}
 
 {{/* "true" when gate PassthroughSupport is on (VFIO devices, their DeviceClass, /sys read-write). */}}
@@ -198,9 +205,10 @@ ComputeDomain half is on. Every message is the apps' ConfigError text.
 {{- if include "cdd.gpus" . -}}
 {{- include "cdd.validateGPUs" . -}}
 {{- end -}}
-{{- if and .Values.webhook.enabled (not .Values.webhook.tls.secretName) -}}
-{{- fail "webhook.enabled=true needs webhook.tls.secretName: the name of a kubernetes.io/tls Secret holding the webhook's serving certificate" -}}
+{{- if .Values.webhook.enabled -}}
+{{- include "cdd.validateWebhookTLS" . -}}
 {{- end -}}
+{{- include "cdd.validateUpstreamKeys" . -}}
 {{- end -}}
 
 {{/* The ComputeDomain half's mode, isolation and gate dependencies (skipped when it is off). */}}
@@ -250,11 +258,12 @@ two must not listen on the same port.
 {{- define "cdd.validateGPUs" -}}
 {{- if include "cdd.computeDomains" . -}}
 {{- $gpuHealth := include "cdd.gpuPluginHealthPort" . -}}
-{{- if eq $gpuHealth (include "cdd.pluginHealthPort" .) -}}
+{{- if and (ne $gpuHealth "0") (eq $gpuHealth (include "cdd.pluginHealthPort" .)) -}}
 {{- fail (printf "the GPU plugin's health port %s is the ComputeDomain plugin's too (both containers share the pod's network): set kubeletPlugin.gpus.healthPort to another port" $gpuHealth) -}}
 {{- end -}}
-{{- if eq (toString .Values.kubeletPlugin.gpus.metricsPort) (toString .Values.kubeletPlugin.metricsPort) -}}
-{{- fail (printf "the GPU plugin's metrics port %v is the ComputeDomain plugin's too (both containers share the pod's network): set kubeletPlugin.gpus.metricsPort to another port" .Values.kubeletPlugin.gpus.metricsPort) -}}
+{{- $gpuMetrics := include "cdd.gpuPluginMetricsPort" . -}}
+{{- if and (ne $gpuMetrics "0") (eq $gpuMetrics (include "cdd.pluginMetricsPort" .)) -}}
+{{- fail (printf "the GPU plugin's metrics port %s is the ComputeDomain plugin's too (both containers share the pod's network): set kubeletPlugin.gpus.metricsPort to another port" $gpuMetrics) -}}
 {{- end -}}
 {{- end -}}
 {{- end -}}
@@ -277,10 +286,11 @@ kubelet's defaults.
 {{- $kp.registryDir | default $kp.kubeletRegistrarDirectoryPath | default "/var/lib/kubelet/plugins_registry" -}}
 {{- end -}}
 
+{{- /* 0 (upstream's healthcheckPort zero or negative): no health service, no probes. */ -}}
 {{- define "cdd.pluginHealthPort" -}}
 {{- $kp := .Values.kubeletPlugin -}}
 {{- $upstream := dig "containers" "computeDomains" "healthcheckPort" nil $kp -}}
-{{- $kp.healthPort | default $upstream | default 51515 | int -}}
+{{- $kp.healthPort | default $upstream | default 51515 | int | max 0 -}}
 {{- end -}}
 
 {{/*
@@ -298,7 +308,7 @@ gpu.nvidia.com below upstream's kubeletPluginsDirectoryPath, else below the kube
 {{- define "cdd.gpuPluginHealthPort" -}}
 {{- $kp := .Values.kubeletPlugin -}}
 {{- $upstream := dig "containers" "gpus" "healthcheckPort" nil $kp -}}
-{{- $kp.gpus.healthPort | default $upstream | default 51516 | int -}}
+{{- $kp.gpus.healthPort | default $upstream | default 51516 | int | max 0 -}}
 {{- end -}}
 
 {{/* Env shared by the controller and the kubelet plugin. */}}
@@ -328,5 +338,116 @@ gpu.nvidia.com below upstream's kubeletPluginsDirectoryPath, else below the kube
 {{- else if hasSuffix "s" $v -}}{{ trimSuffix "s" $v }}
 {{- else if hasSuffix "m" $v -}}{{ mulf (trimSuffix "m" $v | float64) 60 }}
 {{- else -}}{{ $v }}
+{{- end -}}
+{{- end -}}
+
+{{/* ------------------------------------------------------------ upstream's keys */}}
+
+{{/*
+The port of an upstream "[host]:port" endpoint (":8080" -> 8080); empty for an empty endpoint.
+This chart listens on all interfaces, so the host part is not used.
+*/}}
+{{- define "cdd.endpointPort" -}}
+{{- if . -}}{{ regexFind "[0-9]+$" (toString .) | int }}{{- end -}}
+{{- end -}}
+
+{{/*
+Metrics ports: 0 when upstream's metrics.enabled is false (no endpoint), else our *metricsPort
+when set, else the port of upstream's *HttpEndpoint, else our default. Our keys default to null
+so that an upstream values file's endpoints are honoured.
+*/}}
+{{- define "cdd.controllerMetricsPort" -}}
+{{- $c := .Values.controller -}}
+{{- if not (dig "metrics" "enabled" true $c) -}}0
+{{- else -}}{{ $c.metricsPort | default (include "cdd.endpointPort" (dig "metrics" "httpEndpoint" "" $c)) | default 8080 | int }}
+{{- end -}}
+{{- end -}}
+
+{{- define "cdd.pluginMetricsPort" -}}
+{{- $kp := .Values.kubeletPlugin -}}
+{{- if not (dig "metrics" "enabled" true $kp) -}}0
+{{- else -}}{{ $kp.metricsPort | default (include "cdd.endpointPort" (dig "metrics" "computeDomainHttpEndpoint" "" $kp)) | default 8082 | int }}
+{{- end -}}
+{{- end -}}
+
+{{- define "cdd.gpuPluginMetricsPort" -}}
+{{- $kp := .Values.kubeletPlugin -}}
+{{- if not (dig "metrics" "enabled" true $kp) -}}0
+{{- else -}}{{ $kp.gpus.metricsPort | default (include "cdd.endpointPort" (dig "metrics" "gpuHttpEndpoint" "" $kp)) | default 8083 | int }}
+{{- end -}}
+{{- end -}}
+
+{{/*
+A container's securityContext: the chart's own (call with dict "ours" <YAML text> "user" <map>),
+with the user's upstream-style containers.<name>.securityContext merged over it.
+*/}}
+{{- define "cdd.mergedSecurityContext" -}}
+{{- $ours := fromYaml .ours -}}
+{{- toYaml (mergeOverwrite $ours (deepCopy (.user | default dict))) -}}
+{{- end -}}
+
+{{/* apiVersion of the DeviceClasses: upstream's resourceApiVersion, else resource.k8s.io/v1. */}}
+{{- define "cdd.resourceApiVersion" -}}
+{{- .Values.resourceApiVersion | default "resource.k8s.io/v1" -}}
+{{- end -}}
+
+{{/*
+Webhook TLS. Our webhook.tls.secretName wins when set; else upstream's modes: "cert-manager"
+(the chart creates a Certificate, and a self-signed Issuer for issuerType selfsigned) or
+"secret" (webhook.tls.secret.name). Empty mode means secret.
+*/}}
+{{- define "cdd.webhookTLSMode" -}}
+{{- $tls := .Values.webhook.tls | default dict -}}
+{{- if $tls.secretName -}}secret
+{{- else -}}{{ $tls.mode | default "secret" }}
+{{- end -}}
+{{- end -}}
+
+{{- define "cdd.webhookCertificateName" -}}{{ include "cdd.webhookName" . }}{{- end -}}
+
+{{- define "cdd.webhookTLSSecret" -}}
+{{- $tls := .Values.webhook.tls | default dict -}}
+{{- if eq (include "cdd.webhookTLSMode" .) "cert-manager" -}}{{ include "cdd.webhookName" . }}-cert
+{{- else -}}{{ $tls.secretName | default (dig "secret" "name" "" $tls) }}
+{{- end -}}
+{{- end -}}
+
+{{- define "cdd.webhookCABundle" -}}
+{{- $tls := .Values.webhook.tls | default dict -}}
+{{- $tls.caBundle | default (dig "secret" "caBundle" "" $tls) -}}
+{{- end -}}
+
+{{/* cert-manager's inject-ca-from target ("<namespace>/<certificate>"), or empty. */}}
+{{- define "cdd.webhookInjectCAFrom" -}}
+{{- $tls := .Values.webhook.tls | default dict -}}
+{{- if $tls.certManagerCertificate -}}{{ $tls.certManagerCertificate }}
+{{- else if eq (include "cdd.webhookTLSMode" .) "cert-manager" -}}{{ include "cdd.namespace" . }}/{{ include "cdd.webhookCertificateName" . }}
+{{- end -}}
+{{- end -}}
+
+{{- define "cdd.validateWebhookTLS" -}}
+{{- $mode := include "cdd.webhookTLSMode" . -}}
+{{- if eq $mode "secret" -}}
+{{- if not (include "cdd.webhookTLSSecret" .) -}}
+{{- fail "webhook.enabled=true needs webhook.tls.secretName (upstream: webhook.tls.secret.name): the name of a kubernetes.io/tls Secret holding the webhook's serving certificate; or set webhook.tls.mode=cert-manager to have cert-manager issue one" -}}
+{{- end -}}
+{{- else -}}
+{{- $cm := dig "certManager" dict (.Values.webhook.tls | default dict) -}}
+{{- $type := $cm.issuerType | default "selfsigned" -}}
+{{- if and (ne $type "selfsigned") (not $cm.issuerName) -}}
+{{- fail (printf "webhook.tls.certManager.issuerType=%s needs webhook.tls.certManager.issuerName: the %s that signs the webhook's certificate" $type (ternary "ClusterIssuer" "Issuer" (eq $type "clusterissuer"))) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{/* Upstream keys this chart accepts but whose feature it does not have: refused when they ask for it. */}}
+{{- define "cdd.validateUpstreamKeys" -}}
+{{- if .Values.maskNvidiaDriverParams -}}
+{{- fail "maskNvidiaDriverParams=true: this chart cannot hide ModifyDeviceFiles from NVML yet; leave it false (or unset)" -}}
+{{- end -}}
+{{- range $component := list "controller" "kubeletPlugin" -}}
+{{- if dig "networkPolicy" "enabled" false (index $.Values $component) -}}
+{{- fail (printf "%s.networkPolicy.enabled=true: this chart creates no NetworkPolicy yet; set it to false and add your own NetworkPolicy" $component) -}}
+{{- end -}}
 {{- end -}}
 {{- end -}}

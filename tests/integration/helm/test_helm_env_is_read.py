@@ -43,6 +43,9 @@ VALUES = [
     {},
     cr.imex("hostManaged", "channel", featureGates={"HostManagedIMEX": True}),
     {"resources": {"gpus": {"enabled": True}}},
+    # Upstream's keys that add env (issue 19).
+    {"gpuResourcesEnabledOverride": True, "altProcDevices": "/var/lib/mock/devices",
+     "kubeletPlugin": {"metrics": {"enabled": False}}},
     {"webhook": {"enabled": True, "tls": {"secretName": "tls"}}, **cr.host_managed()},
 ]
 
