@@ -42,10 +42,6 @@ MOCK_NVML = ("altProcDevices=/var/lib/nvml-mock/imex/proc-devices",)
 # DISABLE_COMPUTE_DOMAINS=true runs of the GPU suites add this.
 NO_CD = ("resources.computeDomains.enabled=false",)
 
-# Gates upstream's bats suite sets that this chart refuses today: the feature-gate part of
-# issue 19 accepts them. Strict xfail, so the marker goes once that lands.
-UNKNOWN_GATES = ("ConsumableShares", "DynamicMIG")
-
 CD_PLUGIN = "compute-domain-kubelet-plugin"
 
 # (where in upstream's tests/bats, the --set arguments it adds to iupgrade_wait's)
@@ -128,12 +124,6 @@ def _bats_params() -> list[Any]:
             for where, sets in BATS_SETS:
                 all_sets = (*IUPGRADE_WAIT, *(MOCK_NVML if mock else ()), *sets)
                 marks = [needs_upstream_values] if base == "upstream-values" else []
-                refused = [g for g in UNKNOWN_GATES if any(f"featureGates.{g}=" in s for s in sets)]
-                if refused:
-                    marks.append(pytest.mark.xfail(
-                        strict=True, raises=helm_python.HelmError,
-                        reason=f"gates {refused} are not accepted yet (issue 19, feature gates)",
-                    ))
                 params.append(pytest.param(
                     base, all_sets, marks=marks,
                     id=f"{base}{'-mock' if mock else ''}-{where.split(',')[0]}-{'+'.join(sets)}",
@@ -223,20 +213,6 @@ def test_bats_install_renders(base: str, sets: tuple[str, ...]) -> None:
             assert (ctl_env["LEASE_DURATION_SECONDS"], ctl_env["RENEW_DEADLINE_SECONDS"],
                     ctl_env["RETRY_PERIOD_SECONDS"]) == ("15", "10", "2")
             assert "affinity" not in controller["spec"]["template"]["spec"]
-
-
-REFUSED_GATE_SETS = [sets for _, sets in BATS_SETS
-                     if any(f"featureGates.{g}=" in s for g in UNKNOWN_GATES for s in sets)]
-
-
-@pytest.mark.parametrize("sets", REFUSED_GATE_SETS, ids="+".join)
-def test_bats_installs_fail_only_on_the_gates_not_accepted_yet(sets: tuple[str, ...]) -> None:
-    """Until the feature-gate part of issue 19 lands: the unknown gate is the only refusal."""
-    values = with_sets({}, (*IUPGRADE_WAIT, *sets))
-    assert "unknown feature gate" in cr.render_error(values)
-    for gate in UNKNOWN_GATES:
-        values["featureGates"].pop(gate, None)
-    assert cr.render(values, is_upgrade=True)
 
 
 @needs_upstream_values
