@@ -65,7 +65,7 @@ def test_cert_manager_with_a_self_signed_issuer_is_the_default() -> None:
     assert _inject_ca_from(objects) == f"{cr.NAMESPACE}/{certificate['metadata']['name']}"
     assert _ca_bundle(objects) is None
     service = cr.one(objects, "Service", WEBHOOK)["metadata"]
-    assert SERVICE_DNS == f"{service['name']}.{service['namespace']}.svc"
+    assert f"{service['name']}.{service['namespace']}.svc" == SERVICE_DNS
 
 
 @pytest.mark.parametrize(("issuer_type", "kind"), [
