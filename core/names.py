@@ -50,6 +50,10 @@ DAEMONSET_NAME_PREFIX: Final = "computedomain-daemon-"
 DEVICE_TYPE_CHANNEL: Final = "channel"
 DEVICE_TYPE_DAEMON: Final = "daemon"
 DEVICE_TYPE_SLOT: Final = "slot"
+# The `device_type` label of `nvidia_dra_prepared_devices` (upstream's values; a slot is
+# counted as the IMEX channel it gives the pod).
+DEVICE_TYPE_UNKNOWN: Final = "unknown"
+PREPARED_DEVICE_TYPES: Final = (DEVICE_TYPE_CHANNEL, DEVICE_TYPE_DAEMON, DEVICE_TYPE_UNKNOWN)
 MAX_DEVICES_PER_SLICE: Final = 128
 
 IMEX_CHANNEL_DIR: Final = "/dev/nvidia-caps-imex-channels"
@@ -86,6 +90,16 @@ def slot_device_name(index: int) -> str:
 def daemon_device_name(index: int = 0) -> str:
     """ResourceSlice device name of the IMEX daemon device."""
     return f"{DEVICE_TYPE_DAEMON}-{index}"
+
+
+def prepared_device_type(device_name: str) -> str:
+    """The `device_type` metric label of a ComputeDomain device, from its slice name."""
+    kind, _, index = device_name.rpartition("-")
+    if not index.isascii() or not index.isdigit():
+        return DEVICE_TYPE_UNKNOWN
+    if kind in (DEVICE_TYPE_CHANNEL, DEVICE_TYPE_SLOT):
+        return DEVICE_TYPE_CHANNEL
+    return DEVICE_TYPE_DAEMON if kind == DEVICE_TYPE_DAEMON else DEVICE_TYPE_UNKNOWN
 
 
 def cdi_spec_file_name(claim_uid: str) -> str:

@@ -19,7 +19,7 @@ from apps.pluginkit.serving import Plugin
 __all__ = ["DeviceCache", "Plugin", "start_gpu_plugin"]
 from core import models, names, ports
 from core.gpu import cdi as gpu_cdi
-from core.gpu import devices
+from core.gpu import checkpoint_records, devices
 from core.gpu import slices as gpu_slices
 
 log = logging.getLogger(__name__)
@@ -73,7 +73,11 @@ def start_gpu_plugin(
     node = models.NodeFacts(node_name=names.NodeName(settings.node_name), boot_id=boot_id)
     found = DeviceCache(discovery, node_name=settings.node_name)
     driver_files = files.driver_files()
-    metrics = plugin_metrics.PluginMetrics(node_name=settings.node_name)
+    metrics = plugin_metrics.PluginMetrics(
+        node_name=settings.node_name, driver=names.GPU_DRIVER_NAME,
+        device_type_of=checkpoint_records.prepared_device_type,
+        device_types=checkpoint_records.PREPARED_DEVICE_TYPES,
+    )
     stopping = threading.Event()
     checkpoint_store, cdi_dir = serving.open_stores(
         settings, cdi_file_name=gpu_cdi.spec_file_name

@@ -7,6 +7,7 @@ before the kubelet's own deadline, so the answer still reaches it.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from collections.abc import Callable
@@ -55,7 +56,8 @@ def answer_each_claim(
             results[ref.uid] = models.ClaimResult(error=invalid.message)
             continue
         try:
-            results[ref.uid] = models.ClaimResult(devices=handle(ref, deadline))
+            with _in_flight(metrics, operation):
+                results[ref.uid] = models.ClaimResult(devices=handle(ref, deadline))
         except errors.DriverError as exc:
             kind = (
                 "abandoned" if isinstance(exc, in_flight.AbandonedError)
@@ -80,6 +82,12 @@ def answer_each_claim(
     if metrics is not None:
         metrics.observe_call(operation=operation, seconds=time.perf_counter() - started)
     return results
+
+
+def _in_flight(
+    metrics: plugin_metrics.PluginMetrics | None, operation: str
+) -> contextlib.AbstractContextManager[None]:
+    return metrics.in_flight(operation) if metrics is not None else contextlib.nullcontext()
 
 
 def _count_error(

@@ -159,6 +159,16 @@ def _held_from_json(raw: Any) -> HeldDevice | None:
     )
 
 
+# The `device_type` label of `nvidia_dra_prepared_devices` (upstream's values).
+UNKNOWN_TYPE: Final = "unknown"
+PREPARED_DEVICE_TYPES: Final = (devices.GPU_TYPE, devices.MIG_TYPE, devices.VFIO_TYPE, UNKNOWN_TYPE)
+
+
+def prepared_device_type(device_name: str) -> str:
+    """The `device_type` metric label of a GPU device, from its slice name."""
+    return held_from_name(device_name).kind or UNKNOWN_TYPE
+
+
 def held_from_name(name: str) -> HeldDevice:
     """What a slice device name alone tells: its kind and physical GPU (never shared)."""
     if name.startswith(_VFIO_PREFIX):

@@ -211,6 +211,71 @@ ComputeDomain half is on. Every message is the apps' ConfigError text.
 {{- include "cdd.validateUpstreamKeys" . -}}
 {{- end -}}
 
+{{/*
+The webhook's serving certificate (webhook.tls), upstream's two modes:
+  cert-manager: the chart creates a Certificate (and, issuerType selfsigned, its Issuer);
+                cert-manager writes the Secret and injects the CA into the webhook configuration.
+  secret:       a given kubernetes.io/tls Secret (tls.secret.name), CA in tls.secret.caBundle.
+An empty mode keeps this chart's older keys working: secretName set means "secret", else
+cert-manager (upstream's default). secretName/caBundle are read where secret.name/caBundle are
+empty; certManagerCertificate names a Certificate made outside the chart (secret mode).
+*/}}
+{{- define "cdd.webhookTLSMode" -}}
+{{- $tls := .Values.webhook.tls -}}
+{{- if $tls.mode -}}{{ $tls.mode }}{{- else if $tls.secretName -}}secret{{- else -}}cert-manager{{- end -}}
+{{- end -}}
+
+{{- define "cdd.webhookCertName" -}}{{ include "cdd.webhookName" . }}-cert{{- end -}}
+{{- define "cdd.webhookIssuerName" -}}{{ include "cdd.webhookName" . }}-issuer{{- end -}}
+
+{{/* The Secret the webhook's certificate and key are read from. */}}
+{{- define "cdd.webhookTLSSecretName" -}}
+{{- $tls := .Values.webhook.tls -}}
+{{- if eq (include "cdd.webhookTLSMode" .) "secret" -}}
+{{ (($tls.secret | default dict).name) | default $tls.secretName }}
+{{- else -}}
+{{ include "cdd.webhookCertName" . }}
+{{- end -}}
+{{- end -}}
+
+{{/* The caBundle of the webhook configuration (secret mode only; cert-manager injects it). */}}
+{{- define "cdd.webhookCABundle" -}}
+{{- $tls := .Values.webhook.tls -}}
+{{- if eq (include "cdd.webhookTLSMode" .) "secret" -}}
+{{ (($tls.secret | default dict).caBundle) | default $tls.caBundle }}
+{{- end -}}
+{{- end -}}
+
+{{/* "<namespace>/<Certificate>" whose CA cert-manager's cainjector puts into the configuration. */}}
+{{- define "cdd.webhookInjectCAFrom" -}}
+{{- if eq (include "cdd.webhookTLSMode" .) "cert-manager" -}}
+{{ include "cdd.namespace" . }}/{{ include "cdd.webhookCertName" . }}
+{{- else -}}
+{{ .Values.webhook.tls.certManagerCertificate }}
+{{- end -}}
+{{- end -}}
+
+{{- define "cdd.validateWebhookTLS" -}}
+{{- $tls := .Values.webhook.tls -}}
+{{- $mode := include "cdd.webhookTLSMode" . -}}
+{{- if not (has $mode (list "cert-manager" "secret")) -}}
+{{- fail (printf "webhook.tls.mode '%s' is unknown: use cert-manager (the chart asks cert-manager for the certificate) or secret (give webhook.tls.secret.name)" $mode) -}}
+{{- end -}}
+{{- if and (eq $mode "secret") (not (include "cdd.webhookTLSSecretName" .)) -}}
+{{- fail "webhook.tls.mode=secret needs webhook.tls.secret.name: the name of a kubernetes.io/tls Secret (tls.crt, tls.key) holding the webhook's serving certificate, and webhook.tls.secret.caBundle: the base64 PEM of the CA that signed it" -}}
+{{- end -}}
+{{- if eq $mode "cert-manager" -}}
+{{- $cm := $tls.certManager | default dict -}}
+{{- $issuerType := $cm.issuerType | default "selfsigned" -}}
+{{- if not (has $issuerType (list "selfsigned" "issuer" "clusterissuer")) -}}
+{{- fail (printf "webhook.tls.certManager.issuerType '%s' is unknown: use selfsigned (the chart creates an Issuer), issuer or clusterissuer (name yours in webhook.tls.certManager.issuerName)" $issuerType) -}}
+{{- end -}}
+{{- if and (ne $issuerType "selfsigned") (not $cm.issuerName) -}}
+{{- fail (printf "webhook.tls.certManager.issuerType=%s needs webhook.tls.certManager.issuerName: the cert-manager %s that signs the webhook's certificate" $issuerType (ternary "ClusterIssuer" "Issuer (in the release namespace)" (eq $issuerType "clusterissuer"))) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
 {{/* The ComputeDomain half's mode, isolation and gate dependencies (skipped when it is off). */}}
 {{- define "cdd.validateIMEX" -}}
 {{- $mode := include "cdd.mode" . -}}
@@ -389,55 +454,6 @@ with the user's upstream-style containers.<name>.securityContext merged over it.
 {{/* apiVersion of the DeviceClasses: upstream's resourceApiVersion, else resource.k8s.io/v1. */}}
 {{- define "cdd.resourceApiVersion" -}}
 {{- .Values.resourceApiVersion | default "resource.k8s.io/v1" -}}
-{{- end -}}
-
-{{/*
-Webhook TLS. Our webhook.tls.secretName wins when set; else upstream's modes: "cert-manager"
-(the chart creates a Certificate, and a self-signed Issuer for issuerType selfsigned) or
-"secret" (webhook.tls.secret.name). Empty mode means secret.
-*/}}
-{{- define "cdd.webhookTLSMode" -}}
-{{- $tls := .Values.webhook.tls | default dict -}}
-{{- if $tls.secretName -}}secret
-{{- else -}}{{ $tls.mode | default "secret" }}
-{{- end -}}
-{{- end -}}
-
-{{- define "cdd.webhookCertificateName" -}}{{ include "cdd.webhookName" . }}{{- end -}}
-
-{{- define "cdd.webhookTLSSecret" -}}
-{{- $tls := .Values.webhook.tls | default dict -}}
-{{- if eq (include "cdd.webhookTLSMode" .) "cert-manager" -}}{{ include "cdd.webhookName" . }}-cert
-{{- else -}}{{ $tls.secretName | default (dig "secret" "name" "" $tls) }}
-{{- end -}}
-{{- end -}}
-
-{{- define "cdd.webhookCABundle" -}}
-{{- $tls := .Values.webhook.tls | default dict -}}
-{{- $tls.caBundle | default (dig "secret" "caBundle" "" $tls) -}}
-{{- end -}}
-
-{{/* cert-manager's inject-ca-from target ("<namespace>/<certificate>"), or empty. */}}
-{{- define "cdd.webhookInjectCAFrom" -}}
-{{- $tls := .Values.webhook.tls | default dict -}}
-{{- if $tls.certManagerCertificate -}}{{ $tls.certManagerCertificate }}
-{{- else if eq (include "cdd.webhookTLSMode" .) "cert-manager" -}}{{ include "cdd.namespace" . }}/{{ include "cdd.webhookCertificateName" . }}
-{{- end -}}
-{{- end -}}
-
-{{- define "cdd.validateWebhookTLS" -}}
-{{- $mode := include "cdd.webhookTLSMode" . -}}
-{{- if eq $mode "secret" -}}
-{{- if not (include "cdd.webhookTLSSecret" .) -}}
-{{- fail "webhook.enabled=true needs webhook.tls.secretName (upstream: webhook.tls.secret.name): the name of a kubernetes.io/tls Secret holding the webhook's serving certificate; or set webhook.tls.mode=cert-manager to have cert-manager issue one" -}}
-{{- end -}}
-{{- else -}}
-{{- $cm := dig "certManager" dict (.Values.webhook.tls | default dict) -}}
-{{- $type := $cm.issuerType | default "selfsigned" -}}
-{{- if and (ne $type "selfsigned") (not $cm.issuerName) -}}
-{{- fail (printf "webhook.tls.certManager.issuerType=%s needs webhook.tls.certManager.issuerName: the %s that signs the webhook's certificate" $type (ternary "ClusterIssuer" "Issuer" (eq $type "clusterissuer"))) -}}
-{{- end -}}
-{{- end -}}
 {{- end -}}
 
 {{/* Upstream keys this chart accepts but whose feature it does not have: refused when they ask for it. */}}

@@ -467,8 +467,10 @@ def test_webhook_objects_render_only_when_enabled() -> None:
     assert f"{cr.RELEASE}-compute-domain-dra-driver-webhook" in deployments
 
 
-def test_webhook_without_tls_secret_fails_rendering() -> None:
-    assert "webhook.tls.secretName" in cr.render_error({"webhook": {"enabled": True}})
+def test_webhook_in_secret_mode_without_a_secret_fails_rendering() -> None:
+    # Without webhook.tls the certificate comes from cert-manager (test_helm_webhook_tls.py).
+    values = {"webhook": {"enabled": True, "tls": {"mode": "secret"}}}
+    assert "webhook.tls.secret.name" in cr.render_error(values)
 
 
 @pytest.mark.parametrize(

@@ -130,7 +130,8 @@ def test_metrics_count_prepared_devices_and_errors(env: embedded.Embedded) -> No
     prepare(env, ref)
     prepare(env, bad)
     text = node(env).plugin.metrics.exposition().decode()
-    assert 'nvidia_dra_prepared_devices{driver="compute-domain.nvidia.com"' in text
+    cd_driver = 'driver="compute-domain.nvidia.com"'
+    assert f'nvidia_dra_prepared_devices{{device_type="channel",{cd_driver}' in text
     assert "nvidia_dra_prepared_devices" in text and "} 1.0" in text
     assert 'kind="permanent"' in text
     assert 'nvidia_dra_requests_total{driver="compute-domain.nvidia.com"' in text
