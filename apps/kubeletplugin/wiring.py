@@ -43,12 +43,14 @@ def read_node_facts(
 ) -> node_facts.ImexNodeFacts:
     """Channel major, boot ID and NVLink clique of this node.
 
-    A missing channel major is a ConfigError (refuse to start); a fabric that is still
-    coming up is retried with capped backoff instead of crash-looping. A failed NVML probe
-    (crash, hang) is retried `probe_attempts` times. A fabric error (GPUs disagree), a probe
-    that keeps failing, or no NVML at all stops the plugin unless gate
-    CrashOnNVLinkFabricErrors is off, in which case the node runs without a clique
-    (host-managed prepares then fail naming it).
+    A missing channel major is a ConfigError (refuse to start). A failed NVML probe (crash,
+    hang) is retried `probe_attempts` times with capped backoff. With gate
+    CrashOnNVLinkFabricErrors on (the default) a fabric error stops the plugin, as upstream's
+    does: a GPU whose registration is incomplete or failed, GPUs that disagree about their
+    clique, a probe that keeps failing, or no NVML at all. With the gate off, GPUs whose
+    registration is incomplete or failed are skipped (`cliques.clique_id_from_fabric`) and
+    the other errors leave the node without a clique (host-managed prepares then fail
+    naming it).
     """
     major = procdevices.imex_channel_major(files.proc_devices())
     probe_failures = 0
@@ -63,21 +65,22 @@ def read_node_facts(
                 raise
             # A one-off timeout or crash of the probe child: try again, with backoff.
             raise errors.RetryableError(exc.message) from exc
-        return cliques.clique_id_from_fabric(records)
+        return cliques.clique_id_from_fabric(records, strict=crash_on_fabric_errors)
 
     retrying = tenacity.Retrying(
         retry=tenacity.retry_if_exception_type(errors.RetryableError),
         wait=tenacity.wait_exponential_jitter(multiplier=0.5, max=30.0, jitter=0.5),
         sleep=sleep,
         before_sleep=lambda state: log.warning(
-            "event=fabric_not_ready node=%s attempt=%d error=%r",
+            "event=nvml_probe_retry node=%s attempt=%d error=%r",
             node_name, state.attempt_number,
             getattr(state.outcome.exception() if state.outcome else None, "message", ""),
         ),
         reraise=True,
     )
     try:
-        # NB: ask NVML again on every attempt; the fabric state is what we are waiting for.
+        # NB: only a failed probe raises RetryableError here; a fabric that is still
+        # forming is a decision of the gate, taken by clique_id_from_fabric.
         clique_id = retrying(clique_id_now)
     except (errors.PermanentError, nvml_real.NvmlError) as exc:
         # Decision: NvmlUnavailable (no NVML library/driver visible to the plugin) is treated

@@ -84,8 +84,9 @@ def test_fabric_state_override_simulates_a_fabric_not_ready_yet() -> None:
         node_name="gb200-rack1-node01",
         fabric_state=models.FabricState.IN_PROGRESS,
     )
-    with pytest.raises(errors.RetryableError, match="not complete"):
+    with pytest.raises(errors.PermanentError, match="not complete"):
         cliques.clique_id_from_fabric(inventory.fabric_records())
+    assert cliques.clique_id_from_fabric(inventory.fabric_records(), strict=False) == ""
 
 
 def test_unknown_profile_is_rejected_listing_the_known_ones() -> None:
