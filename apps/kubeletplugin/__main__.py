@@ -47,6 +47,9 @@ def _start(
         node_name=settings.node_name,
         driver_root=settings.nvidia_driver_root,
     )
+    wiring.check_driver_version(
+        resolved.config, inventory=inventory, node_name=settings.node_name
+    )
     strict = resolved.config.gates.enabled(gates.CRASH_ON_NVLINK_FABRIC_ERRORS)
     node = wiring.read_node_facts(
         node_name=settings.node_name,

@@ -23,7 +23,7 @@ from apps.pluginkit import metrics as plugin_metrics
 from apps.pluginkit import serving
 from apps.pluginkit.serving import Plugin
 from core import errors, models, names, ports, procdevices
-from core.computedomain import cliques, node_facts
+from core.computedomain import cliques, driver_version, node_facts
 
 log = logging.getLogger(__name__)
 
@@ -105,6 +105,19 @@ def read_node_facts(
         channel_major=major,
         boot_id=files.boot_id(),
     )
+
+
+def check_driver_version(
+    config: models.DriverConfig, *, inventory: ports.DeviceInventory, node_name: str
+) -> None:
+    """Refuse to start (ConfigError, or the NvmlError that hid the version) when the node's
+    driver is too old for the gates this install runs with, as upstream's plugin does."""
+    if not driver_version.needs_driver_check(config):
+        return
+    found = inventory.driver_version()
+    driver_version.check_driver_version(config, driver_version=found)
+    log.info("event=driver_version_checked node=%s driver=%s minimum=%s", node_name, found,
+             driver_version.IMEX_DAEMONS_WITH_DNS_NAMES_MIN_DRIVER)
 
 
 def start_plugin(
