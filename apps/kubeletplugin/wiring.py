@@ -13,6 +13,7 @@ import tenacity
 from adapters.kube import slices as kube_slices
 from adapters.nvml import imexctl
 from adapters.nvml import real as nvml_real
+from apps.kubeletplugin import clique_refresh
 from apps.kubeletplugin import daemon_claims as plugin_daemon_claims
 from apps.kubeletplugin import devices as plugin_devices
 from apps.kubeletplugin import domains as plugin_domains
@@ -171,6 +172,14 @@ def start_plugin(
         driver, settings, driver_name=names.DRIVER_NAME,
         publish=lambda: publisher.publish(offered.current()), metrics=metrics, stopping=stopping,
     )
+    if probe_clique is not None:
+        refresh = clique_refresh.CliqueRefresh(
+            driver=driver, cluster=cluster, probe_clique=probe_clique,
+            label_enabled=settings.gpu_clique_label_enabled,
+            interval_s=settings.clique_refresh_interval_s,
+        )
+        refresh.start(stopping)
+        plugin.on_stop.append(refresh.stop)
     log.info(
         "event=plugin_started node=%s mode=%s isolation=%s clique=%r channel_major=%d "
         "prepared_claims=%d dra_socket=%s",

@@ -16,8 +16,9 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Sequence
+from typing import Any, Final
 
-from core import errors, models
+from core import errors, models, names
 
 _UUID_BYTES = 16
 
@@ -95,6 +96,29 @@ def _clique_of(record: models.FabricRecord) -> str:
             f"{record.gpu_uuid} (expected {_UUID_BYTES}); check the NVIDIA driver version"
         )
     return f"{format_uuid(record.cluster_uuid)}.{record.clique_id}"
+
+
+# How often the plugin reads the clique again (upstream's kubelet plugin: every 10 minutes).
+CLIQUE_REFRESH_INTERVAL_S: Final = 600.0
+
+
+def refreshed_clique_id(current: str, observed: str) -> str:
+    """The clique to plan with after a re-read: a newly observed clique replaces the known
+    one, but a re-read that finds none keeps it (as upstream: a clique is never dropped)."""
+    return observed or current
+
+
+def gpu_clique_label_patch(clique_id: str) -> dict[str, Any] | None:
+    """The Node merge patch that sets `nvidia.com/gpu.clique`; None without a clique (the
+    label is then left as it is, as upstream)."""
+    if not clique_id:
+        return None
+    return {"metadata": {"labels": {names.GPU_CLIQUE_LABEL: clique_id}}}
+
+
+def gpu_clique_label_removal() -> dict[str, Any]:
+    """The Node merge patch that removes `nvidia.com/gpu.clique` (at a graceful stop)."""
+    return {"metadata": {"labels": {names.GPU_CLIQUE_LABEL: None}}}
 
 
 def format_uuid(raw: bytes) -> str:

@@ -106,6 +106,23 @@ def test_strict_is_the_default() -> None:
         cliques.clique_id_from_fabric([_gpu(0, state=models.FabricState.IN_PROGRESS)])
 
 
+def test_a_reread_clique_replaces_the_known_one_but_none_keeps_it() -> None:
+    assert cliques.refreshed_clique_id("", "a.1") == "a.1"
+    assert cliques.refreshed_clique_id("a.1", "a.2") == "a.2"
+    assert cliques.refreshed_clique_id("a.1", "") == "a.1"
+
+
+def test_gpu_clique_label_patches() -> None:
+    assert cliques.gpu_clique_label_patch("") is None
+    assert cliques.gpu_clique_label_patch("a.1") == {
+        "metadata": {"labels": {"nvidia.com/gpu.clique": "a.1"}}
+    }
+    assert cliques.gpu_clique_label_removal() == {
+        "metadata": {"labels": {"nvidia.com/gpu.clique": None}}
+    }
+    assert cliques.CLIQUE_REFRESH_INTERVAL_S == 600.0
+
+
 # A trimmed /proc/devices of an H100 node with the nvidia driver (580) loaded.
 H100_PROC_DEVICES = """\
 Character devices:
