@@ -31,6 +31,9 @@ KIND_DAEMON_CONFIG: Final = "ComputeDomainDaemonConfig"
 # NB: the same string is the node label key, the RCT label key and the finalizer.
 COMPUTE_DOMAIN_LABEL: Final = "resource.nvidia.com/computeDomain"
 COMPUTE_DOMAIN_FINALIZER: Final = COMPUTE_DOMAIN_LABEL
+# The node's NVLink clique, historically set by gpu-feature-discovery; upstream's
+# ComputeDomain kubelet plugin sets it when chart value gpuCliqueLabelEnabled is on.
+GPU_CLIQUE_LABEL: Final = "nvidia.com/gpu.clique"
 COMPUTE_DOMAIN_TARGET_LABEL: Final = "resource.nvidia.com/computeDomainTarget"
 TARGET_WORKLOAD: Final = "Workload"
 TARGET_DAEMON: Final = "Daemon"

@@ -197,6 +197,10 @@ class DeviceInventory(Protocol):
         """One record per GPU; an empty tuple on a node without GPUs."""
         ...
 
+    def driver_version(self) -> str:
+        """The NVIDIA driver's version as NVML reports it (e.g. "580.65.06")."""
+        ...
+
 
 class GpuDiscovery(Protocol):
     """The node's GPUs, MIG devices and VFIO functions (real NVML + sysfs, or simulated)."""

@@ -56,7 +56,8 @@ REQUIRED_CONTROL_NODE = "/dev/nvidiactl"
 OPTIONAL_CONTROL_NODES = ("/dev/nvidia-uvm", "/dev/nvidia-uvm-tools", "/dev/nvidia-modeset")
 CAPS_PROC_NAME = "nvidia-caps"
 
-# The two libraries that prove a driver is installed; the first also carries its version.
+# NVML proves a driver is installed (required); libcuda, when present, names the driver's
+# library directory and version (else libnvidia-ml.so.<version> does).
 NVML_SONAME = "libnvidia-ml.so.1"
 CUDA_SONAME = "libcuda.so.1"
 
@@ -198,26 +199,34 @@ class DriverRoot:
     def _libraries(self) -> tuple[tuple[tuple[str, str], ...], str]:
         cached = self._ld_cache_paths()
         nvml = self._find_library(NVML_SONAME, cached)
-        cuda = self._find_library(CUDA_SONAME, cached)
-        missing = [
-            name for name, path in ((NVML_SONAME, nvml), (CUDA_SONAME, cuda)) if path is None
-        ]
-        if nvml is None or cuda is None:
+        if nvml is None:
             raise errors.ConfigError(
-                f"no NVIDIA driver under the driver root {self.root}: {', '.join(missing)} not "
+                f"no NVIDIA driver under the driver root {self.root}: {NVML_SONAME} not "
                 f"found (looked in {self.root}{LD_CACHE} and {', '.join(LIBRARY_DIRS)}); set "
                 "nvidiaDriverRoot (Helm) / NVIDIA_DRIVER_ROOT to the directory the driver is "
                 "installed in (/ for a host install, /run/nvidia/driver for the GPU Operator's)"
             )
-        nvml_file = self._resolve(nvml)
-        version = None if nvml_file is None else driver_version_of(nvml_file)
-        if nvml_file is None or version is None:
+        # As the NVIDIA container toolkit does for the upstream driver: the driver's library
+        # directory and version come from libcuda.so.<version>, else from
+        # libnvidia-ml.so.<version> (a driver without CUDA, such as NVIDIA's mock NVML).
+        cuda = self._find_library(CUDA_SONAME, cached)
+        anchor, version = "", None
+        for soname, path in ((CUDA_SONAME, cuda), (NVML_SONAME, nvml)):
+            real = None if path is None else self._resolve(path)
+            version = None if real is None else driver_version_of(real)
+            if real is not None and version is not None:
+                anchor = real
+                log.info("event=driver_version_found root=%s version=%s from=%s",
+                         self.root, version, soname)
+                break
+        if version is None:
             raise errors.ConfigError(
-                f"cannot tell the NVIDIA driver version under {self.root}: {nvml} does not "
-                f"lead to a libnvidia-ml.so.<version> file; reinstall the driver or set "
-                "nvidiaDriverRoot / NVIDIA_DRIVER_ROOT to a complete driver installation"
+                f"cannot tell the NVIDIA driver version under {self.root}: neither "
+                f"{CUDA_SONAME} nor {nvml} leads to a lib*.so.<version> file; reinstall the "
+                "driver or set nvidiaDriverRoot / NVIDIA_DRIVER_ROOT to a complete driver "
+                "installation"
             )
-        library_dir = os.path.dirname(nvml_file)
+        library_dir = os.path.dirname(anchor)
         candidates = set(cached)
         for directory in (library_dir, library_dir + "/vdpau"):
             candidates.update(self._list_dir(directory))

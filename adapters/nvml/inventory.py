@@ -11,6 +11,7 @@ from core import errors, ports
 
 REAL_SPEC = "real"
 SIMULATED_PREFIX = "simulated:"
+DRIVER_SEPARATOR = "@"
 
 
 def inventory_from_spec(
@@ -20,13 +21,16 @@ def inventory_from_spec(
 
     Constructing `real` touches nothing: NVML is first probed by `fabric_records()`, in a
     child that loads libnvidia-ml from `driver_root` (the host driver's mount point).
+    `simulated:<profile>@<driver version>` simulates another driver than the default one.
     """
     if spec == REAL_SPEC:
         return real.NvmlInventory(driver_root=driver_root)
     if spec.startswith(SIMULATED_PREFIX):
+        profile, _, version = spec.removeprefix(SIMULATED_PREFIX).partition(DRIVER_SEPARATOR)
         try:
             return simulated.SimulatedInventory(
-                profile=spec.removeprefix(SIMULATED_PREFIX), node_name=node_name
+                profile=profile, node_name=node_name,
+                driver_version=version or simulated.DEFAULT_DRIVER_VERSION,
             )
         except ValueError as exc:
             raise errors.ConfigError(f"invalid GPU inventory {spec!r}: {exc}") from exc

@@ -105,6 +105,10 @@ class NvmlInventory:
         except _codec.ProbeOutputError as exc:
             raise NvmlProbeFailed(f"NVML probe report is not usable: {exc}") from exc
 
+    def driver_version(self) -> str:
+        """What nvmlSystemGetDriverVersion reports. Raises as `fabric_records` does."""
+        return self.probe().driver_version
+
     def gpu_inventory(self) -> devices.GpuInventory:
         """Every GPU and existing MIG device (no VFIO functions: sysfs discovery adds those).
 

@@ -18,6 +18,8 @@ import uuid
 from core import models, names
 
 DEFAULT_CHANNEL_MAJOR = 242
+# The driver simulated nodes run (a 580 driver, as the GPU half's simulated GPUs report).
+DEFAULT_DRIVER_VERSION = "580.65.06"
 # Fixed namespace for every derived identifier of the simulation (any constant UUID works).
 SIMULATION_NAMESPACE = uuid.UUID("5e0c6a51-3f0b-4d3e-9a57-6b1c0de0a1d7")
 _ZERO_CLUSTER_UUID = b"\x00" * 16
@@ -140,9 +142,11 @@ class SimulatedInventory:
         profile: str,
         node_name: str,
         fabric_state: models.FabricState | None = None,
+        driver_version: str = DEFAULT_DRIVER_VERSION,
     ) -> None:
         """`fabric_state` overrides the state of fabric GPUs (e.g. IN_PROGRESS: not ready)."""
         self.profile = get_profile(profile)
+        self._driver_version = driver_version
         self.node_name = names.NodeName(node_name)
         self.fabric_state = fabric_state
         self._rack = _rack_of(self.profile, self.node_name)
@@ -154,6 +158,9 @@ class SimulatedInventory:
         """The node's GPUs, sorted by UUID; identical on every call."""
         records = (self._record(index) for index in range(self.profile.gpus_per_node))
         return tuple(sorted(records, key=lambda record: record.gpu_uuid))
+
+    def driver_version(self) -> str:
+        return self._driver_version
 
     def _record(self, index: int) -> models.FabricRecord:
         gpu_uuid = simulated_gpu_uuid(self.node_name, index)

@@ -48,20 +48,24 @@ def _start(
         node_name=settings.node_name,
         driver_root=settings.nvidia_driver_root,
     )
+    wiring.check_driver_version(
+        resolved.config, inventory=inventory, node_name=settings.node_name
+    )
+    strict = resolved.config.gates.enabled(gates.CRASH_ON_NVLINK_FABRIC_ERRORS)
     node = wiring.read_node_facts(
         node_name=settings.node_name,
         files=procfs.ProcNodeFiles(
             proc_devices_path=settings.proc_devices, boot_id_path=settings.boot_id_path
         ),
         inventory=inventory,
-        crash_on_fabric_errors=resolved.config.gates.enabled(
-            gates.CRASH_ON_NVLINK_FABRIC_ERRORS
-        ),
+        crash_on_fabric_errors=strict,
     )
     return wiring.start_plugin(
         settings, config=resolved.config, cluster=cluster, node=node,
         # A node without a clique looks again at each slice resync.
-        probe_clique=lambda: cliques.clique_id_from_fabric(inventory.fabric_records()),
+        probe_clique=lambda: cliques.clique_id_from_fabric(
+            inventory.fabric_records(), strict=strict
+        ),
     )
 
 

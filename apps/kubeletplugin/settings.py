@@ -42,6 +42,10 @@ class Settings:
     host_driver_root: str = "/"
     imex_daemon_config_template: str = ""
     imex_mgmt_capability_path: str = ""
+    # nvidia.com/gpu.clique node label (chart kubeletPlugin.containers.computeDomains.
+    # gpuCliqueLabelEnabled) and how often the clique is read again (upstream: 10 minutes).
+    gpu_clique_label_enabled: bool = False
+    clique_refresh_interval_s: float = 600.0
 
     @property
     def checkpoint_path(self) -> str:
@@ -80,6 +84,13 @@ COMMAND = flags.command(
         flags.option("--imex-mgmt-capability-path", env="IMEX_MGMT_CAPABILITY_PATH", default="",
                      help="driverManaged: the IMEX management capability file (empty: "
                      "driver/nvidia/capabilities/fabric-imex-mgmt beside --proc-devices)"),
+        flags.option("--gpu-clique-label-enabled", env="GPU_CLIQUE_LABEL_ENABLED",
+                     type=flags.BOOLEAN, default="false",
+                     help="set the nvidia.com/gpu.clique node label (historically set by "
+                     "gpu-feature-discovery) to the node's NVLink clique"),
+        flags.option("--clique-refresh-interval-seconds", env="CLIQUE_REFRESH_INTERVAL_SECONDS",
+                     type=flags.SECONDS, default="600",
+                     help="how often the node's NVLink clique is read again"),
     ],
 )
 
@@ -116,4 +127,6 @@ def parse(argv: Sequence[str] | None, env: Mapping[str, str]) -> Settings:
         host_driver_root=values["host_driver_root"],
         imex_daemon_config_template=values["imex_daemon_config_template"],
         imex_mgmt_capability_path=values["imex_mgmt_capability_path"],
+        gpu_clique_label_enabled=values["gpu_clique_label_enabled"],
+        clique_refresh_interval_s=values["clique_refresh_interval_seconds"],
     )

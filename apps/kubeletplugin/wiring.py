@@ -13,6 +13,7 @@ import tenacity
 from adapters.kube import slices as kube_slices
 from adapters.nvml import imexctl
 from adapters.nvml import real as nvml_real
+from apps.kubeletplugin import clique_refresh
 from apps.kubeletplugin import daemon_claims as plugin_daemon_claims
 from apps.kubeletplugin import devices as plugin_devices
 from apps.kubeletplugin import domains as plugin_domains
@@ -23,7 +24,7 @@ from apps.pluginkit import metrics as plugin_metrics
 from apps.pluginkit import serving
 from apps.pluginkit.serving import Plugin
 from core import errors, models, names, ports, procdevices
-from core.computedomain import cliques, node_facts
+from core.computedomain import cliques, driver_version, node_facts
 
 log = logging.getLogger(__name__)
 
@@ -43,12 +44,14 @@ def read_node_facts(
 ) -> node_facts.ImexNodeFacts:
     """Channel major, boot ID and NVLink clique of this node.
 
-    A missing channel major is a ConfigError (refuse to start); a fabric that is still
-    coming up is retried with capped backoff instead of crash-looping. A failed NVML probe
-    (crash, hang) is retried `probe_attempts` times. A fabric error (GPUs disagree), a probe
-    that keeps failing, or no NVML at all stops the plugin unless gate
-    CrashOnNVLinkFabricErrors is off, in which case the node runs without a clique
-    (host-managed prepares then fail naming it).
+    A missing channel major is a ConfigError (refuse to start). A failed NVML probe (crash,
+    hang) is retried `probe_attempts` times with capped backoff. With gate
+    CrashOnNVLinkFabricErrors on (the default) a fabric error stops the plugin, as upstream's
+    does: a GPU whose registration is incomplete or failed, GPUs that disagree about their
+    clique, a probe that keeps failing, or no NVML at all. With the gate off, GPUs whose
+    registration is incomplete or failed are skipped (`cliques.clique_id_from_fabric`) and
+    the other errors leave the node without a clique (host-managed prepares then fail
+    naming it).
     """
     major = procdevices.imex_channel_major(files.proc_devices())
     probe_failures = 0
@@ -63,21 +66,22 @@ def read_node_facts(
                 raise
             # A one-off timeout or crash of the probe child: try again, with backoff.
             raise errors.RetryableError(exc.message) from exc
-        return cliques.clique_id_from_fabric(records)
+        return cliques.clique_id_from_fabric(records, strict=crash_on_fabric_errors)
 
     retrying = tenacity.Retrying(
         retry=tenacity.retry_if_exception_type(errors.RetryableError),
         wait=tenacity.wait_exponential_jitter(multiplier=0.5, max=30.0, jitter=0.5),
         sleep=sleep,
         before_sleep=lambda state: log.warning(
-            "event=fabric_not_ready node=%s attempt=%d error=%r",
+            "event=nvml_probe_retry node=%s attempt=%d error=%r",
             node_name, state.attempt_number,
             getattr(state.outcome.exception() if state.outcome else None, "message", ""),
         ),
         reraise=True,
     )
     try:
-        # NB: ask NVML again on every attempt; the fabric state is what we are waiting for.
+        # NB: only a failed probe raises RetryableError here; a fabric that is still
+        # forming is a decision of the gate, taken by clique_id_from_fabric.
         clique_id = retrying(clique_id_now)
     except (errors.PermanentError, nvml_real.NvmlError) as exc:
         # Decision: NvmlUnavailable (no NVML library/driver visible to the plugin) is treated
@@ -102,6 +106,19 @@ def read_node_facts(
         channel_major=major,
         boot_id=files.boot_id(),
     )
+
+
+def check_driver_version(
+    config: models.DriverConfig, *, inventory: ports.DeviceInventory, node_name: str
+) -> None:
+    """Refuse to start (ConfigError, or the NvmlError that hid the version) when the node's
+    driver is too old for the gates this install runs with, as upstream's plugin does."""
+    if not driver_version.needs_driver_check(config):
+        return
+    found = inventory.driver_version()
+    driver_version.check_driver_version(config, driver_version=found)
+    log.info("event=driver_version_checked node=%s driver=%s minimum=%s", node_name, found,
+             driver_version.IMEX_DAEMONS_WITH_DNS_NAMES_MIN_DRIVER)
 
 
 def start_plugin(
@@ -157,6 +174,14 @@ def start_plugin(
         driver, settings, driver_name=names.DRIVER_NAME,
         publish=lambda: publisher.publish(offered.current()), metrics=metrics, stopping=stopping,
     )
+    if probe_clique is not None:
+        refresh = clique_refresh.CliqueRefresh(
+            driver=driver, cluster=cluster, probe_clique=probe_clique,
+            label_enabled=settings.gpu_clique_label_enabled,
+            interval_s=settings.clique_refresh_interval_s,
+        )
+        refresh.start(stopping)
+        plugin.on_stop.append(refresh.stop)
     log.info(
         "event=plugin_started node=%s mode=%s isolation=%s clique=%r channel_major=%d "
         "prepared_claims=%d dra_socket=%s",

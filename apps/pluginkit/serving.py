@@ -159,10 +159,17 @@ class Plugin(Generic[NodeT]):
     stopping: threading.Event
     slices: SliceResync
     cleanup: StaleClaimCleanup
+    # Run at a graceful stop, after the server stopped (a half's own clean-up: node labels).
+    on_stop: list[Callable[[], None]] = dataclasses.field(default_factory=list)
 
     def stop(self, grace_s: float = 2.0) -> None:
         self.stopping.set()
         self.server.stop(grace_s)
+        for hook in self.on_stop:
+            try:
+                hook()
+            except Exception:  # a clean-up step must not keep the others from running
+                log.exception("event=stop_hook_failed hook=%r", hook)
         try:
             self.driver.compact()
         except OSError as exc:  # the journal still holds every claim; a restart replays it

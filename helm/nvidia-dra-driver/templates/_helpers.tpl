@@ -359,6 +359,14 @@ kubelet's defaults.
 {{- end -}}
 
 {{/*
+"true" when the ComputeDomain plugin sets the nvidia.com/gpu.clique node label (upstream key
+kubeletPlugin.containers.computeDomains.gpuCliqueLabelEnabled, off by default as upstream).
+*/}}
+{{- define "cdd.gpuCliqueLabel" -}}
+{{- if dig "containers" "computeDomains" "gpuCliqueLabelEnabled" false .Values.kubeletPlugin -}}true{{- end -}}
+{{- end -}}
+
+{{/*
 The GPU plugin's directory (its DRA socket and checkpoint): kubeletPlugin.gpus.pluginDir, else
 gpu.nvidia.com below upstream's kubeletPluginsDirectoryPath, else below the kubelet's default.
 */}}

@@ -403,6 +403,29 @@ def test_plugin_process_refuses_prepare_while_the_host_imex_query_cannot_run(
     assert not node_paths.cdi_file(ref.uid).exists()
 
 
+def test_plugin_process_driver_managed_on_a_driver_too_old_for_dns_names_exits_2_naming_the_gate(
+    served: app_processes.ServedCluster,
+    node_paths: PluginPaths,
+    launch: app_processes.Launch,
+) -> None:
+    # Upstream refuses IMEXDaemonsWithDNSNames (on by default) below driver 570.158.01.
+    node = app_processes.first_node()
+    node_paths.write_node_files(node)
+
+    process = _start(
+        launch, served.kubeconfig, node_paths, node=node,
+        mode_flags=["--imex-mode", "driverManaged",
+                    "--nvml", f"simulated:{app_processes.PROFILE}@570.148.08"],
+    )
+
+    assert process.wait() == 2
+    errors = [line for line in process.output().splitlines() if line.startswith("error:")]
+    assert len(errors) == 1, process.output()
+    assert "IMEXDaemonsWithDNSNames" in errors[0] and "570.158.01" in errors[0]
+    assert "570.148.08" in errors[0]
+    assert not node_paths.registration_socket.exists()
+
+
 # ------------------------------------------------------------------ stale entries
 
 

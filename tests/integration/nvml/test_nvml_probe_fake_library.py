@@ -134,3 +134,7 @@ def test_legacy_call_reports_a_gb200_clique(tmp_path: pathlib.Path) -> None:
 def test_driver_not_loaded_is_nvml_unavailable(tmp_path: pathlib.Path) -> None:
     with pytest.raises(nvml.NvmlUnavailable, match="Driver Not Loaded"):
         _inventory(tmp_path, mode="no-driver").fabric_records()
+
+
+def test_driver_version_is_what_nvml_reports(tmp_path: pathlib.Path) -> None:
+    assert _inventory(tmp_path, mode="h100").driver_version() == "580.95.05"

@@ -39,23 +39,29 @@ def test_fabric_error_leaves_the_node_without_clique_when_the_gate_is_off() -> N
     assert facts.clique_id == "" and facts.channel_major == 242
 
 
-def test_fabric_still_forming_is_waited_for_not_crashed_on() -> None:
-    forming = simulated.SimulatedInventory(
+def _forming() -> simulated.SimulatedInventory:
+    return simulated.SimulatedInventory(
         profile="gb200-nvl72", node_name="gb200-rack1-node01",
         fabric_state=models.FabricState.IN_PROGRESS,
     )
+
+
+def test_fabric_still_forming_stops_the_plugin_when_the_gate_is_on() -> None:
     slept: list[float] = []
+    with pytest.raises(errors.PermanentError, match="CrashOnNVLinkFabricErrors"):
+        wiring.read_node_facts(
+            node_name="n", files=_files(), inventory=_forming(), sleep=slept.append
+        )
+    assert slept == []  # upstream crashes; it does not wait
 
-    class EventuallyReady:
-        def fabric_records(self) -> tuple[models.FabricRecord, ...]:
-            source = forming if len(slept) < 3 else simulated.SimulatedInventory(
-                profile="gb200-nvl72", node_name="gb200-rack1-node01")
-            return source.fabric_records()
 
+def test_fabric_still_forming_leaves_no_clique_when_the_gate_is_off() -> None:
+    slept: list[float] = []
     facts = wiring.read_node_facts(
-        node_name="n", files=_files(), inventory=EventuallyReady(), sleep=slept.append
+        node_name="n", files=_files(), inventory=_forming(), sleep=slept.append,
+        crash_on_fabric_errors=False,
     )
-    assert len(slept) == 3 and facts.clique_id
+    assert facts.clique_id == "" and slept == []
 
 
 class FailingProbe:

@@ -236,23 +236,71 @@ def test_a_root_without_the_driver_libraries_names_the_root_and_the_fix(
 
     assert str(root) in raised.value.message
     assert "libnvidia-ml.so.1" in raised.value.message
-    assert "libcuda.so.1" in raised.value.message
     assert "NVIDIA_DRIVER_ROOT" in raised.value.message
 
 
-def test_a_root_without_libcuda_is_refused(
+def test_a_root_without_libcuda_falls_back_to_libnvidia_ml_as_upstream(
+    tmp_path: pathlib.Path, dev_root: pathlib.Path, proc_devices: pathlib.Path
+) -> None:
+    # A driver without CUDA (NVIDIA's mock NVML on a CPU-only machine): the version and the
+    # library directory come from libnvidia-ml.so.<version>, as the container toolkit does.
+    root = tmp_path / "driver"
+    simulated_driverroot.install(str(root), ld_cache=False)
+    for name in ("libcuda.so.1", f"libcuda.so.{VERSION}"):
+        (root / LIB.lstrip("/") / name).unlink()
+
+    files = _locator(root, dev_root, proc_devices).driver_files()
+
+    containers = _containers(files.libraries)
+    assert f"{LIB}/libnvidia-ml.so.1" in containers
+    assert f"{LIB}/libnvidia-ml.so.{VERSION}" in containers
+    assert not any(os.path.basename(path).startswith("libcuda.so") for path in containers)
+
+
+def test_libcuda_names_the_library_directory_when_both_are_present(
+    tmp_path: pathlib.Path, dev_root: pathlib.Path, proc_devices: pathlib.Path
+) -> None:
+    # libnvidia-ml.so.1 in the first search dir links to a copy elsewhere; libcuda's
+    # directory (the toolkit's choice) still decides which versioned files are mounted.
+    root = tmp_path / "driver"
+    simulated_driverroot.install(str(root), ld_cache=False)
+    other = root / "usr/lib64"
+    other.mkdir(parents=True)
+    (other / "libnvidia-ml.so.1").symlink_to(f"{LIB}/libnvidia-ml.so.{VERSION}")
+
+    files = _locator(root, dev_root, proc_devices).driver_files()
+
+    assert f"{LIB}/libcuda.so.{VERSION}" in _containers(files.libraries)
+
+
+def test_a_root_without_libnvidia_ml_is_refused(
+    tmp_path: pathlib.Path, dev_root: pathlib.Path, proc_devices: pathlib.Path
+) -> None:
+    root = tmp_path / "driver"
+    simulated_driverroot.install(str(root), ld_cache=False)
+    for name in ("libnvidia-ml.so.1", f"libnvidia-ml.so.{VERSION}"):
+        (root / LIB.lstrip("/") / name).unlink()
+
+    with pytest.raises(errors.ConfigError, match=r"libnvidia-ml\.so\.1 not found"):
+        _locator(root, dev_root, proc_devices).driver_files()
+
+
+def test_an_unversioned_libnvidia_ml_without_libcuda_is_refused(
     tmp_path: pathlib.Path, dev_root: pathlib.Path, proc_devices: pathlib.Path
 ) -> None:
     root = tmp_path / "driver"
     simulated_driverroot.install(str(root), ld_cache=False)
     for name in ("libcuda.so.1", f"libcuda.so.{VERSION}"):
         (root / LIB.lstrip("/") / name).unlink()
+    nvml = root / LIB.lstrip("/") / "libnvidia-ml.so.1"
+    nvml.unlink()
+    nvml.write_bytes(b"a file, not a link to libnvidia-ml.so.<version>")
 
-    with pytest.raises(errors.ConfigError, match=r"libcuda\.so\.1 not found"):
+    with pytest.raises(errors.ConfigError, match="cannot tell the NVIDIA driver version"):
         _locator(root, dev_root, proc_devices).driver_files()
 
 
-def test_an_unversioned_libnvidia_ml_is_refused(
+def test_an_unversioned_libnvidia_ml_beside_libcuda_takes_the_version_from_libcuda(
     tmp_path: pathlib.Path, dev_root: pathlib.Path, proc_devices: pathlib.Path
 ) -> None:
     root = tmp_path / "driver"
@@ -261,8 +309,9 @@ def test_an_unversioned_libnvidia_ml_is_refused(
     nvml.unlink()
     nvml.write_bytes(b"a file, not a link to libnvidia-ml.so.<version>")
 
-    with pytest.raises(errors.ConfigError, match="cannot tell the NVIDIA driver version"):
-        _locator(root, dev_root, proc_devices).driver_files()
+    files = _locator(root, dev_root, proc_devices).driver_files()
+
+    assert f"{LIB}/libcuda.so.{VERSION}" in _containers(files.libraries)
 
 
 def test_a_missing_nvidiactl_says_the_driver_is_not_loaded(
@@ -363,5 +412,5 @@ def test_a_driver_outside_the_standard_dirs_without_ld_cache_is_not_found(
     root = tmp_path / "driver"
     simulated_driverroot.install(str(root), library_dir="/opt/nvidia/lib", ld_cache=False)
 
-    with pytest.raises(errors.ConfigError, match=r"libnvidia-ml\.so\.1, libcuda\.so\.1 not found"):
+    with pytest.raises(errors.ConfigError, match=r"libnvidia-ml\.so\.1 not found"):
         _locator(root, dev_root, proc_devices).driver_files()

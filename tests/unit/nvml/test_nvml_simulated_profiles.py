@@ -7,6 +7,8 @@ import re
 import pytest
 
 from adapters import nvml
+from adapters.nvml import inventory as nvml_inventory
+from adapters.nvml import simulated as nvml_simulated
 from core import errors, models, names, ports, procdevices
 from core.computedomain import cliques
 
@@ -84,8 +86,9 @@ def test_fabric_state_override_simulates_a_fabric_not_ready_yet() -> None:
         node_name="gb200-rack1-node01",
         fabric_state=models.FabricState.IN_PROGRESS,
     )
-    with pytest.raises(errors.RetryableError, match="not complete"):
+    with pytest.raises(errors.PermanentError, match="not complete"):
         cliques.clique_id_from_fabric(inventory.fabric_records())
+    assert cliques.clique_id_from_fabric(inventory.fabric_records(), strict=False) == ""
 
 
 def test_unknown_profile_is_rejected_listing_the_known_ones() -> None:
@@ -141,3 +144,15 @@ def test_inventory_from_spec_selects_real_nvml_without_probing() -> None:
 def test_inventory_from_spec_rejects_bad_values_as_config_errors(spec: str, complaint: str) -> None:
     with pytest.raises(errors.ConfigError, match=re.escape(complaint)):
         nvml.inventory_from_spec(spec, node_name="gb200-rack1-node01")
+
+
+def test_simulated_spec_may_name_the_driver_version() -> None:
+    default = nvml_inventory.inventory_from_spec(
+        "simulated:gb200-nvl72", node_name="gb200-rack1-node01"
+    )
+    older = nvml_inventory.inventory_from_spec(
+        "simulated:gb200-nvl72@570.148.08", node_name="gb200-rack1-node01"
+    )
+    assert default.driver_version() == nvml_simulated.DEFAULT_DRIVER_VERSION
+    assert older.driver_version() == "570.148.08"
+    assert older.fabric_records() == default.fabric_records()

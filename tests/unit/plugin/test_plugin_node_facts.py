@@ -56,20 +56,71 @@ def test_clique_id_is_empty_on_a_node_without_gpus() -> None:
     assert cliques.clique_id_from_fabric([]) == ""
 
 
-@pytest.mark.parametrize(
-    "state", [models.FabricState.NOT_STARTED, models.FabricState.IN_PROGRESS]
-)
-def test_clique_id_asks_to_retry_while_the_fabric_is_forming(state: models.FabricState) -> None:
-    with pytest.raises(errors.RetryableError) as err:
-        cliques.clique_id_from_fabric([_gpu(0), _gpu(1, state=state)])
-    assert _gpu(1).gpu_uuid in err.value.message
-    assert "not complete" in err.value.message
+def test_clique_id_skips_a_gpu_without_fabric_beside_gpus_that_share_a_clique() -> None:
+    # Upstream skips such a GPU (mock NVML: one GPU reporting ERROR_NOT_SUPPORTED).
+    records = [_gpu(0), _gpu(1, state=models.FabricState.NOT_SUPPORTED), _gpu(2)]
+    assert cliques.clique_id_from_fabric(records) == f"{CLUSTER_TEXT}.32766"
 
 
-def test_clique_id_asks_to_retry_when_a_completed_gpu_reports_failure() -> None:
-    with pytest.raises(errors.RetryableError) as err:
-        cliques.clique_id_from_fabric([_gpu(0), _gpu(3, ok=False)])
-    assert _gpu(3).gpu_uuid in err.value.message
+def test_clique_id_skips_a_gpu_with_an_all_zero_cluster_uuid_beside_a_clique() -> None:
+    records = [_gpu(0, cluster=b"\x00" * 16), _gpu(1)]
+    assert cliques.clique_id_from_fabric(records) == f"{CLUSTER_TEXT}.32766"
+
+
+def test_clique_id_still_rejects_disagreement_among_the_gpus_that_have_a_clique() -> None:
+    records = [_gpu(0), _gpu(1, state=models.FabricState.NOT_SUPPORTED), _gpu(2, clique=7)]
+    with pytest.raises(errors.PermanentError, match="disagree"):
+        cliques.clique_id_from_fabric(records, strict=False)
+
+
+UNUSABLE = [
+    pytest.param(_gpu(1, state=models.FabricState.NOT_STARTED), "not complete", id="not-started"),
+    pytest.param(_gpu(1, state=models.FabricState.IN_PROGRESS), "not complete", id="in-progress"),
+    pytest.param(_gpu(1, ok=False), "registration failed", id="failed-registration"),
+]
+
+
+@pytest.mark.parametrize(("unusable", "says"), UNUSABLE)
+def test_strict_clique_id_refuses_an_unusable_fabric_naming_gpu_and_gate(
+    unusable: models.FabricRecord, says: str
+) -> None:
+    with pytest.raises(errors.PermanentError) as err:
+        cliques.clique_id_from_fabric([_gpu(0), unusable], strict=True)
+    assert unusable.gpu_uuid in err.value.message
+    assert says in err.value.message
+    assert "CrashOnNVLinkFabricErrors" in err.value.message
+
+
+@pytest.mark.parametrize(("unusable", "says"), UNUSABLE)
+def test_lenient_clique_id_skips_an_unusable_gpu(
+    unusable: models.FabricRecord, says: str
+) -> None:
+    assert cliques.clique_id_from_fabric([_gpu(0), unusable], strict=False) == (
+        f"{CLUSTER_TEXT}.32766"
+    )
+    assert cliques.clique_id_from_fabric([unusable], strict=False) == ""
+
+
+def test_strict_is_the_default() -> None:
+    with pytest.raises(errors.PermanentError):
+        cliques.clique_id_from_fabric([_gpu(0, state=models.FabricState.IN_PROGRESS)])
+
+
+def test_a_reread_clique_replaces_the_known_one_but_none_keeps_it() -> None:
+    assert cliques.refreshed_clique_id("", "a.1") == "a.1"
+    assert cliques.refreshed_clique_id("a.1", "a.2") == "a.2"
+    assert cliques.refreshed_clique_id("a.1", "") == "a.1"
+
+
+def test_gpu_clique_label_patches() -> None:
+    assert cliques.gpu_clique_label_patch("") is None
+    assert cliques.gpu_clique_label_patch("a.1") == {
+        "metadata": {"labels": {"nvidia.com/gpu.clique": "a.1"}}
+    }
+    assert cliques.gpu_clique_label_removal() == {
+        "metadata": {"labels": {"nvidia.com/gpu.clique": None}}
+    }
+    assert cliques.CLIQUE_REFRESH_INTERVAL_S == 600.0
 
 
 # A trimmed /proc/devices of an H100 node with the nvidia driver (580) loaded.
