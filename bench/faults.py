@@ -45,6 +45,7 @@ from adapters.grpc import client as grpc_client
 from adapters.memory import apiserver
 from adapters.memory import cluster as memory_cluster
 from adapters.nvml import simulated
+from apps.kubeletplugin import settings as cd_settings
 from core import errors, kinds, models, names
 from core.computedomain import checkpoint_records as cd_records
 
@@ -191,7 +192,7 @@ class Node:
 
     @property
     def checkpoint_path(self) -> pathlib.Path:
-        return self.plugin_dir / "checkpoint.json"
+        return self.plugin_dir / cd_settings.CHECKPOINT_FILE
 
     @property
     def last_process(self) -> PluginProcess:

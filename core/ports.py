@@ -121,6 +121,21 @@ class CheckpointStore(Protocol):
         ...
 
 
+class PredecessorCheckpoint(Protocol):
+    """`<plugin dir>/checkpoint.json`: where our releases before the takeover support and
+    upstream's plugins keep their checkpoint (ours now has its own name). Classified by
+    `core.upstream_checkpoint.origin`; never written."""
+
+    def read(self) -> bytes | None:
+        """Its bytes, or None when there is none."""
+        ...
+
+    def hand_over(self) -> None:
+        """Our own earlier release's file: rename it (journal first, then snapshot) to the
+        current checkpoint's names. Only while the current checkpoint does not exist."""
+        ...
+
+
 class CheckpointJournal(CheckpointStore, Protocol):
     """The checkpoint as a snapshot (`read`/`write`) plus a journal of records appended since.
 

@@ -3,6 +3,11 @@
 Container runtimes read every `*.json`/`*.yaml` file in the CDI root when a container
 starts, so a spec appears by atomic rename only. File names come from
 `core.names.cdi_spec_file_name`; other vendors' files in the same root are left alone.
+
+Upstream's plugins name a claim's spec the same but `.yaml` (the CDI library's default). A
+claim adopted from upstream's checkpoint keeps that file as its spec: `read` falls back to
+it, `delete` removes it too, and `write` removes it after writing ours, so the runtime never
+finds one device defined by two files for longer than that unlink.
 """
 
 from __future__ import annotations
@@ -14,6 +19,8 @@ import os
 from collections.abc import Callable, Mapping
 from typing import Any
 
+import yaml
+
 from adapters.fs import _atomic
 from core import errors, names
 
@@ -22,6 +29,7 @@ logger = logging.getLogger(__name__)
 CDI_ROOT_MODE = 0o755
 CDI_FILE_MODE = 0o644
 _SPEC_SUFFIX = ".json"
+UPSTREAM_SPEC_SUFFIX = ".yaml"
 _SPEC_PREFIX = names.cdi_spec_file_name("")[: -len(_SPEC_SUFFIX)]
 
 
@@ -57,6 +65,10 @@ class CDIDirectory:
         _check_claim_uid(claim_uid)
         return os.path.join(self.root, self._file_name(claim_uid))
 
+    def upstream_spec_path(self, claim_uid: names.ClaimUID) -> str:
+        """Where upstream's plugin keeps the spec of `claim_uid` (an adopted claim's)."""
+        return self.spec_path(claim_uid)[: -len(_SPEC_SUFFIX)] + UPSTREAM_SPEC_SUFFIX
+
     def write(self, claim_uid: names.ClaimUID, spec: Mapping[str, Any]) -> None:
         """Write atomically (temp, rename), mode 0644; replaces any old spec.
 
@@ -70,17 +82,24 @@ class CDIDirectory:
         self._ensure_root()
         _atomic.write_atomically(path, data, mode=CDI_FILE_MODE, durable=False)
         logger.debug("cdi spec written claim_uid=%s path=%s", claim_uid, path)
+        # An adopted claim's spec is now ours: upstream's would define the same devices.
+        self._unlink(self.upstream_spec_path(claim_uid))
 
     def delete(self, claim_uid: names.ClaimUID) -> None:
         """Remove the claim's spec; a missing file (or root) is success."""
         path = self.spec_path(claim_uid)
         _atomic.fault_point(_atomic.CDI_UNLINK)
+        self._unlink(path)
+        # An adopted claim's spec is upstream's file.
+        self._unlink(self.upstream_spec_path(claim_uid))
+
+    def _unlink(self, path: str) -> None:
         try:
             os.unlink(path)
         except FileNotFoundError:
             return
         # NB: no directory fsync, for the reason `write` gives.
-        logger.debug("cdi spec deleted claim_uid=%s path=%s", claim_uid, path)
+        logger.debug("cdi spec deleted path=%s", path)
 
     def remove_temp_files(self) -> tuple[str, ...]:
         """Delete temp files a killed write left in the root (ours only); returns their paths."""
@@ -102,7 +121,7 @@ class CDIDirectory:
             with open(path, "rb") as spec_file:
                 raw = spec_file.read()
         except FileNotFoundError:
-            return None
+            return self._read_upstream(claim_uid)
         try:
             spec = json.loads(raw)
         except (UnicodeDecodeError, json.JSONDecodeError) as exc:
@@ -117,6 +136,25 @@ class CDIDirectory:
                 "file or unprepare the claim so the driver can rewrite it",
                 field=path,
             )
+        return spec
+
+    def _read_upstream(self, claim_uid: names.ClaimUID) -> Mapping[str, Any] | None:
+        """Upstream's `.yaml` spec of an adopted claim, or None."""
+        path = self.upstream_spec_path(claim_uid)
+        try:
+            with open(path, "rb") as spec_file:
+                raw = spec_file.read()
+        except FileNotFoundError:
+            return None
+        try:
+            spec = yaml.safe_load(raw)
+        except yaml.YAMLError as exc:
+            raise errors.DecodeError(
+                f"CDI spec {path} (written by the upstream plugin) is not valid YAML ({exc})",
+                field=path,
+            ) from exc
+        if not isinstance(spec, dict):
+            raise errors.DecodeError(f"CDI spec {path} is not a YAML mapping", field=path)
         return spec
 
     def _ensure_root(self) -> None:

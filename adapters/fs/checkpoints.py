@@ -173,6 +173,37 @@ class FileCheckpointStore:
         os.makedirs(os.path.dirname(self.path), exist_ok=True)
 
 
+class PredecessorFile:
+    """`core.ports.PredecessorCheckpoint`: the shared-name file `path` beside `successor`."""
+
+    def __init__(self, path: str, *, successor: FileCheckpointStore) -> None:
+        self.path = os.path.abspath(path)
+        self.journal_path = self.path + JOURNAL_SUFFIX
+        self._successor = successor
+
+    def __repr__(self) -> str:
+        return f"PredecessorFile({self.path!r})"
+
+    def read(self) -> bytes | None:
+        try:
+            with open(self.path, "rb") as checkpoint_file:
+                return checkpoint_file.read()
+        except FileNotFoundError:
+            return None
+
+    def hand_over(self) -> None:
+        """Rename journal, then snapshot: a kill between leaves the snapshot here and the
+        journal there, and the next start moves the snapshot."""
+        successor = self._successor
+        if os.path.lexists(successor.path):
+            raise FileExistsError(f"cannot hand {self.path} over: {successor.path} exists")
+        if os.path.lexists(self.journal_path) and not os.path.lexists(successor.journal_path):
+            os.rename(self.journal_path, successor.journal_path)
+        os.rename(self.path, successor.path)
+        _atomic.fsync_directory(os.path.dirname(successor.path))
+        logger.info("checkpoint handed over path=%s to=%s", self.path, successor.path)
+
+
 def read_checkpoint(
     path: str, codec: models.RecordCodec[P]
 ) -> models.Checkpoint[P] | None:

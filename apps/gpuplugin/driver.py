@@ -15,10 +15,11 @@ from apps.gpuplugin import logged_ports
 from apps.pluginkit import claim_half
 from apps.pluginkit import driver as claim_driver
 from apps.pluginkit import metrics as plugin_metrics
-from core import executing, models, names, ports
+from core import executing, models, names, ports, upstream_checkpoint
 from core.gpu import actions, devices
 from core.gpu import checkpoint_records as gpu_records
 from core.gpu import preparing as gpu_preparing
+from core.gpu import upstream_import as gpu_upstream_import
 
 # The vfio device nodes of each passthrough-ready function, by PCI address.
 VfioNodes = Callable[[], Mapping[str, Sequence[devices.DeviceNode]]]
@@ -103,6 +104,12 @@ class GpuHalf:
     ) -> gpu_records.Checkpoint:
         """The GPU claims the readable specs prove; unreadable ones get no entry."""
         return gpu_preparing.gpu_checkpoint_from_cdi(specs, boot_id=boot_id, now=now)
+
+    def adopt_upstream(
+        self, upstream: upstream_checkpoint.UpstreamCheckpoint, *, boot_id: str, now: float
+    ) -> gpu_records.Checkpoint:
+        """Upstream's GPU claims as entries of ours."""
+        return gpu_upstream_import.adopt(upstream, boot_id=boot_id, now=now)
 
     def plan_restore_spec(
         self, entry: gpu_records.Entry, *, node: models.NodeFacts

@@ -14,6 +14,9 @@ PLUGIN_DIR = f"/var/lib/kubelet/plugins/{DRIVER_NAME}"
 REGISTRY_DIR = "/var/lib/kubelet/plugins_registry"
 
 
+# The plugin's checkpoint in its plugin dir (not `checkpoint.json`: upstream's name).
+CHECKPOINT_FILE = "gpu-plugin.checkpoint.json"
+
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class Settings:
     node_name: str
@@ -40,6 +43,13 @@ class Settings:
 
     @property
     def checkpoint_path(self) -> str:
+        # Not `checkpoint.json`: upstream's plugin keeps its own file under that name, and a
+        # rollback to it must find that file as it left it (docs/operations.md).
+        return f"{self.plugin_dir}/{CHECKPOINT_FILE}"
+
+    @property
+    def predecessor_checkpoint_path(self) -> str:
+        """Upstream's checkpoint, and ours before it had its own name."""
         return f"{self.plugin_dir}/checkpoint.json"
 
 

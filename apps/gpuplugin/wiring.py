@@ -83,7 +83,10 @@ def start_gpu_plugin(
         settings, cdi_file_name=gpu_cdi.spec_file_name
     )
     driver = gpu_driver.new_driver(
-        ports=claim_driver.PluginPorts(cluster=cluster, checkpoints=checkpoint_store, cdi=cdi_dir),
+        ports=claim_driver.PluginPorts(
+            cluster=cluster, checkpoints=checkpoint_store, cdi=cdi_dir,
+            predecessor=serving.open_predecessor(settings, checkpoint_store),
+        ),
         node=node,
         gates=gates,
         inventory=found.current,

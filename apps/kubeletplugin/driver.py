@@ -21,9 +21,10 @@ from apps.kubeletplugin import domains as plugin_domains
 from apps.pluginkit import claim_half, claim_reads, node_events
 from apps.pluginkit import driver as claim_driver
 from apps.pluginkit import metrics as plugin_metrics
-from core import decoding, errors, executing, kinds, models, names, ports
+from core import decoding, errors, executing, kinds, models, names, ports, upstream_checkpoint
 from core.computedomain import checkpoint_records as cd_records
 from core.computedomain import node_facts, preparing, recovery
+from core.computedomain import upstream_import as cd_upstream_import
 
 log = logging.getLogger(__name__)
 
@@ -108,6 +109,15 @@ class ComputeDomainHalf:
         return recovery.rebuild_from_cdi(
             boot_id=boot_id, config=self._config, claim_specs=specs, now=now,
             unreadable=unreadable,
+        )
+
+    def adopt_upstream(
+        self, upstream: upstream_checkpoint.UpstreamCheckpoint, *, boot_id: str, now: float
+    ) -> cd_records.Checkpoint:
+        """Upstream's claims, counted as prepared under this plugin's IMEX mode."""
+        return cd_upstream_import.adopt(
+            upstream, mode=self._config.mode, isolation=self._config.isolation,
+            boot_id=boot_id, now=now,
         )
 
     def plan_restore_spec(

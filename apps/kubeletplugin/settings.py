@@ -10,6 +10,8 @@ from apps.shell import flags
 from core import names
 from core.computedomain import hostimex
 
+# The plugin's checkpoint in its plugin dir (not `checkpoint.json`: upstream's name).
+CHECKPOINT_FILE = "computedomain-plugin.checkpoint.json"
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class Settings:
@@ -49,6 +51,13 @@ class Settings:
 
     @property
     def checkpoint_path(self) -> str:
+        # Not `checkpoint.json`: upstream's plugin keeps its own file under that name, and a
+        # rollback to it must find that file as it left it (docs/operations.md).
+        return f"{self.plugin_dir}/{CHECKPOINT_FILE}"
+
+    @property
+    def predecessor_checkpoint_path(self) -> str:
+        """Upstream's checkpoint, and ours before it had its own name."""
         return f"{self.plugin_dir}/checkpoint.json"
 
 

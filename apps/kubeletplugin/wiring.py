@@ -150,6 +150,7 @@ def start_plugin(
         ports=claim_driver.PluginPorts(
             cluster=cluster,
             checkpoints=checkpoint_store,
+            predecessor=serving.open_predecessor(settings, checkpoint_store),
             cdi=plugin_daemon_claims.cdi_store(
                 cdi_dir, node=node, config=config,
                 template_path=settings.imex_daemon_config_template,

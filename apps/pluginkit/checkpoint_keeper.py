@@ -16,7 +16,7 @@ from typing import Generic, TypeVar
 
 from apps.pluginkit import checkpoint_recovery, claim_half, degraded, journaled_state, node_events
 from core import checkpoint as checkpoint_codec
-from core import models, ports
+from core import models, ports, upstream_checkpoint
 
 # The half's checkpoint record (`models.RecordCodec`).
 RecordT = TypeVar("RecordT")
@@ -38,8 +38,10 @@ class CheckpointKeeper(Generic[RecordT]):
         node_name: str,
         boot_id: str,
         clock: Callable[[], float],
+        predecessor: ports.PredecessorCheckpoint | None = None,
     ) -> None:
         self._store = store
+        self._predecessor = predecessor
         self._cdi = cdi
         self._events = events
         self._node_name = node_name
@@ -112,8 +114,9 @@ class CheckpointKeeper(Generic[RecordT]):
     def compact(self) -> None:
         """Fold the journal into the snapshot (at a graceful stop).
 
-        Afterwards `checkpoint.json` alone holds every claim, in the format plugins before
-        the journal read: what makes a downgrade after a clean stop keep every claim.
+        Afterwards the snapshot (`<half>-plugin.checkpoint.json`) alone holds every claim, in
+        the format plugins before the journal read: renamed back to `checkpoint.json`, it is
+        what a downgrade to such a release keeps every claim from (docs/operations.md).
         """
         if self._degraded is not None:
             return
@@ -136,13 +139,48 @@ class CheckpointKeeper(Generic[RecordT]):
                     ))
                 return current
             case journaled_state.Missing():
-                return self._recovery.missing()
+                return self._missing()
             case journaled_state.Unreadable(error=exc):
                 return self._settle(self._recovery.unreadable(exc))
             case journaled_state.Corrupt(error=corrupt):
                 return self._settle(self._recovery.corrupt(corrupt))
             case journaled_state.LostJournal(snapshot=snapshot):
                 return self._settle(self._recovery.lost_journal(snapshot))
+
+    def _missing(self) -> models.Checkpoint[RecordT]:
+        """No checkpoint of ours: take over what `checkpoint.json` holds, if anything.
+
+        Our earlier release's file is renamed to our name and read as ever (its format
+        upgrade included); upstream's is imported and left untouched, so a rollback finds it
+        as upstream left it; anything else is left alone and the CDI specs decide.
+        """
+        found = None
+        if self._predecessor is not None:
+            try:
+                found = self._predecessor.read()
+            except OSError as exc:
+                log.error("event=predecessor_checkpoint_unreadable node=%s error=%r",
+                          self._node_name, str(exc))
+        if found is None:
+            return self._recovery.missing()
+        origin = upstream_checkpoint.origin(found)
+        if origin is upstream_checkpoint.Origin.OURS:
+            assert self._predecessor is not None
+            try:
+                self._predecessor.hand_over()
+            except OSError as exc:
+                log.error("event=checkpoint_handover_failed node=%s error=%r",
+                          self._node_name, str(exc))
+                return self._recovery.missing()
+            log.info("event=checkpoint_renamed node=%s", self._node_name)
+            return self._read()
+        if origin is upstream_checkpoint.Origin.UPSTREAM:
+            return self._settle(self._recovery.takeover(found))
+        log.warning(
+            "event=predecessor_checkpoint_unknown node=%s action=left_untouched",
+            self._node_name,
+        )
+        return self._recovery.missing()
 
     def _settle(
         self, recovered: checkpoint_recovery.Recovered[RecordT]

@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping
 from typing import Generic, TypeVar
 
 from apps.pluginkit import claim_half, degraded, journaled_state, node_events
-from core import checkpoint_recovery, errors, models, names, ports
+from core import checkpoint_recovery, errors, models, names, ports, upstream_checkpoint
 
 # The half's checkpoint record (`models.RecordCodec`).
 RecordT = TypeVar("RecordT")
@@ -73,6 +73,45 @@ class CheckpointRecovery(Generic[RecordT]):
             f"{checkpoint_recovery.unreadable_specs_note(unreadable)}",
         )
         return rebuilt
+
+    def takeover(self, data: bytes) -> Recovered[RecordT]:
+        """Upstream's plugin left `checkpoint.json`: adopt its prepared claims (their CDI
+        specs stay upstream's files until unprepare) and write our own checkpoint beside it.
+
+        Upstream's file is never written or moved. Claims with a CDI spec of ours as well
+        (this plugin ran here before) keep what our spec proves.
+        """
+        try:
+            upstream = upstream_checkpoint.decode(data)
+        except errors.CheckpointCorruptError as exc:
+            log.error("event=upstream_checkpoint_corrupt node=%s action=left_untouched "
+                      "reason=%r", self._node_name, exc.message)
+            self._events.emit("UpstreamCheckpointUnreadable", exc.message)
+            return Recovered(checkpoint=self.missing())
+        now = self._clock()
+        adopted = self._half.adopt_upstream(upstream, boot_id=self._boot_id, now=now)
+        if self._cdi.claim_uids():
+            rebuilt, _ = self._rebuild_from_cdi()
+            adopted = dataclasses.replace(
+                adopted, entries={**adopted.entries, **rebuilt.entries}, index=None
+            )
+        try:
+            self._state.write_snapshot(adopted)
+        except OSError as exc:
+            return _unwritable(
+                adopted, path=exc.filename, problem="it could not be written at takeover",
+                cause=exc,
+            )
+        log.warning(
+            "event=upstream_checkpoint_adopted node=%s claims=%d upstream_boot_id=%s",
+            self._node_name, len(upstream.claims), upstream.boot_id,
+        )
+        self._events.emit(
+            "UpstreamCheckpointAdopted",
+            f"took over {len(upstream.claims)} claim(s) from the upstream plugin's "
+            "checkpoint.json (left untouched for a rollback)",
+        )
+        return Recovered(checkpoint=adopted)
 
     def unreadable(self, exc: OSError) -> Recovered[RecordT]:
         """Same rule as a corrupt file: move it aside, rebuild from CDI files, keep serving."""

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Protocol, TypeVar
 
-from core import models, names
+from core import models, names, upstream_checkpoint
 
 # What a half reads from the API server before the node-wide lock (None when nothing).
 ObservedT = TypeVar("ObservedT")
@@ -86,6 +86,12 @@ class HalfCheckpoint(Protocol[RecordT]):
 
     def freed_by(self, entry: models.CheckpointEntry[RecordT]) -> str:
         """What a stale entry's clean-up set free, for the Node event."""
+        ...
+
+    def adopt_upstream(
+        self, upstream: upstream_checkpoint.UpstreamCheckpoint, *, boot_id: str, now: float
+    ) -> models.Checkpoint[RecordT]:
+        """Upstream's prepared claims as this half's entries (a takeover)."""
         ...
 
 

@@ -44,6 +44,9 @@ class PluginPorts:
     cluster: ports.Cluster
     checkpoints: ports.CheckpointJournal
     cdi: ports.CDIStore
+    # `<plugin dir>/checkpoint.json` when the checkpoint has another name: read once, when
+    # the checkpoint is missing (a takeover from upstream, or our earlier release's file).
+    predecessor: ports.PredecessorCheckpoint | None = None
 
 
 class ClaimDriver(Generic[RecordT, claim_half.NodeT, claim_half.ObservedT, claim_half.ActionT]):
@@ -71,6 +74,7 @@ class ClaimDriver(Generic[RecordT, claim_half.NodeT, claim_half.ObservedT, claim
         self._keeper = checkpoint_keeper.CheckpointKeeper(
             half=half, store=ports.checkpoints, cdi=ports.cdi, events=events,
             node_name=node.node_name, boot_id=node.boot_id, clock=clock,
+            predecessor=ports.predecessor,
         )
         runner: step_runner.StepRunner[RecordT, claim_half.ActionT] = step_runner.StepRunner(
             half=half, checkpoint=self._keeper, cdi=ports.cdi, cluster=ports.cluster

@@ -195,6 +195,9 @@ class ServedSettings(Protocol):
     def checkpoint_path(self) -> str: ...
 
     @property
+    def predecessor_checkpoint_path(self) -> str: ...
+
+    @property
     def cdi_root(self) -> str: ...
 
     @property
@@ -211,6 +214,13 @@ def open_stores(
     for path in (*checkpoint_store.remove_temp_files(), *cdi_dir.remove_temp_files()):
         log.warning("event=temp_file_removed node=%s path=%s", settings.node_name, path)
     return checkpoint_store, cdi_dir
+
+
+def open_predecessor(
+    settings: ServedSettings, store: fs_checkpoints.FileCheckpointStore
+) -> fs_checkpoints.PredecessorFile:
+    """`checkpoint.json` (upstream's, or ours before it had its own name), read at takeover."""
+    return fs_checkpoints.PredecessorFile(settings.predecessor_checkpoint_path, successor=store)
 
 
 def serve(

@@ -22,6 +22,7 @@ import pytest
 from adapters.memory import apiserver
 from adapters.memory import cluster as memory_cluster
 from adapters.nvml import simulated
+from apps.kubeletplugin import settings as cd_settings
 from core import kinds, models, names
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[3]
@@ -132,7 +133,7 @@ class PluginPaths:
 
     @property
     def checkpoint(self) -> pathlib.Path:
-        return self.plugin_dir / "checkpoint.json"
+        return self.plugin_dir / cd_settings.CHECKPOINT_FILE
 
     def cdi_file(self, claim_uid: str) -> pathlib.Path:
         return self.cdi_root / names.cdi_spec_file_name(claim_uid)

@@ -514,7 +514,8 @@ def test_a_directory_in_place_of_the_checkpoint_is_moved_aside_and_the_plugin_se
     wait_registered(second, node_paths)
 
     assert node_paths.checkpoint.is_file()
-    assert [p.name for p in node_paths.plugin_dir.glob("checkpoint.json.corrupt-*")] != []
+    quarantined = node_paths.plugin_dir.glob(f"{node_paths.checkpoint.name}.corrupt-*")
+    assert [p.name for p in quarantined] != []
     assert kept.uid in checkpoint_entries(node_paths), "rebuilt from its CDI file"
     fresh = app_processes.resource_claim(served.cluster, "fresh", node=node, cd_uid=cd_uid)
     assert prepare(node_paths, [fresh], version="v1")[fresh.uid].error == ""

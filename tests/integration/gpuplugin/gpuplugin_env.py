@@ -25,6 +25,7 @@ from adapters.memory import cluster as memory_cluster
 from adapters.nvml import inventory as nvml_inventory
 from adapters.nvsmi import simulated as nvsmi_simulated
 from apps.cli import gpu_demo
+from apps.gpuplugin import settings as gpu_settings
 from core import kinds, models, names
 from core.gpu import cdi as gpu_cdi
 from core.gpu import checkpoint_records as gpu_records
@@ -103,7 +104,7 @@ class GpuNode:
 
     @property
     def checkpoint(self) -> pathlib.Path:
-        return self.plugin_dir / "checkpoint.json"
+        return self.plugin_dir / gpu_settings.CHECKPOINT_FILE
 
     def cdi_file(self, claim_uid: str) -> pathlib.Path:
         return self.cdi_root / gpu_cdi.spec_file_name(claim_uid)

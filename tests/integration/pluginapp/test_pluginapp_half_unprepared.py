@@ -132,7 +132,7 @@ def test_temp_files_left_by_a_kill_are_removed_at_start_up(env: embedded.Embedde
     settings = node(env).settings
     plugin_dir = os.path.dirname(settings.checkpoint_path)
     leftovers = [
-        os.path.join(plugin_dir, ".checkpoint.json.abc123.tmp"),
+        os.path.join(plugin_dir, f".{os.path.basename(settings.checkpoint_path)}.abc123.tmp"),
         os.path.join(settings.cdi_root, f".{names.cdi_spec_file_name(ref.uid)}.xyz.tmp"),
     ]
     foreign = os.path.join(settings.cdi_root, ".someone-elses.tmp")
