@@ -95,10 +95,10 @@ def test_demo_command_narrates_and_exits_zero() -> None:
 
 def test_demo_rejects_an_invalid_mode_with_the_config_message() -> None:
     done = subprocess.run(
-        [sys.executable, "-m", "apps.cli", "demo", "--mode", "hostManaged", "--isolation",
-         "domain"],
+        [sys.executable, "-m", "apps.cli", "demo", "--mode", "driverManaged", "--isolation",
+         "channel"],
         capture_output=True, text=True, timeout=60, check=False,
     )
     assert done.returncode == 2  # bad configuration (issue 17), refused before the banner
     assert done.stdout == ""
-    assert "isolation 'domain' needs driver-managed IMEX daemons" in done.stderr
+    assert "isolation 'channel' is only valid with mode hostManaged" in done.stderr
