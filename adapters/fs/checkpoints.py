@@ -47,11 +47,7 @@ class FileCheckpointStore:
         return f"FileCheckpointStore({self.path!r})"
 
     def read(self) -> bytes | None:
-        try:
-            with open(self.path, "rb") as checkpoint_file:
-                return checkpoint_file.read()
-        except FileNotFoundError:
-            return None
+        return _read_if_present(self.path)
 
     def write(self, data: bytes) -> None:
         """Replace atomically and durably (temp + fsync + rename + directory fsync)."""
@@ -185,11 +181,7 @@ class PredecessorFile:
         return f"PredecessorFile({self.path!r})"
 
     def read(self) -> bytes | None:
-        try:
-            with open(self.path, "rb") as checkpoint_file:
-                return checkpoint_file.read()
-        except FileNotFoundError:
-            return None
+        return _read_if_present(self.path)
 
     def hand_over(self) -> None:
         """Rename journal, then snapshot: a kill between leaves the snapshot here and the
@@ -231,3 +223,11 @@ def _stamp(path: str) -> FileStamp:
         return None
     return st.st_ino, st.st_size, st.st_mtime_ns
 
+
+def _read_if_present(path: str) -> bytes | None:
+    """The file's bytes, or None when there is no such file."""
+    try:
+        with open(path, "rb") as checkpoint_file:
+            return checkpoint_file.read()
+    except FileNotFoundError:
+        return None

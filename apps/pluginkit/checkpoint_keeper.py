@@ -129,13 +129,15 @@ class CheckpointKeeper(Generic[RecordT]):
 
     def _read(self) -> models.Checkpoint[RecordT]:
         match self._state.read():
-            case journaled_state.Loaded(checkpoint=current, uncut=uncut, problem=problem):
+            case journaled_state.Loaded(checkpoint=current, uncut=uncut):
                 if uncut is not None:
-                    # The next append would follow the uncut bytes (or mix two formats), and
+                    # The next append would follow the uncut bytes, and
                     # a later read would drop or reject the whole journal: nothing more is
                     # written (as if unwritable).
                     self._enter_degraded(current, degraded.Unwritable(
-                        path=uncut.filename, problem=problem, cause=uncut
+                        path=uncut.filename,
+                        problem="its journal's torn or stale tail could not be cut",
+                        cause=uncut,
                     ))
                 return current
             case journaled_state.Missing():

@@ -31,12 +31,11 @@ class Loaded(Generic[RecordT]):
     """What the snapshot + journal hold.
 
     `uncut`: the journal's torn or stale tail could not be cut, so nothing more may be
-    written (the next append would follow the uncut bytes); `problem` says why.
+    written (the next append would follow the uncut bytes).
     """
 
     checkpoint: models.Checkpoint[RecordT]
     uncut: OSError | None = None
-    problem: str = "its journal's torn or stale tail could not be cut"
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

@@ -179,14 +179,14 @@ def test_an_upgraded_gpu_claim_is_undone_as_its_record_says(tmp_path: Path) -> N
     assert any("GPU-00000000-0000-0000-0000-000000000000" in str(what) for what in resets)
 
 
-def test_the_first_compaction_after_an_upgrade_writes_this_release_s_format(
+def test_an_upgraded_checkpoint_encoded_again_is_this_release_s_format(
     tmp_path: Path,
 ) -> None:
     root = _copy("cd-host-managed", tmp_path)
     driver = _cd_driver("cd-host-managed", root)
     current = driver.recover()
     assert current.format_version == 1
-    # A compaction (here: the one a graceful stop would make, asked for version 2) rewrites.
+    # What the next compaction writes (`write_snapshot` encodes with the default version).
     data = checkpoint.encode(current)
     assert checkpoint.decode(data, cd_records.CODEC).format_version == 2
     assert checkpoint.decode(data, cd_records.CODEC).entries == current.entries
