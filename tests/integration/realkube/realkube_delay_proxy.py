@@ -8,11 +8,18 @@ the proxy's port still verify it). While armed, every chunk the server sends bac
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import socket
 import ssl
 import threading
 import time
+from collections.abc import Coroutine
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+_STEP_S = 30  # a bound on one step of the proxy's loop, not a timing
+_HEAD_LIMIT = 1 << 20  # request heads and reads up to 1 MiB
 
 
 class DelayProxy:
@@ -74,23 +81,6 @@ class DelayProxy:
                 sock.shutdown(socket.SHUT_RDWR)
 
 
-def _shut(sock: socket.socket) -> None:
-    """Wake every thread blocked on `sock` (a read returns end-of-stream, a write fails) and
-    send the peer end-of-stream, keeping its descriptor.
-
-    NB: never `close()` a socket another thread may be reading. Linux does not wake a thread
-    blocked in recv() on a descriptor closed under it, and the number is free at once for the
-    next socket this process opens. For TLS it is worse than a hang: OpenSSL reads a record in
-    two recv() calls on the number it was given (header, then body), so the first call returns
-    on the old connection and the second reads the *new* socket that took the number, stealing
-    bytes from an unrelated connection (an answer the test's own client then waits 60 s for)
-    and writing an alert into it. `socket.socket.shutdown` on the socket itself, not
-    `SSLSocket.shutdown`, which would unwrap it under the other thread.
-    """
-    with contextlib.suppress(OSError):
-        socket.socket.shutdown(sock, socket.SHUT_RDWR)
-
-
 class LeaseHoldingProxy:
     """Forward https://127.0.0.1:<port> to the API server, able to hold Lease requests.
 
@@ -100,8 +90,10 @@ class LeaseHoldingProxy:
     the client's call blocks), and so does what follows it on that connection; everything
     else passes at once. `release()` sends what was held on.
 
-    Each connection has two threads (requests in, answers out); when either side ends, both
-    sockets are shut down (see `_shut`) and closed only once both threads have returned.
+    NB: one asyncio loop on one thread owns every socket. Two earlier threaded versions broke
+    under load: closing a socket another thread was reading let OpenSSL read an unrelated
+    connection that took its descriptor number, and reading and writing one SSL object from
+    two threads (which OpenSSL does not promise is safe) sometimes lost an answer.
     """
 
     def __init__(self, *, upstream_port: int, cert_file: str, key_file: str,
@@ -110,106 +102,106 @@ class LeaseHoldingProxy:
         self._server_tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         self._server_tls.load_cert_chain(cert_file, key_file)
         self._client_tls = ssl.create_default_context(cafile=ca_file)
-        self._listener = socket.create_server(("127.0.0.1", 0))
-        self.port = int(self._listener.getsockname()[1])
-        self._released = threading.Event()
-        self._released.set()
-        self._closed = threading.Event()
-        self._lock = threading.Lock()
-        self._sockets: set[socket.socket] = set()
+        self._connections: set[asyncio.Task[None]] = set()
+        self._writers: set[asyncio.StreamWriter] = set()
         self.held = 0  # lease requests held so far
-        threading.Thread(target=self._accept, name="lease-proxy", daemon=True).start()
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="lease-proxy",
+                                        daemon=True)
+        self._thread.start()
+        self.port = self._run(self._start())
 
     @property
     def url(self) -> str:
         return f"https://127.0.0.1:{self.port}"
 
     def hold(self) -> None:
-        self._released.clear()
+        self._run(self._set_released(False))
 
     def release(self) -> None:
-        self._released.set()
+        self._run(self._set_released(True))
 
     def close(self) -> None:
-        """Ends every connection; the threads that read the sockets close them."""
-        with self._lock:
-            self._closed.set()
-            sockets = [self._listener, *self._sockets]
+        """Ends every connection (each side sees end-of-stream), then stops the loop."""
+        if self._loop.is_closed():
+            return
+        self._run(self._close())
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join()
+        self._loop.close()
+
+    def _run(self, step: Coroutine[Any, Any, T]) -> T:
+        return asyncio.run_coroutine_threadsafe(step, self._loop).result(timeout=_STEP_S)
+
+    async def _start(self) -> int:
+        self._released = asyncio.Event()
         self._released.set()
-        for sock in sockets:
-            _shut(sock)
+        self._server = await asyncio.start_server(
+            self._serve, "127.0.0.1", 0, ssl=self._server_tls, limit=_HEAD_LIMIT)
+        return int(self._server.sockets[0].getsockname()[1])
 
-    def _accept(self) -> None:
-        with self._listener:  # NB: closed here, by the one thread that accepts on it
-            while not self._closed.is_set():
-                try:
-                    raw, _ = self._listener.accept()
-                except OSError:
-                    return
-                threading.Thread(target=self._serve, args=(raw,), daemon=True).start()
+    async def _set_released(self, released: bool) -> None:
+        if released:
+            self._released.set()
+        else:
+            self._released.clear()
 
-    def _serve(self, raw: socket.socket) -> None:
+    async def _close(self) -> None:
+        self._server.close()
+        self._released.set()
+        for writer in list(self._writers):
+            writer.close()
+        if self._connections:
+            await asyncio.wait(self._connections, timeout=_STEP_S)
+
+    async def _serve(self, client_in: asyncio.StreamReader,
+                     client_out: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._connections.add(task)
         try:
-            client = self._server_tls.wrap_socket(raw, server_side=True)
+            upstream_in, upstream_out = await asyncio.open_connection(
+                "127.0.0.1", self._upstream_port, ssl=self._client_tls,
+                server_hostname="127.0.0.1", limit=_HEAD_LIMIT)
         except (OSError, ssl.SSLError):
-            raw.close()
+            client_out.close()
+            self._connections.discard(task)
             return
-        try:
-            upstream = self._client_tls.wrap_socket(
-                socket.create_connection(("127.0.0.1", self._upstream_port)),
-                server_hostname="127.0.0.1")
-        except (OSError, ssl.SSLError):
-            client.close()
-            return
-        with self._lock:
-            self._sockets |= {client, upstream}
-            if self._closed.is_set():  # accepted while `close()` ran
-                _shut(client)
-                _shut(upstream)
-        pump = threading.Thread(target=self._pump, args=(upstream, client), daemon=True)
-        pump.start()
-        self._requests(client, upstream)
-        _shut(client)
-        _shut(upstream)
-        pump.join()
-        with self._lock:
-            self._sockets -= {client, upstream}
-        client.close()  # NB: only now: no thread reads either socket any more
-        upstream.close()
+        self._writers |= {client_out, upstream_out}
+        sides = {asyncio.ensure_future(self._requests(client_in, upstream_out)),
+                 asyncio.ensure_future(self._answers(upstream_in, client_out))}
+        await asyncio.wait(sides, return_when=asyncio.FIRST_COMPLETED)
+        for side in sides:
+            side.cancel()
+        for writer in (client_out, upstream_out):
+            writer.close()
+            self._writers.discard(writer)
+        self._connections.discard(task)
 
-    def _requests(self, client: ssl.SSLSocket, upstream: ssl.SSLSocket) -> None:
+    async def _requests(self, client: asyncio.StreamReader,
+                        upstream: asyncio.StreamWriter) -> None:
         """Client -> server, one request at a time (head, then Content-Length body)."""
-        buffered = b""
-        with contextlib.suppress(OSError, ValueError):
+        with contextlib.suppress(OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError):
             while True:
-                while b"\r\n\r\n" not in buffered:
-                    chunk = client.recv(65536)
-                    if not chunk:
-                        raise ValueError("client closed")
-                    buffered += chunk
-                head, _, buffered = buffered.partition(b"\r\n\r\n")
+                head = await client.readuntil(b"\r\n\r\n")
                 length = 0
                 for line in head.split(b"\r\n")[1:]:
                     name, _, value = line.partition(b":")
                     if name.strip().lower() == b"content-length":
                         length = int(value.strip())
-                while len(buffered) < length:
-                    chunk = client.recv(65536)
-                    if not chunk:
-                        raise ValueError("client closed")
-                    buffered += chunk
-                body, buffered = buffered[:length], buffered[length:]
-                path = head.split(b"\r\n", 1)[0].split(b" ")[1] if b" " in head else b""
+                body = await client.readexactly(length)
+                request_line = head.split(b"\r\n", 1)[0].split(b" ")
+                path = request_line[1] if len(request_line) > 1 else b""
                 if b"/leases" in path and not self._released.is_set():
-                    with self._lock:
-                        self.held += 1
-                    self._released.wait()  # the stall itself
-                upstream.sendall(head + b"\r\n\r\n" + body)
+                    self.held += 1
+                    await self._released.wait()  # the stall itself
+                upstream.write(head + body)
+                await upstream.drain()
 
-    def _pump(self, source: ssl.SSLSocket, sink: ssl.SSLSocket) -> None:
-        """Server -> client; at the end, wakes `_requests` (which then closes both)."""
+    async def _answers(self, upstream: asyncio.StreamReader,
+                       client: asyncio.StreamWriter) -> None:
+        """Server -> client, as it comes."""
         with contextlib.suppress(OSError):
-            while chunk := source.recv(65536):
-                sink.sendall(chunk)
-        _shut(source)
-        _shut(sink)
+            while chunk := await upstream.read(65536):
+                client.write(chunk)
+                await client.drain()

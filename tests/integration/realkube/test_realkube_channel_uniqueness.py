@@ -164,7 +164,7 @@ class Sampler:
         # NB: no timeout: its client is closed only once its last list has returned (within
         # the client's read timeout). A socket closed under a read frees a descriptor that the
         # next connection of this process takes while the read goes on (see
-        # `realkube_delay_proxy._shut`).
+        # `realkube_delay_proxy.LeaseHoldingProxy`).
         self._thread.join()
         self._admin.close()
 

@@ -165,7 +165,9 @@ def test_decoders_raise_only_decode_error_on_near_valid_json(
 @settings(max_examples=200)
 @given(extra=st.dictionaries(json_keys, json_values, max_size=4))
 def test_extra_fields_never_break_lenient_decoding(extra: dict[Any, Any]) -> None:
-    params = {k: v for k, v in extra.items() if k not in VALID_OPAQUE}
+    # NB: Hypothesis also draws string constants from the code under test, so it does find
+    # the optional fields by name (junk in a known field is an error, not an extra field).
+    params = {k: v for k, v in extra.items() if k not in {*VALID_OPAQUE, "channelID"}}
     params.update(VALID_OPAQUE)
     assert decoding.decode_opaque_config(params, strict=False) == models.ChannelConfig(
         domain_id="uid", allocation_mode="Single"
