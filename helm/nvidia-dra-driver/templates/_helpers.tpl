@@ -58,14 +58,39 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- define "cdd.preflightName" -}}{{ include "cdd.fullname" . | trunc 53 | trimSuffix "-" }}-preflight{{- end -}}
 
 {{/*
+This driver's own image repository: the default of values.yaml `image.repository` (a test keeps
+the two equal), and what an upstream driver image is replaced by.
+*/}}
+{{- define "cdd.ownImageRepository" -}}computedomain-driver{{- end -}}
+
+{{/*
+Repositories of the upstream Go driver's image. An upstream values file names one; that image
+cannot run this chart's commands, so the chart runs its own image (repository and appVersion tag)
+instead and NOTES.txt says so (docs/operations.md, "Migrating from the upstream driver").
+*/}}
+{{- define "cdd.upstreamImageRepositories" -}}
+{{- list "registry.k8s.io/dra-driver-nvidia/dra-driver-nvidia-gpu" "nvcr.io/nvidia/k8s-dra-driver-gpu" "ghcr.io/nvidia/k8s-dra-driver-gpu" "nvcr.io/nvidia/k8s-dra-driver" | toJson -}}
+{{- end -}}
+
+{{/* "true" when `.` (a repository) is the upstream driver's image. */}}
+{{- define "cdd.isUpstreamImage" -}}
+{{- if has (. | trimSuffix "/") (include "cdd.upstreamImageRepositories" . | fromJsonArray) -}}true{{- end -}}
+{{- end -}}
+
+{{/*
 Image of a component: call with (dict "root" $ "image" .Values.<component>.image).
-Empty fields fall back to the global `image`, the tag finally to the chart's appVersion.
+Empty fields fall back to the global `image`, the tag finally to the chart's appVersion; an
+upstream driver image becomes this chart's own (see cdd.upstreamImageRepositories).
 */}}
 {{- define "cdd.image" -}}
 {{- $root := .root -}}
 {{- $img := .image | default dict -}}
 {{- $repo := $img.repository | default $root.Values.image.repository -}}
 {{- $tag := $img.tag | default $root.Values.image.tag | default $root.Chart.AppVersion -}}
+{{- if include "cdd.isUpstreamImage" $repo -}}
+{{- $repo = include "cdd.ownImageRepository" $root -}}
+{{- $tag = $root.Chart.AppVersion -}}
+{{- end -}}
 {{- printf "%s:%s" $repo $tag -}}
 {{- end -}}
 

@@ -452,3 +452,59 @@ def test_helm_lint_passes_strict_with_upstream_values() -> None:
     )
     assert report["errors"] == []
     assert [m for m in report["messages"] if m["severity"] >= 2] == []
+
+
+# ------------------------------------------------------------------ upstream's image
+
+
+def _images(objects: list[cr.Obj]) -> set[str]:
+    found = set()
+    for obj in objects:
+        pod = obj.get("spec", {}).get("template", {}).get("spec", {})
+        for c in pod.get("containers", []) + pod.get("initContainers", []):
+            found.add(c["image"])
+    return found
+
+
+def _chart_defaults() -> dict[str, Any]:
+    return helm_python.values_from_yaml((cr.CHART_DIR / "values.yaml").read_text())
+
+
+def _own_image() -> str:
+    return f"{_chart_defaults()['image']['repository']}:{cr.load_chart().metadata['appVersion']}"
+
+
+@needs_upstream_values
+def test_upstream_image_is_replaced_by_this_drivers_own_with_a_note() -> None:
+    values = upstream_values()
+    assert values["image"]["repository"].startswith("registry.k8s.io/dra-driver-nvidia/")
+    objects = cr.render(values, is_upgrade=True)
+    hooks = cr.render(values)  # the preflight Job renders on install
+    assert _images(objects) | _images(hooks) == {_own_image()}
+    controller = cr.one(objects, "Deployment")
+    assert cr.container_env(controller)["DAEMON_IMAGE"] == _own_image()
+    note = cr.notes(values)
+    assert "names the upstream driver's image (registry.k8s.io/dra-driver-nvidia/" in note
+    assert f"run {_own_image()} instead" in note
+
+
+@pytest.mark.parametrize("repository", [
+    "nvcr.io/nvidia/k8s-dra-driver-gpu", "registry.k8s.io/dra-driver-nvidia/dra-driver-nvidia-gpu/",
+])
+def test_an_upstream_image_with_its_own_tag_runs_this_drivers_image(repository: str) -> None:
+    objects = cr.render({"image": {"repository": repository, "tag": "v25.8.0"},
+                         "controller": {"image": {"repository": repository}}})
+    assert _images(objects) == {_own_image()}
+
+
+def test_another_image_is_used_as_given_without_a_note() -> None:
+    values = {"image": {"repository": "registry.example/ours/driver", "tag": "1.2.3"}}
+    assert _images(cr.render(values)) == {"registry.example/ours/driver:1.2.3"}
+    assert "upstream driver's image" not in cr.notes(values)
+
+
+def test_own_image_constant_matches_the_values_default() -> None:
+    rendered = cr.render({})
+    assert _images(rendered) == {_own_image()}
+    assert 'define "cdd.ownImageRepository" -}}' + _chart_defaults()["image"]["repository"] in (
+        cr.CHART_DIR / "templates" / "_helpers.tpl").read_text()
