@@ -25,6 +25,9 @@ class WatchEventType(enum.StrEnum):
     ADDED = "ADDED"
     MODIFIED = "MODIFIED"
     DELETED = "DELETED"
+    # Only a resourceVersion (`obj.metadata.resourceVersion`): the stream is alive and the
+    # watch has seen everything up to it. Informers advance their resume point and go on.
+    BOOKMARK = "BOOKMARK"
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

@@ -24,13 +24,22 @@ log = logging.getLogger(__name__)
 # Seconds to wait for a connection and for a non-watch answer.
 CONNECT_TIMEOUT_S = 10.0
 READ_TIMEOUT_S = 60.0
+# Longest silence of a watch stream before it counts as dead. kube-apiserver sends every
+# watcher that allows bookmarks one a minute, so a longer silence means a half-open
+# connection (a peer that vanished without a FIN: a NAT or load balancer dropped the flow, a
+# host died); the watch then resumes from its last resourceVersion at once instead of after
+# the watch's own timeout (up to 5.5 minutes of missed events). client-go uses HTTP/2 pings.
+WATCH_IDLE_TIMEOUT_S = 90.0
 
 
 class KubeAPI:
     """Raw JSON over the official client's connection pool and credentials."""
 
-    def __init__(self, api_client: client.ApiClient) -> None:
+    def __init__(
+        self, api_client: client.ApiClient, *, watch_idle_timeout_s: float = WATCH_IDLE_TIMEOUT_S
+    ) -> None:
         self._client = api_client
+        self._watch_idle_timeout_s = watch_idle_timeout_s
 
     @property
     def host(self) -> str:
@@ -102,8 +111,13 @@ class KubeAPI:
             raise errors.ClusterError(f"{request.describe()}: answer is not JSON: {exc}") from exc
 
     def stream_lines(self, request: _codec.Request, *, timeout_s: float) -> Iterator[bytes]:
-        """Lines of a streaming (watch) answer, as they arrive; closes the connection at the end."""
-        response = self._send(request, read_timeout_s=timeout_s + _codec.WATCH_READ_SLACK_S)
+        """Lines of a streaming (watch) answer, as they arrive; closes the connection at the end.
+
+        A stream silent for longer than the idle limit ends as if the server had ended it
+        (see `WATCH_IDLE_TIMEOUT_S`): the caller resumes, nothing failed.
+        """
+        read_timeout_s = min(timeout_s + _codec.WATCH_READ_SLACK_S, self._watch_idle_timeout_s)
+        response = self._send(request, read_timeout_s=read_timeout_s)
         raw: urllib3.BaseHTTPResponse = response.response
         try:
             if not 200 <= int(response.status) <= 299:
@@ -114,6 +128,10 @@ class KubeAPI:
                     pending += chunk
                     *lines, pending = pending.split(b"\n")
                     yield from lines
+            except urllib3.exceptions.ReadTimeoutError:
+                log.info("watch silent, resuming request=%s silent_s=%.0f",
+                         request.describe(), read_timeout_s)
+                return
             except (urllib3.exceptions.HTTPError, OSError) as exc:
                 raise errors.ClusterError(
                     f"{request.describe()}: watch stream broke: {exc}"

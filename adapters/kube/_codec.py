@@ -282,9 +282,9 @@ def list_result(doc: Mapping[str, Any]) -> ports.ListResult:
 def watch_event_from_line(line: bytes, *, request: Request) -> ports.WatchEvent | None:
     """Decode one line of a watch stream.
 
-    Returns None for blank lines and BOOKMARK events (they carry only a resourceVersion,
-    which the port has no event type for). An ERROR event raises the mapped error:
-    code 410 becomes GoneError so the informer relists.
+    Returns None for blank lines. A BOOKMARK event carries only a resourceVersion (the
+    informer resumes from it). An ERROR event raises the mapped error: code 410 becomes
+    GoneError so the informer relists.
     """
     line = line.strip()
     if not line:
@@ -292,8 +292,6 @@ def watch_event_from_line(line: bytes, *, request: Request) -> ports.WatchEvent 
     doc = decode_object(line)
     event_type = str(doc.get("type") or "")
     obj = doc.get("object") or {}
-    if event_type == "BOOKMARK":
-        return None
     if event_type == "ERROR":
         code = int(obj.get("code") or 500)
         raise error_from_response(

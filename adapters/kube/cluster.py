@@ -59,11 +59,13 @@ class KubeCluster:
         component: str = DEFAULT_COMPONENT,
         event_namespace: str = "default",
         environ: Mapping[str, str] | None = None,
+        watch_idle_timeout_s: float = _api.WATCH_IDLE_TIMEOUT_S,
     ) -> KubeCluster:
         """In-cluster credentials when `kubeconfig` is None inside a pod, else a kubeconfig file.
 
         Inside a pod means KUBERNETES_SERVICE_HOST is set. Outside one, None falls back to
-        the client's default (`$KUBECONFIG` or `~/.kube/config`).
+        the client's default (`$KUBECONFIG` or `~/.kube/config`). A watch silent for
+        `watch_idle_timeout_s` counts as dead and resumes (see `_api.WATCH_IDLE_TIMEOUT_S`).
         """
         env = os.environ if environ is None else environ
         configuration = client.Configuration()
@@ -91,7 +93,7 @@ class KubeCluster:
         # NB: the API server's audit log and APF classify requests by user agent.
         api_client.user_agent = component
         return cls(
-            _api.KubeAPI(api_client),
+            _api.KubeAPI(api_client, watch_idle_timeout_s=watch_idle_timeout_s),
             component=component,
             event_namespace=event_namespace,
         )

@@ -110,7 +110,8 @@ def list_then_watch(
     """List, then watch from the list's resourceVersion, forever (until `stop` is set).
 
     - yields `Relist` then one ADDED per listed item after every (re)list;
-    - a watch that ends (server timeout) resumes from the last seen resourceVersion;
+    - a watch that ends (server timeout, or silence past the API door's idle limit) resumes
+      from the last resourceVersion seen, bookmarks included (they are not yielded);
     - GoneError (410) relists;
     - any other ClusterError reconnects after a jittered, capped backoff, which resets
       after the next successful call.
@@ -157,6 +158,8 @@ def list_then_watch(
             ):
                 failures = 0
                 resource_version = _resource_version(event.obj) or resource_version
+                if event.type is ports.WatchEventType.BOOKMARK:
+                    continue  # NB: only the resume point moves; nothing changed
                 yield event
                 if stop.is_set():
                     return

@@ -195,9 +195,10 @@ def test_watch_line_decodes_to_event() -> None:
     )
 
 
-def test_watch_bookmark_and_blank_lines_are_skipped() -> None:
+def test_watch_bookmark_carries_its_resource_version_and_blank_lines_are_skipped() -> None:
     bookmark = {"type": "BOOKMARK", "object": {"metadata": {"resourceVersion": "9"}}}
-    assert _codec.watch_event_from_line(json.dumps(bookmark).encode(), request=_WATCH) is None
+    event = _codec.watch_event_from_line(json.dumps(bookmark).encode(), request=_WATCH)
+    assert event == ports.WatchEvent(type=ports.WatchEventType.BOOKMARK, obj=bookmark["object"])
     assert _codec.watch_event_from_line(b"  \n", request=_WATCH) is None
 
 

@@ -134,6 +134,19 @@ def test_informer_resumes_from_last_seen_resource_version_after_timeout() -> Non
     ]
 
 
+def test_a_bookmark_moves_the_resume_point_and_is_not_passed_on() -> None:
+    cluster = kube_fake_cluster.FakeCluster()
+    bookmark = ports.WatchEvent(type=ports.WatchEventType.BOOKMARK,
+                                obj={"metadata": {"resourceVersion": "900"}})
+    cluster.watch_script = [[kube_fake_cluster.added("b", "205"), bookmark], []]
+    events = retrying.list_then_watch(cluster, "Lease", sleep=lambda _: None)
+    _take(events, 2)
+    cluster.watch_script.append([kube_fake_cluster.added("c", "950")])
+    assert _names(_take(events, 1)) == ["ADDED:c"]
+    watches = [c for c in cluster.calls if c.startswith("watch")]
+    assert watches == ["watch Lease from=100", "watch Lease from=900", "watch Lease from=900"]
+
+
 def test_informer_relists_on_gone() -> None:
     cluster = kube_fake_cluster.FakeCluster()
     cluster.watch_script = [errors.GoneError("expired")]
