@@ -459,6 +459,7 @@ def _device_result(item: Mapping[Any, Any], path: str) -> models.DeviceResult:
         driver=_required_str(item, "driver", path),
         pool=_required_str(item, "pool", path),
         device=_required_str(item, "device", path),
+        admin_access=_optional_bool(item, "adminAccess", path),
     )
 
 
@@ -581,6 +582,16 @@ def _optional_str(obj: Mapping[Any, Any], key: str, path: str) -> str:
     if not isinstance(value, str):
         field = _join(path, key)
         fail(field, f"{field} must be a string, got {json_type_name(value)}")
+    return value
+
+
+def _optional_bool(obj: Mapping[Any, Any], key: str, path: str) -> bool:
+    value = obj.get(key)
+    if value is None:
+        return False
+    if not isinstance(value, bool):
+        field = _join(path, key)
+        fail(field, f"{field} must be true or false, got {json_type_name(value)}")
     return value
 
 

@@ -214,6 +214,9 @@ class DeviceResult:
     driver: str
     pool: str
     device: str
+    # `adminAccess: true`: monitoring or debugging access beside whoever else holds the
+    # device (the namespace must allow it, the API server checks); never exclusive.
+    admin_access: bool = False
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

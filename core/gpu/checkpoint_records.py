@@ -38,6 +38,9 @@ class HeldDevice:
     # VFIO functions: the PCI address bound to vfio-pci.
     pci_bus_id: str = ""
     shared: bool = False
+    # Held with admin access (monitoring, debugging): beside any other holder, and the claim
+    # changed nothing on the device (see `gpu.overlap`).
+    admin_access: bool = False
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -140,6 +143,8 @@ def _held_to_json(held: HeldDevice) -> dict[str, Any]:
         raw["uuid"] = held.uuid
     if held.pci_bus_id:
         raw["pciBusID"] = held.pci_bus_id
+    if held.admin_access:
+        raw["adminAccess"] = True  # NB: only when set: records without it stay byte-identical
     return raw
 
 
@@ -156,6 +161,7 @@ def _held_from_json(raw: Any) -> HeldDevice | None:
         uuid=str(raw.get("uuid") or ""),
         pci_bus_id=str(raw.get("pciBusID") or ""),
         shared=raw.get("shared") is True,
+        admin_access=raw.get("adminAccess") is True,
     )
 
 

@@ -21,7 +21,7 @@ from typing import Any, Final
 from core import checkpoint as checkpoints
 from core import errors, models, names
 from core import gates as feature_gates
-from core.gpu import actions, configs, devices
+from core.gpu import actions, configs, devices, overlap
 from core.gpu import cdi as gpu_cdi
 from core.gpu import checkpoint_records as records
 
@@ -68,15 +68,16 @@ class _Planned:
 
     def held(self) -> records.HeldDevice:
         shared = self.vfio is None and configs.allows_sharing(self.config)
+        admin = self.result.admin_access
         if self.gpu is not None:
             return records.HeldDevice(
                 name=self.gpu.name, kind=self.kind, gpu_minor=self.gpu.minor,
-                uuid=self.gpu.uuid, shared=shared,
+                uuid=self.gpu.uuid, shared=shared, admin_access=admin,
             )
         if self.mig is not None:
             return records.HeldDevice(
                 name=self.mig.name, kind=self.kind, gpu_minor=self.mig.parent_minor,
-                shared=shared,
+                shared=shared, admin_access=admin,
             )
         assert self.vfio is not None
         return records.HeldDevice(
@@ -196,6 +197,14 @@ def _planned(
                 "passthrough device, but feature gate PassthroughSupport is off on this node; "
                 "enable it (featureGates.PassthroughSupport=true) or request a full GPU"
             )
+        if kind == devices.VFIO_TYPE and result.admin_access:
+            raise errors.PermanentError(
+                f"request {result.request} of claim {claim.namespace}/{claim.name} asks for "
+                f"admin access to VFIO passthrough device {result.device}; admin access never "
+                "changes a device, and a passthrough device is usable only once bound to "
+                "vfio-pci for its VM: request the full GPU (gpu.nvidia.com) with admin access "
+                "instead, or drop adminAccess"
+            )
         config = _config_for(result, kind=kind, decoded=decoded)
         planned.append(_Planned(
             result=result,
@@ -291,51 +300,22 @@ def _names_request(requests: Sequence[str], request: str) -> bool:
 def _check_conflicts(
     claim: models.ResourceClaim, planned: Sequence[_Planned], *, checkpoint: records.Checkpoint
 ) -> None:
-    """A device held by another claim is refused unless both claims allow sharing it.
-
-    Passthrough functions are never shared, and a physical GPU given to a VM cannot also
-    serve a container (nor the reverse): conflicts are checked per device name and, where
-    one side is VFIO, per physical GPU.
-    """
+    """Refuse a device another holding claim keeps from this one (`gpu.overlap`'s rules)."""
     wanted = [p.held() for p in planned]
     for uid, entry in sorted(checkpoint.entries.items()):
         if uid == claim.uid or entry.state not in checkpoints.HOLDING_STATES:
             continue
         for theirs in entry.record.held:
             for mine in wanted:
-                if _clash(mine, theirs):
-                    raise errors.PermanentError(_conflict_message(mine, theirs, entry))
-
-
-def _clash(mine: records.HeldDevice, theirs: records.HeldDevice) -> bool:
-    if mine.name == theirs.name:
-        return not (mine.shared and theirs.shared)
-    vfio = devices.VFIO_TYPE in (mine.kind, theirs.kind)
-    same_gpu = mine.gpu_minor is not None and mine.gpu_minor == theirs.gpu_minor
-    # A full GPU and a MIG device of it cannot both be in use either.
-    whole = devices.GPU_TYPE in (mine.kind, theirs.kind)
-    return same_gpu and (vfio or whole)
-
-
-def _conflict_message(
-    mine: records.HeldDevice, theirs: records.HeldDevice, entry: records.Entry
-) -> str:
-    holder = (
-        f"claim {entry.namespace}/{entry.name}" if entry.name
-        else f"claim {entry.claim_uid} (recovered from its CDI spec)"
-    )
-    what = (
-        f"device {mine.name}" if mine.name == theirs.name
-        else f"device {mine.name} (the same physical GPU as {theirs.name})"
-    )
-    if mine.name == theirs.name and mine.kind != devices.VFIO_TYPE:
-        fix = (
-            "to share it, give both claims a config with sharing (strategy TimeSlicing); "
-            "otherwise wait until that claim is unprepared"
-        )
-    else:
-        fix = "it cannot be shared: wait until that claim is unprepared"
-    return f"{what} is already prepared on this node for {holder}; {fix}"
+                found = overlap.conflict(mine, theirs)
+                if found is not None:
+                    holder = (
+                        f"claim {entry.namespace}/{entry.name}" if entry.name
+                        else f"claim {entry.claim_uid} (recovered from its CDI spec)"
+                    )
+                    raise errors.PermanentError(overlap.message(
+                        overlap.Overlap(mine=mine, theirs=theirs, conflict=found), holder=holder
+                    ))
 
 
 # ---------------------------------------------------------------- GPU actions and CDI
@@ -347,14 +327,15 @@ def _gpu_steps(
     """VFIO binds (sorted by PCI address), then one time-slice per interval (sorted UUIDs).
 
     As upstream: the interval is set only with gate TimeSlicingSettings on, and only on full
-    GPUs (a MIG device has no time-slice of its own).
+    GPUs (a MIG device has no time-slice of its own); never for a result with admin access.
     """
     binds = sorted({p.vfio.pci_bus_id for p in planned if p.vfio is not None})
     by_interval: dict[configs.TimeSliceInterval, set[str]] = {}
     if gates.enabled(feature_gates.TIME_SLICING_SETTINGS):
         for p in planned:
             interval = _time_slice(p.config)
-            if p.gpu is not None and interval is not None:
+            # NB: admin access observes a GPU others may use; it never reconfigures it.
+            if p.gpu is not None and interval is not None and not p.result.admin_access:
                 by_interval.setdefault(interval, set()).add(p.gpu.uuid)
     slices = [
         actions.SetTimeSlice(gpu_uuids=tuple(sorted(uuids)), interval=interval)

@@ -104,6 +104,21 @@ def test_claim_result_missing_device_names_path() -> None:
     assert caught.value.field == "status.allocation.devices.results[0].device"
 
 
+def test_claim_result_admin_access_is_read() -> None:
+    obj = claim_json()
+    obj["status"]["allocation"]["devices"]["results"][0]["adminAccess"] = True
+    assert decoding.resource_claim_from_k8s(obj).results[0].admin_access is True
+
+
+def test_claim_result_admin_access_that_is_no_boolean_names_path() -> None:
+    obj = claim_json()
+    obj["status"]["allocation"]["devices"]["results"][0]["adminAccess"] = "yes"
+    with pytest.raises(errors.DecodeError) as caught:
+        decoding.resource_claim_from_k8s(obj)
+    assert caught.value.field == "status.allocation.devices.results[0].adminAccess"
+    assert "must be true or false, got string" in caught.value.message
+
+
 def test_claim_config_with_unknown_source_is_rejected() -> None:
     obj = claim_json(config_entry("FromPod", "a"))
     with pytest.raises(errors.DecodeError) as caught:

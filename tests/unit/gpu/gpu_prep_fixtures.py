@@ -119,12 +119,15 @@ def claim(
     configs: Sequence[models.RawOpaqueConfig] = (),
     pool: str = NODE,
     allocated: bool = True,
+    admin_access: bool = False,
 ) -> models.ResourceClaim:
-    """A claim allocated these devices; a bare name gets request `r<i>`."""
+    """A claim allocated these devices (each with `admin_access`); a bare name gets request
+    `r<i>`."""
     results = []
     for i, device in enumerate(devices_):
         request, dev = device if isinstance(device, tuple) else (f"r{i}", device)
-        results.append(models.DeviceResult(request=request, driver=DRIVER, pool=pool, device=dev))
+        results.append(models.DeviceResult(request=request, driver=DRIVER, pool=pool, device=dev,
+                                           admin_access=admin_access))
     return models.ResourceClaim(
         uid=names.ClaimUID(uid), namespace="ml", name=name, allocated=allocated,
         results=tuple(results), configs=tuple(configs),

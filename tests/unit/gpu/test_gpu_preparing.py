@@ -389,6 +389,51 @@ def test_other_devices_do_not_conflict() -> None:
     ok(prepare(f.claim("gpu-1"), checkpoint=_held_by_other("gpu-0")))
 
 
+@pytest.mark.parametrize("admin_first", [True, False])
+@pytest.mark.parametrize("device", ["gpu-0", "gpu-0-mig-1g.10gb-0-0"])
+def test_admin_access_never_conflicts_with_the_devices_holder(
+    admin_first: bool, device: str
+) -> None:
+    device = device if device == "gpu-0" else f.mig(3, 0).name
+    first = f.claim(device, uid=OTHER_UID, name="first", admin_access=admin_first)
+    held = ok(prepare(first)).checkpoint
+    second = ok(prepare(f.claim(device, admin_access=not admin_first), checkpoint=held))
+    admins = {uid: [h.admin_access for h in e.record.held]
+              for uid, e in second.checkpoint.entries.items()}
+    assert admins == {OTHER_UID: [admin_first], f.claim().uid: [not admin_first]}
+
+
+def test_admin_access_beside_a_passthrough_holder_is_allowed_as_upstream_does() -> None:
+    inventory = dataclasses.replace(f.INVENTORY, vfios=(f.vfio(0, parent_minor=0),))
+    held = ok(prepare(f.claim("gpu-vfio-0", uid=OTHER_UID, name="vm"),
+                      inventory=inventory)).checkpoint
+    ok(prepare(f.claim("gpu-0", admin_access=True), checkpoint=held, inventory=inventory))
+
+
+def test_admin_access_to_a_passthrough_device_is_refused_naming_the_fix() -> None:
+    inventory = dataclasses.replace(f.INVENTORY, vfios=(f.vfio(0, parent_minor=0),))
+    message = error_of(prepare(f.claim("gpu-vfio-0", admin_access=True), inventory=inventory))
+    assert "admin access to VFIO passthrough device gpu-vfio-0" in message
+    assert "request the full GPU (gpu.nvidia.com) with admin access" in message
+
+
+def test_admin_access_sets_no_time_slice_and_resets_none() -> None:
+    cfg = f.config(f.time_slicing("Long"))
+    claim = f.claim("gpu-0", configs=[cfg], admin_access=True)
+    outcome = ok(prepare(claim))
+    assert not any(isinstance(s, actions.SetTimeSlice) for s in outcome.steps)
+    undone = p.plan_gpu_unprepare(ref(claim), checkpoint=outcome.checkpoint,
+                                  inventory=f.INVENTORY, now=1.0)
+    assert not any(isinstance(s, actions.SetTimeSlice) for s in undone.steps)
+
+
+def test_admin_access_survives_the_checkpoint_round_trip() -> None:
+    outcome = ok(prepare(f.claim("gpu-0", admin_access=True)))
+    data = checkpoints.encode(outcome.checkpoint)
+    [entry] = records.decode(data).entries.values()
+    assert [h.admin_access for h in entry.record.held] == [True]
+
+
 # ---------------------------------------------------------------- idempotence
 
 
