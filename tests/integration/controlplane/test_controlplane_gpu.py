@@ -151,3 +151,30 @@ def test_a_selector_that_matches_nothing_stays_pending_with_the_schedulers_reaso
                                 what="the scheduler to give up on the pod")
     assert "cannot allocate all claims" in reason
     workloads.delete_pod(cluster, "no-match-pod")
+
+
+def test_admin_access_gets_a_gpu_another_pod_holds(
+    cluster: Cluster, published: list[dict[str, Any]]
+) -> None:
+    """A monitoring pod with admin access (its namespace allows it) is given the GPU a workload
+    holds exclusively: the scheduler allocates it in use, and the plugin prepares it beside the
+    workload's claim instead of refusing it as already prepared."""
+    workloads.create(cluster, template("held-gpu", "gpu.nvidia.com"))
+    workloads.create(cluster, workloads.pod(
+        "holder", claims=[("gpu", {"resourceClaimTemplateName": "held-gpu"})]))
+    (held,) = workloads.claims_of(cluster, workloads.running(cluster, "holder"))
+    ops = "ops"
+    workloads.ensure_namespace(cluster, ops)
+    cluster.core().patch_namespace(
+        ops, {"metadata": {"labels": {"resource.kubernetes.io/admin-access": "true"}}})
+    monitor = template("monitor-gpu", "gpu.nvidia.com")
+    monitor["metadata"]["namespace"] = ops
+    monitor["spec"]["spec"]["devices"]["requests"][0]["exactly"]["adminAccess"] = True
+    workloads.create(cluster, monitor)
+    workloads.create(cluster, workloads.pod(
+        "monitor", namespace=ops, claims=[("gpu", {"resourceClaimTemplateName": "monitor-gpu"})]))
+    (watching,) = workloads.claims_of(cluster, workloads.running(cluster, "monitor", ops))
+    assert allocated_devices(watching) == allocated_devices(held) == ["gpu-1"]
+    assert watching["status"]["allocation"]["devices"]["results"][0]["adminAccess"] is True
+    workloads.delete_pod(cluster, "monitor", ops)
+    workloads.delete_pod(cluster, "holder")
