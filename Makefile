@@ -13,7 +13,7 @@ KUBE_CACHE_ROOT ?= $(HOME)/.cache/cd-dra-driver
 KUBE_BIN_DIR ?= $(KUBE_CACHE_ROOT)/kube-$(KUBE_VERSION)
 export KUBE_VERSION KUBE_BIN_DIR
 
-.PHONY: test lint typecheck imports unit kube-components kube-latest controlplane-latest demo bench faults gpu-check protos check-protos clean
+.PHONY: test lint typecheck imports unit cdi-hook kube-components kube-latest controlplane-latest demo bench faults gpu-check protos check-protos clean
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -30,8 +30,14 @@ typecheck: $(STAMP)
 imports: $(STAMP)
 	$(BIN)/lint-imports
 
-unit: $(STAMP) kube-components
+unit: $(STAMP) kube-components cdi-hook
 	$(BIN)/pytest tests
+
+# NVIDIA's nvidia-cdi-hook (nvidia-container-toolkit, from the Go module proxy) for
+# tests/integration/gpuplugin/test_cdi_hooks_run.py, cached beside the kube components.
+cdi-hook:
+	@if command -v go >/dev/null; then hack/nvidia-cdi-hook.sh >/dev/null; \
+	else echo "make: go not found: the nvidia-cdi-hook tests will be skipped" >&2; fi
 
 kube-components:
 	KUBE_CACHE=$(KUBE_BIN_DIR) hack/kube-components.sh >/dev/null

@@ -104,6 +104,15 @@ def driver_version_of(library_file: str) -> str | None:
     return suffix
 
 
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class _Libraries:
+    libraries: tuple[tuple[str, str], ...]
+    version: str
+    # libcuda's directory (else libnvidia-ml's), as a container sees it.
+    directory: str
+    links: tuple[devices.LibraryLink, ...]
+
+
 class DriverRoot:
     """`core.ports.DriverFilesLocator` over a driver installation on this host.
 
@@ -137,14 +146,17 @@ class DriverRoot:
     def driver_files(self) -> devices.DriverFiles:
         """What a GPU container needs; ConfigError naming the root when no driver is there."""
         control_nodes = self._control_nodes()
-        libraries, version = self._libraries()
+        found = self._libraries()
         return devices.DriverFiles(
             control_nodes=control_nodes,
-            libraries=libraries,
+            libraries=found.libraries,
             binaries=self._binaries(),
-            firmware=self._firmware(version),
+            firmware=self._firmware(found.version),
             nvidia_major=control_nodes[0].major,
             caps_major=self._caps_major(),
+            driver_version=found.version,
+            library_dir=found.directory,
+            library_links=found.links,
         )
 
     # Device nodes.
@@ -196,7 +208,7 @@ class DriverRoot:
 
     # Libraries.
 
-    def _libraries(self) -> tuple[tuple[tuple[str, str], ...], str]:
+    def _libraries(self) -> _Libraries:
         cached = self._ld_cache_paths()
         nvml = self._find_library(NVML_SONAME, cached)
         if nvml is None:
@@ -231,6 +243,7 @@ class DriverRoot:
         for directory in (library_dir, library_dir + "/vdpau"):
             candidates.update(self._list_dir(directory))
         mounts: dict[str, str] = {}
+        links: list[devices.LibraryLink] = []
         for candidate in sorted(candidates):
             real = self._resolve(candidate)
             if real is None or not real.endswith(".so." + version) or not self._is_file(real):
@@ -239,6 +252,9 @@ class DriverRoot:
             # get the file: a container without the toolkit's hook has no symlinks to make.
             mounts[candidate] = real
             mounts[real] = real
+            link = self._link(candidate, real)
+            if link is not None:
+                links.append(link)
         libraries = tuple(
             (self._host_path(real), container) for container, real in sorted(mounts.items())
         )
@@ -249,7 +265,24 @@ class DriverRoot:
             len(libraries),
             bool(cached),
         )
-        return libraries, version
+        return _Libraries(
+            libraries=libraries, version=version, directory=library_dir, links=tuple(links)
+        )
+
+    def _link(self, path: str, real: str) -> devices.LibraryLink | None:
+        """`path` as a host symlink to `real`, where its own name is the link; else None.
+
+        NB: a path that reaches the file only through a linked directory (`/lib` ->
+        `/usr/lib`) is no link a container could be given: its directories may differ.
+        """
+        parent = os.path.dirname(path)
+        if path == real or self._resolve(parent) != parent:
+            return None
+        try:
+            target = os.readlink(_join(self.root, path))
+        except OSError:
+            return None
+        return devices.LibraryLink(path=path, target=target, file=real)
 
     def _ld_cache_paths(self) -> tuple[str, ...]:
         """Paths (inside the root) of the 64-bit libraries in the root's ld cache; () if none."""

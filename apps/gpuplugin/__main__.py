@@ -7,7 +7,7 @@ import os
 import sys
 from collections.abc import Sequence
 
-from adapters.fs import driverroot, procfs
+from adapters.fs import cdihook, driverroot, procfs
 from adapters.fs import vfio as fs_vfio
 from adapters.nvml import inventory as nvml_inventory
 from adapters.nvsmi import timeslice
@@ -84,11 +84,19 @@ def _start(
     boot_id = procfs.ProcNodeFiles(
         proc_devices_path=settings.proc_devices, boot_id_path=settings.boot_id_path
     ).boot_id()
+    hook = cdihook.locate(
+        settings.nvidia_cdi_hook_path, plugin_dir=settings.plugin_dir,
+        container_driver_root=settings.container_driver_root,
+        host_driver_root=settings.nvidia_driver_root,
+    )
+    log.info("event=cdi_hook path=%s source=%s hooks=%s", hook.path or "-", hook.source.value,
+             "on" if hook.path else "off")
     return wiring.start_gpu_plugin(
         settings,
         cluster=cluster,
         discovery=discovery,
         files=files,
+        cdi_hook_path=hook.path,
         gates=resolved_gates,
         boot_id=boot_id,
         time_slicer=timeslice.NvidiaSmiTimeSlicer(nvidia_smi),

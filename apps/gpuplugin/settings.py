@@ -40,6 +40,8 @@ class Settings:
     retry_budget_s: float
     log_verbosity: int
     stale_claim_cleanup_interval_s: float = 30.0
+    # Host path of nvidia-cdi-hook for the specs' hooks; empty: found, else none (cdihook).
+    nvidia_cdi_hook_path: str = ""
 
     @property
     def checkpoint_path(self) -> str:
@@ -68,6 +70,10 @@ COMMAND = flags.command(
                      help="where the host's /dev is seen (device nodes of GPUs and MIG devices)"),
         flags.option("--sysfs-root", env="SYSFS_ROOT", default="/sys",
                      help="where the host's /sys is seen (VFIO passthrough)"),
+        flags.option("--nvidia-cdi-hook-path", env="NVIDIA_CDI_HOOK_PATH", default="",
+                     help="absolute host path of nvidia-cdi-hook, named in the CDI specs' "
+                     "hooks (empty: the image's copy, else the driver root's "
+                     "/usr/bin/nvidia-cdi-hook, else no hooks)"),
     ],
 )
 
@@ -98,4 +104,5 @@ def parse(argv: Sequence[str] | None, env: Mapping[str, str]) -> Settings:
         retry_budget_s=values["retry_budget_seconds"],
         log_verbosity=values["log_verbosity"],
         stale_claim_cleanup_interval_s=values["stale_claim_cleanup_interval_seconds"],
+        nvidia_cdi_hook_path=values["nvidia_cdi_hook_path"],
     )

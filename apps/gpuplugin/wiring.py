@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import threading
@@ -67,12 +68,17 @@ def start_gpu_plugin(
     vfio: ports.VfioBinder | None = None,
     vfio_nodes: Callable[[], Mapping[str, Sequence[devices.DeviceNode]]] | None = None,
     clock: Callable[[], float] = time.time,
+    cdi_hook_path: str = "",
 ) -> Plugin[models.NodeFacts]:
-    """Discover, recover state and start serving the kubelet; slices follow registration."""
+    """Discover, recover state and start serving the kubelet; slices follow registration.
+
+    `cdi_hook_path` (a host path of nvidia-cdi-hook) puts the toolkit's hooks into every
+    claim's CDI spec; empty, none.
+    """
     os.makedirs(settings.plugin_dir, exist_ok=True)
     node = models.NodeFacts(node_name=names.NodeName(settings.node_name), boot_id=boot_id)
     found = DeviceCache(discovery, node_name=settings.node_name)
-    driver_files = files.driver_files()
+    driver_files = dataclasses.replace(files.driver_files(), cdi_hook_path=cdi_hook_path)
     metrics = plugin_metrics.PluginMetrics(
         node_name=settings.node_name, driver=names.GPU_DRIVER_NAME,
         device_type_of=checkpoint_records.prepared_device_type,

@@ -159,3 +159,24 @@ class DriverFiles:
     # Major numbers for /dev/nvidia<minor> and /dev/nvidia-caps/nvidia-cap<N>.
     nvidia_major: int = 195
     caps_major: int | None = None
+    # The driver version (`580.65.06`) and the directory of libcuda (else libnvidia-ml), as a
+    # container sees them; the hooks below need them. Empty where not known.
+    driver_version: str = ""
+    library_dir: str = ""
+    # The library paths in `libraries` that are symlinks on the host (SONAME and `.so` links).
+    library_links: tuple[LibraryLink, ...] = ()
+    # Host path of NVIDIA's `nvidia-cdi-hook`: where set, specs carry the NVIDIA container
+    # toolkit's createContainer hooks (core.gpu.cdi.driver_hooks); empty, none.
+    cdi_hook_path: str = ""
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class LibraryLink:
+    """A driver library path that is a symlink on the host: `path` -> `target` (as written).
+
+    `file` is the real library it leads to (a container path, like `path`).
+    """
+
+    path: str
+    target: str
+    file: str

@@ -45,6 +45,7 @@ VALUES = [
     {"resources": {"gpus": {"enabled": True}}},
     # Upstream's keys that add env (issue 19).
     {"gpuResourcesEnabledOverride": True, "altProcDevices": "/var/lib/mock/devices",
+     "nvidiaCDIHookPath": "/usr/bin/nvidia-cdi-hook",
      "kubeletPlugin": {"metrics": {"enabled": False}}},
     {"webhook": {"enabled": True, "tls": {"secretName": "tls"}}, **cr.host_managed()},
 ]

@@ -508,3 +508,18 @@ def test_own_image_constant_matches_the_values_default() -> None:
     assert _images(rendered) == {_own_image()}
     assert 'define "cdd.ownImageRepository" -}}' + _chart_defaults()["image"]["repository"] in (
         cr.CHART_DIR / "templates" / "_helpers.tpl").read_text()
+
+
+def test_nvidia_cdi_hook_path_reaches_the_gpu_plugin_only_when_set() -> None:
+    gpus = {"resources": {"gpus": {"enabled": True}}}
+    hooked = {**gpus, "nvidiaCDIHookPath": "/usr/local/nvidia/toolkit/nvidia-cdi-hook"}
+    plugin = cr.one(cr.render(hooked), "DaemonSet")
+    env = _env(plugin, "gpu-kubelet-plugin")
+    assert env["NVIDIA_CDI_HOOK_PATH"] == "/usr/local/nvidia/toolkit/nvidia-cdi-hook"
+    # The ComputeDomain plugin's channel specs have no hooks (as upstream's claim specs).
+    assert "NVIDIA_CDI_HOOK_PATH" not in _env(plugin, "compute-domain-kubelet-plugin")
+    unset = cr.one(cr.render(gpus), "DaemonSet")
+    assert "NVIDIA_CDI_HOOK_PATH" not in _env(unset, "gpu-kubelet-plugin")
+    # A host path the runtime can exec: absolute, or the schema refuses it.
+    refused = cr.render_error({**gpus, "nvidiaCDIHookPath": "nvidia-cdi-hook"})
+    assert "/nvidiaCDIHookPath" in refused and "does not match pattern" in refused

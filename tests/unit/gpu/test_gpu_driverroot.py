@@ -414,3 +414,26 @@ def test_a_driver_outside_the_standard_dirs_without_ld_cache_is_not_found(
 
     with pytest.raises(errors.ConfigError, match=r"libnvidia-ml\.so\.1 not found"):
         _locator(root, dev_root, proc_devices).driver_files()
+
+
+@needs_ldconfig
+def test_soname_links_version_and_library_dir_are_reported_for_the_hooks(
+    tmp_path: pathlib.Path, dev_root: pathlib.Path, proc_devices: pathlib.Path
+) -> None:
+    root = tmp_path / "driver"
+    simulated_driverroot.install(str(root))
+    (root / LIB.lstrip("/") / "libcuda.so").symlink_to("libcuda.so.1")
+
+    files = _locator(root, dev_root, proc_devices).driver_files()
+
+    assert files.driver_version == VERSION
+    assert files.library_dir == LIB
+    real = f"{LIB}/libcuda.so.{VERSION}"
+    assert devices.LibraryLink(path=f"{LIB}/libcuda.so.1", target=f"libcuda.so.{VERSION}",
+                               file=real) in files.library_links
+    assert devices.LibraryLink(path=f"{LIB}/libcuda.so", target="libcuda.so.1",
+                               file=real) in files.library_links
+    # The full-version SONAME library is a file, not a link; every link leads to a mounted file.
+    assert all(link.file in _containers(files.libraries) for link in files.library_links)
+    assert not any("gpucomp" in link.path for link in files.library_links)
+    assert files.cdi_hook_path == ""
