@@ -240,7 +240,10 @@ def parse_feature_gates(text: str) -> dict[str, bool]:
 
 
 def canonical_gates(explicit: Mapping[str, bool]) -> dict[str, bool]:
-    """Explicitly set gates with aliases resolved; ConfigError on an unknown gate or non-bool."""
+    """Explicitly set gates with aliases resolved; ConfigError on an unknown gate or non-bool.
+
+    Where a gate is set under its own name and an alias, its own name wins (as in the chart).
+    """
     canonical: dict[str, bool] = {}
     for name, value in explicit.items():
         gate = canonical_name(name)
@@ -248,6 +251,8 @@ def canonical_gates(explicit: Mapping[str, bool]) -> dict[str, bool]:
             raise errors.ConfigError(
                 f"invalid value {value!r} for feature gate {name}: values are true or false"
             )
+        if gate != name and gate in explicit:
+            continue
         canonical[gate] = value
     return dict(sorted(canonical.items()))
 

@@ -7,9 +7,9 @@ full GPUs (reset on unprepare, as our own entries record in `time_sliced`).
 A `vfio` device's `info` holds the function's UUID (upstream derives it from the PCI address,
 as our discovery does) and, only in releases after 25.12.0, its `pciBusID`. Our unprepare
 gives the function back to the nvidia driver by PCI address, so the address is recovered at
-adoption: upstream's, else the discovered function with that UUID, else the one with that
-device name. A function found nowhere is still adopted (its devices stay held) with a Notice
-saying what to rebind by hand.
+adoption: upstream's, else the discovered function with that UUID, else (no UUID recorded)
+the one with that device name. A function found nowhere is still adopted (its devices stay
+held) with a Notice saying what to rebind by hand.
 
 MPS (`configState.mpsControlDaemonID`): upstream runs a control daemon per claim (Deployment
 `mps-control-daemon-<id>` in the driver's namespace, pipe/shm/log directories under
@@ -88,9 +88,9 @@ def _vfio_held(
     name = device.device.device_name
     recorded = device.info.get("pciBusID")
     uuid = device.info.get("uuid")
-    found = by_uuid.get(uuid) if isinstance(uuid, str) else None
-    if found is None:
-        found = by_name.get(name)
+    # NB: the name only where upstream recorded no UUID: a UUID found nowhere means the
+    # function is not discovered now, and the one of that name here may be another's.
+    found = by_uuid.get(uuid) if isinstance(uuid, str) and uuid else by_name.get(name)
     if isinstance(recorded, str) and recorded:
         found_here = found if found is not None and found.pci_bus_id == recorded else None
         return checkpoint_records.HeldDevice(

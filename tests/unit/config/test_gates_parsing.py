@@ -296,3 +296,9 @@ def test_all_alpha_alone_breaks_upstreams_exclusions_as_upstream_does() -> None:
 
 def test_all_alpha_unlocks_host_managed_imex_like_the_gate_itself() -> None:
     assert gates.resolve_gates({"AllAlpha": True}).enabled("HostManagedIMEXDaemon")
+
+
+def test_a_mapping_with_both_spellings_takes_the_gates_own_name_as_the_chart_does() -> None:
+    for explicit in ({"HostManagedIMEX": True, "HostManagedIMEXDaemon": False},
+                     {"HostManagedIMEXDaemon": False, "HostManagedIMEX": True}):
+        assert gates.canonical_gates(explicit) == {"HostManagedIMEXDaemon": False}

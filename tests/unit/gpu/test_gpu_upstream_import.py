@@ -94,3 +94,10 @@ def test_an_mps_claim_is_adopted_and_its_control_daemon_named() -> None:
 def test_a_claim_without_mps_or_vfio_has_no_notice() -> None:
     adoption = _adopt(_claim("gpu", "gpu-0", {"uuid": "GPU-0"}, {"mpsControlDaemonID": ""}))
     assert adoption.notices == ()
+
+
+def test_a_recorded_uuid_found_nowhere_is_not_matched_by_name() -> None:
+    # The function upstream bound is not discovered; the one we call gpu-vfio-1 is another.
+    adoption = _adopt(_claim("vfio", "gpu-vfio-1", {"uuid": "gone"}, {}))
+    assert _held(adoption).pci_bus_id == ""
+    assert [n.reason for n in adoption.notices] == ["UpstreamVfioAddressUnknown"]
