@@ -4,6 +4,10 @@ Gates arrive as text (`FEATURE_GATES` env, `--feature-gates`, Helm `featureGates
 as a resolved `models.FeatureGates` holding every known gate with its effective value.
 Names, defaults and dependencies match upstream dra-driver-nvidia-gpu so that the same
 Helm values mean the same thing; an unknown gate is a startup error, never ignored.
+
+Kubernetes component-base, which upstream's gates are built on, also knows `AllAlpha` and
+`AllBeta`: each sets every alpha (beta) gate that is not set explicitly, whatever the order
+of the items. They are accepted with that meaning here; the resolved gates never hold them.
 """
 
 from __future__ import annotations
@@ -69,7 +73,7 @@ Rule = Requires | Excludes
 IMEX_DAEMONS_WITH_DNS_NAMES: Final = "IMEXDaemonsWithDNSNames"
 COMPUTE_DOMAIN_CLIQUES: Final = "ComputeDomainCliques"
 CRASH_ON_NVLINK_FABRIC_ERRORS: Final = "CrashOnNVLinkFabricErrors"
-HOST_MANAGED_IMEX: Final = "HostManagedIMEX"
+HOST_MANAGED_IMEX: Final = "HostManagedIMEXDaemon"
 FABRIC_MANAGER_PARTITIONING: Final = "FabricManagerPartitioning"
 # The GPU half's gates (gpu.nvidia.com), with upstream's names and defaults.
 TIME_SLICING_SETTINGS: Final = "TimeSlicingSettings"
@@ -86,6 +90,9 @@ CONSUMABLE_SHARES: Final = "ConsumableShares"
 CONTEXTUAL_LOGGING: Final = "ContextualLogging"
 LOGGING_ALPHA_OPTIONS: Final = "LoggingAlphaOptions"
 LOGGING_BETA_OPTIONS: Final = "LoggingBetaOptions"
+# component-base's toggles of every alpha / beta gate (not gates of their own).
+ALL_ALPHA: Final = "AllAlpha"
+ALL_BETA: Final = "AllBeta"
 
 _GPU_PLUGIN: Final = frozenset({Component.GPU_PLUGIN})
 
@@ -146,8 +153,15 @@ RULES: Final[tuple[Rule, ...]] = (
 )
 
 # Other spellings accepted on input; always canonicalised before anything else sees them.
-# `HostManagedIMEXDaemon` is the upstream name of our `HostManagedIMEX`.
-ALIASES: Final[Mapping[str, str]] = {"HostManagedIMEXDaemon": HOST_MANAGED_IMEX}
+# `HostManagedIMEX` is the name our earlier releases gave upstream's `HostManagedIMEXDaemon`.
+ALIASES: Final[Mapping[str, str]] = {"HostManagedIMEX": HOST_MANAGED_IMEX}
+
+# What AllAlpha / AllBeta set, by stage.
+_TOGGLES: Final[Mapping[str, Stage]] = {ALL_ALPHA: Stage.ALPHA, ALL_BETA: Stage.BETA}
+
+# Gates upstream sets explicitly when it builds its gate set (before the user's settings):
+# AllAlpha / AllBeta leave them as they are.
+PRESET: Final[Mapping[str, bool]] = {CONTEXTUAL_LOGGING: True}
 
 # The literals Go's strconv.ParseBool accepts (the upstream flag parser), so that any
 # FEATURE_GATES string upstream accepts is accepted here too.
@@ -161,7 +175,11 @@ def known_gate_names() -> tuple[str, ...]:
 
 
 def unknown_gate_message(name: str) -> str:
-    return f"unknown feature gate '{name}': known gates are {', '.join(known_gate_names())}"
+    aliases = "; ".join(f"{a} is an alias of {c}" for a, c in sorted(ALIASES.items()))
+    return (
+        f"unknown feature gate '{name}': known gates are {', '.join(known_gate_names())} "
+        f"(and {ALL_ALPHA}, {ALL_BETA}; {aliases})"
+    )
 
 
 def dependency_message(gate: str, required: str) -> str:
@@ -185,7 +203,7 @@ def unbuilt_message(gate: Gate, component: Component) -> str:
 def canonical_name(name: str) -> str:
     """The registry name of `name` (resolving aliases); ConfigError if it names no gate."""
     canonical = ALIASES.get(name, name)
-    if canonical not in REGISTRY:
+    if canonical not in REGISTRY and canonical not in _TOGGLES:
         raise errors.ConfigError(unknown_gate_message(name))
     return canonical
 
@@ -222,7 +240,10 @@ def parse_feature_gates(text: str) -> dict[str, bool]:
 
 
 def canonical_gates(explicit: Mapping[str, bool]) -> dict[str, bool]:
-    """Explicitly set gates with aliases resolved; ConfigError on an unknown gate or non-bool."""
+    """Explicitly set gates with aliases resolved; ConfigError on an unknown gate or non-bool.
+
+    Where a gate is set under its own name and an alias, its own name wins (as in the chart).
+    """
     canonical: dict[str, bool] = {}
     for name, value in explicit.items():
         gate = canonical_name(name)
@@ -230,18 +251,28 @@ def canonical_gates(explicit: Mapping[str, bool]) -> dict[str, bool]:
             raise errors.ConfigError(
                 f"invalid value {value!r} for feature gate {name}: values are true or false"
             )
+        if gate != name and gate in explicit:
+            continue
         canonical[gate] = value
     return dict(sorted(canonical.items()))
 
 
 def resolve_gates(explicit: Mapping[str, bool]) -> models.FeatureGates:
-    """Every known gate with its effective value: explicit settings over registry defaults.
+    """Every known gate with its effective value: explicit settings over AllAlpha / AllBeta
+    (for gates of that stage, `PRESET` ones excepted) over registry defaults.
 
     Does not validate dependencies (the IMEX mode may still override gates first);
     call `validate_gate_dependencies` on the final result.
     """
+    canonical = canonical_gates(explicit)
     values = {name: gate.default for name, gate in REGISTRY.items()}
-    values.update(canonical_gates(explicit))
+    for toggle, stage in _TOGGLES.items():
+        if toggle in canonical:
+            values.update({
+                name: canonical[toggle] for name, gate in REGISTRY.items()
+                if gate.stage is stage and name not in PRESET
+            })
+    values.update({n: v for n, v in canonical.items() if n in REGISTRY})
     return models.FeatureGates(values=dict(sorted(values.items())))
 
 

@@ -14,9 +14,17 @@ prints for the marshalled bytes, `([]uint8)[b0 b1 ...]` (decimal bytes, one spac
 `{"checksum":0,"v1":<v1>}`. Go's encoder is deterministic, so the bytes it hashed are the
 file's own: the `v2` member's text with its checksum value replaced by `0`.
 
+Older files are read too (`Format`): releases 25.3.0-rc.3 to 25.3.x wrote `v1` alone (no
+states, names or boot ID: every claim PrepareCompleted, the boot taken as the current one, as
+upstream does), and 25.3.0-rc.1/rc.2 wrote `v1.preparedClaims` as claim UID -> list of
+device groups, each device's `device` in the kubelet protobuf's JSON (`request_names`,
+`pool_name`, `device_name`, `cdi_device_ids`); the top-level checksum is the same. A MIG
+device's details sit under `info` before 25.8 and under `concrete` after.
+
 Only the fields a takeover needs are interpreted: which claims are prepared, in what state,
 and the devices (with the CDI device ids) the kubelet was answered with. Each half turns
-these into its own entries (`computedomain.upstream_import`, `gpu.upstream_import`).
+these into its own entries (`computedomain.upstream_import`, `gpu.upstream_import`), with
+`Notice`s for what it adopts without being able to manage.
 """
 
 from __future__ import annotations
@@ -25,7 +33,7 @@ import dataclasses
 import enum
 import json
 from collections.abc import Mapping
-from typing import Any, Final, TypeVar
+from typing import Any, Final, Generic, TypeVar
 
 from core import errors, models, names
 
@@ -40,6 +48,14 @@ _STATES: Final = {
 # The members of an upstream PreparedDevice, one of which is set: the ComputeDomain
 # plugin's `channel`/`daemon`, the GPU plugin's `gpu`/`mig`/`vfio`.
 DEVICE_KINDS: Final = ("channel", "daemon", "gpu", "mig", "vfio")
+
+
+class Format(enum.Enum):
+    """Which of upstream's checkpoint layouts a file holds."""
+
+    V2 = "v2"  # 25.8 and later: `v2` (states, names, boot ID) beside `v1`
+    V1 = "v1"  # 25.3.0-rc.3 to 25.3.x: `v1` claim objects alone
+    RC2503 = "2503rc2"  # 25.3.0-rc.1/rc.2: `v1` claim UID -> device groups
 
 
 class Origin(enum.Enum):
@@ -79,6 +95,32 @@ class UpstreamCheckpoint:
     boot_id: str
     # Sorted by claim UID.
     claims: tuple[UpstreamClaim, ...]
+    format: Format = Format.V2
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Notice:
+    """Something about an adopted claim the operator must know (a log line and a Node Event)."""
+
+    claim_uid: names.ClaimUID
+    # The Event reason, e.g. "UpstreamMPSLeftAsIs".
+    reason: str
+    message: str
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Adoption(Generic[P]):
+    """A half's entries for upstream's claims, and what it could not take over in full."""
+
+    checkpoint: models.Checkpoint[P]
+    # Sorted by claim UID, then reason.
+    notices: tuple[Notice, ...] = ()
+
+
+def claim_label(claim: UpstreamClaim) -> str:
+    """`namespace/name (uid)`, or `(name unknown) (uid)` for a claim of an older file."""
+    who = f"{claim.namespace}/{claim.name}" if claim.name else "(name unknown)"
+    return f"{who} ({claim.claim_uid})"
 
 
 def origin(data: bytes) -> Origin:
@@ -135,13 +177,19 @@ def decode(data: bytes) -> UpstreamCheckpoint:
             return _from_v2(document["v2"])
         return _from_v1(document.get("v1"))
     except (ValueError, TypeError, AttributeError, KeyError) as err:
-        raise _corrupt(f"unexpected shape ({err})") from None
+        raise _corrupt(
+            f"unexpected shape ({err}); the layouts read are upstream's v2 (25.8 and later), "
+            "v1 alone (25.3.0-rc.3 to 25.3.x) and 25.3.0-rc.2's"
+        ) from None
 
 
 def _corrupt(reason: str) -> errors.CheckpointCorruptError:
     return errors.CheckpointCorruptError(
         f"upstream's plugin checkpoint cannot be read: {reason}; it is left in place "
-        "untouched and prepared claims are taken from this plugin's own CDI specs only"
+        "untouched and prepared claims are taken from this plugin's own CDI specs only, so "
+        "the claims upstream's plugin prepared on this node are not held here: drain the "
+        "node's pods that use them (or roll back to upstream's plugin and let it unprepare "
+        "them), then restart this plugin"
     )
 
 
@@ -197,19 +245,31 @@ def _from_v2(v2: Mapping[str, Any]) -> UpstreamCheckpoint:
             state=state,
             devices=_devices(raw.get("preparedDevices")),
         ))
-    return UpstreamCheckpoint(boot_id=boot_id, claims=tuple(out))
+    return UpstreamCheckpoint(boot_id=boot_id, claims=tuple(out), format=Format.V2)
 
 
 def _from_v1(v1: Any) -> UpstreamCheckpoint:
     claims = (v1 or {}).get("preparedClaims") or {}
-    return UpstreamCheckpoint(boot_id="", claims=tuple(
-        UpstreamClaim(
-            claim_uid=names.ClaimUID(uid), namespace="", name="",
-            state=models.ClaimState.PREPARE_COMPLETED,
-            devices=_devices(claims[uid].get("preparedDevices")),
-        )
-        for uid in sorted(claims)
-    ))
+    if not isinstance(claims, dict):
+        raise ValueError("'v1.preparedClaims' is not an object")
+    # 25.3.0-rc.2 and before: a claim is its list of device groups, not an object.
+    rc2503 = any(isinstance(c, list) for c in claims.values())
+    if rc2503 and not all(isinstance(c, list) for c in claims.values()):
+        raise ValueError("'v1.preparedClaims' mixes claim objects and device-group lists")
+    return UpstreamCheckpoint(
+        boot_id="",
+        format=Format.RC2503 if rc2503 else Format.V1,
+        claims=tuple(
+            UpstreamClaim(
+                claim_uid=names.ClaimUID(uid), namespace="", name="",
+                state=models.ClaimState.PREPARE_COMPLETED,
+                devices=_devices(
+                    claims[uid] if rc2503 else claims[uid].get("preparedDevices")
+                ),
+            )
+            for uid in sorted(claims)
+        ),
+    )
 
 
 def _devices(groups: Any) -> tuple[UpstreamDevice, ...]:
@@ -221,20 +281,36 @@ def _devices(groups: Any) -> tuple[UpstreamDevice, ...]:
             if kind is None:
                 raise ValueError("a prepared device has none of " + "/".join(DEVICE_KINDS))
             member = item[kind]
-            info = member.get("concrete" if kind == "mig" else "info") or {}
+            # A MIG device's details: `concrete` since 25.8, `info` before.
+            info = (member.get("concrete") if kind == "mig" else None) or member.get("info") or {}
             device = member.get("device") or {}
             out.append(UpstreamDevice(
                 device=models.PreparedDevice(
-                    request_names=tuple(str(r) for r in device.get("Requests") or ()),
-                    pool_name=str(device.get("PoolName") or ""),
-                    device_name=str(device.get("DeviceName") or ""),
-                    cdi_device_ids=tuple(str(i) for i in device.get("CDIDeviceIDs") or ()),
+                    request_names=tuple(str(r) for r in _field(device, "Requests") or ()),
+                    pool_name=str(_field(device, "PoolName") or ""),
+                    device_name=str(_field(device, "DeviceName") or ""),
+                    cdi_device_ids=tuple(str(i) for i in _field(device, "CDIDeviceIDs") or ()),
                 ),
                 kind=kind,
                 info=dict(info),
                 config_state=dict(config_state),
             ))
     return tuple(out)
+
+
+# The kubelet protobuf's JSON names of a Device's fields (25.3.0-rc.2 and before).
+_PROTOBUF_FIELDS: Final = {
+    "Requests": "request_names",
+    "PoolName": "pool_name",
+    "DeviceName": "device_name",
+    "CDIDeviceIDs": "cdi_device_ids",
+}
+
+
+def _field(device: Mapping[str, Any], go_name: str) -> Any:
+    """A Device field under its Go name (25.3.0-rc.3 and later) or its protobuf JSON name."""
+    value = device.get(go_name)
+    return value if value is not None else device.get(_PROTOBUF_FIELDS[go_name])
 
 
 def _opt_str(raw: Mapping[str, Any], key: str) -> str:

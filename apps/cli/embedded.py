@@ -173,8 +173,9 @@ def resolve_config(
 ) -> modes.ResolvedConfig:
     """The embedded driver's configuration (raises ConfigError): the demo checks it first."""
     gates = feature_gates
+    # NB: a substring test: "HostManagedIMEX" is the alias and the start of the gate's name.
     if mode == models.IMEXMode.HOST_MANAGED.value and "HostManagedIMEX" not in gates:
-        gates = ",".join(g for g in (gates, "HostManagedIMEX=true") if g)
+        gates = ",".join(g for g in (gates, "HostManagedIMEXDaemon=true") if g)
     if mode == models.IMEXMode.HOST_MANAGED.value and not isolation:
         # The embedded default story is host channel 0 shared; the driver itself defaults to
         # domain isolation, and channel isolation is asked for explicitly here.

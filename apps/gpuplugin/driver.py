@@ -107,9 +107,11 @@ class GpuHalf:
 
     def adopt_upstream(
         self, upstream: upstream_checkpoint.UpstreamCheckpoint, *, boot_id: str, now: float
-    ) -> gpu_records.Checkpoint:
-        """Upstream's GPU claims as entries of ours."""
-        return gpu_upstream_import.adopt(upstream, boot_id=boot_id, now=now)
+    ) -> upstream_checkpoint.Adoption[gpu_records.GpuClaimRecord]:
+        """Upstream's GPU claims as entries of ours (VFIO addresses from discovery now)."""
+        return gpu_upstream_import.adopt(
+            upstream, inventory=self._inventory(), boot_id=boot_id, now=now
+        )
 
     def plan_restore_spec(
         self, entry: gpu_records.Entry, *, node: models.NodeFacts

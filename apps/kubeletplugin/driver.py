@@ -113,7 +113,7 @@ class ComputeDomainHalf:
 
     def adopt_upstream(
         self, upstream: upstream_checkpoint.UpstreamCheckpoint, *, boot_id: str, now: float
-    ) -> cd_records.Checkpoint:
+    ) -> upstream_checkpoint.Adoption[cd_records.ComputeDomainClaimRecord]:
         """Upstream's claims, counted as prepared under this plugin's IMEX mode."""
         return cd_upstream_import.adopt(
             upstream, mode=self._config.mode, isolation=self._config.isolation,

@@ -23,6 +23,13 @@ RecordT = TypeVar("RecordT")
 
 log = logging.getLogger(__name__)
 
+# How the takeover Event names the layout it read.
+_FORMATS = {
+    upstream_checkpoint.Format.V2: "upstream's v2 format",
+    upstream_checkpoint.Format.V1: "upstream's v1 format of 25.3.x: no claim names or boot ID",
+    upstream_checkpoint.Format.RC2503: "upstream's 25.3.0-rc.2 format: no claim names or boot ID",
+}
+
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class Recovered(Generic[RecordT]):
@@ -89,7 +96,8 @@ class CheckpointRecovery(Generic[RecordT]):
             self._events.emit("UpstreamCheckpointUnreadable", exc.message)
             return Recovered(checkpoint=self.missing())
         now = self._clock()
-        adopted = self._half.adopt_upstream(upstream, boot_id=self._boot_id, now=now)
+        adoption = self._half.adopt_upstream(upstream, boot_id=self._boot_id, now=now)
+        adopted = adoption.checkpoint
         if self._cdi.claim_uids():
             rebuilt, _ = self._rebuild_from_cdi()
             adopted = dataclasses.replace(
@@ -103,14 +111,21 @@ class CheckpointRecovery(Generic[RecordT]):
                 cause=exc,
             )
         log.warning(
-            "event=upstream_checkpoint_adopted node=%s claims=%d upstream_boot_id=%s",
-            self._node_name, len(upstream.claims), upstream.boot_id,
+            "event=upstream_checkpoint_adopted node=%s claims=%d upstream_boot_id=%s "
+            "upstream_format=%s",
+            self._node_name, len(upstream.claims), upstream.boot_id, upstream.format.value,
         )
         self._events.emit(
             "UpstreamCheckpointAdopted",
             f"took over {len(upstream.claims)} claim(s) from the upstream plugin's "
-            "checkpoint.json (left untouched for a rollback)",
+            f"checkpoint.json ({_FORMATS[upstream.format]}; left untouched for a rollback)",
         )
+        for notice in adoption.notices:
+            log.warning(
+                "event=upstream_claim_notice node=%s claim_uid=%s reason=%s message=%r",
+                self._node_name, notice.claim_uid, notice.reason, notice.message,
+            )
+            self._events.emit(notice.reason, notice.message)
         return Recovered(checkpoint=adopted)
 
     def unreadable(self, exc: OSError) -> Recovered[RecordT]:

@@ -90,8 +90,9 @@ class HalfCheckpoint(Protocol[RecordT]):
 
     def adopt_upstream(
         self, upstream: upstream_checkpoint.UpstreamCheckpoint, *, boot_id: str, now: float
-    ) -> models.Checkpoint[RecordT]:
-        """Upstream's prepared claims as this half's entries (a takeover)."""
+    ) -> upstream_checkpoint.Adoption[RecordT]:
+        """Upstream's prepared claims as this half's entries (a takeover), and the notices
+        about what is adopted but not managed."""
         ...
 
 

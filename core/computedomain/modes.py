@@ -16,9 +16,9 @@ from core import errors, gates, models
 from core.computedomain import channels
 
 HOST_MANAGED_NEEDS_GATE: Final = (
-    "IMEX mode hostManaged requires feature gate HostManagedIMEX=true: "
-    "set featureGates.HostManagedIMEX=true (Helm) or FEATURE_GATES=HostManagedIMEX=true, "
-    "or use mode driverManaged"
+    "IMEX mode hostManaged requires feature gate HostManagedIMEXDaemon=true: "
+    "set featureGates.HostManagedIMEXDaemon=true (Helm) or "
+    "FEATURE_GATES=HostManagedIMEXDaemon=true, or use mode driverManaged"
 )
 DEFAULT_CHANNEL_SLOTS: Final = 8
 MAX_CHANNEL_SLOTS: Final = 128
@@ -79,12 +79,13 @@ def resolve_driver_config(
     """Validate the mode/isolation/gates triple and return the effective DriverConfig.
 
     Order matters and is fixed: gates are parsed; the mode is checked (empty means
-    driverManaged); in hostManaged the HostManagedIMEX gate is required and the
+    driverManaged); in hostManaged the HostManagedIMEXDaemon gate is required and the
     driver-daemon gates are forced off (reported in `notes`) *before* gate dependencies
     are validated; then the isolation matrix is applied; channel-isolation sizes are
     range-checked last (in every mode, so a bad value never waits for a mode change to
-    surface). As upstream, the HostManagedIMEX gate only unlocks hostManaged: on with
-    driverManaged is valid. Raises ConfigError. Deterministic and pure.
+    surface). As upstream, the HostManagedIMEXDaemon gate (alias HostManagedIMEX; AllAlpha
+    sets it too) only unlocks hostManaged: on with driverManaged is valid. Raises
+    ConfigError. Deterministic and pure.
     """
     explicit = (
         gates.parse_feature_gates(feature_gates)

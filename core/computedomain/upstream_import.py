@@ -19,9 +19,10 @@ def adopt(
     isolation: models.Isolation,
     boot_id: str,
     now: float,
-) -> checkpoint_records.Checkpoint:
+) -> upstream_checkpoint.Adoption[checkpoint_records.ComputeDomainClaimRecord]:
     """Our checkpoint holding every claim of `upstream` with the devices (and CDI ids) it
-    answered; `boot_id` is used where upstream's file names none."""
+    answered (nothing here needs a notice); `boot_id` is used where upstream's file names
+    none."""
     entries = {}
     for claim in upstream.claims:
         domain = next(
@@ -37,6 +38,6 @@ def adopt(
             mode=mode, isolation=isolation, domain_id=domain, channel_ids=channels
         )
         entries[claim.claim_uid] = upstream_checkpoint.entry(claim, record=record, now=now)
-    return models.Checkpoint(
+    return upstream_checkpoint.Adoption(checkpoint=models.Checkpoint(
         boot_id=upstream.boot_id or boot_id, codec=checkpoint_records.CODEC, entries=entries
-    )
+    ))

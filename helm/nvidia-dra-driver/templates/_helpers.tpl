@@ -157,17 +157,18 @@ hostManaged: every ComputeDomain on host channel 0; "none" is our older name for
 {{/* ------------------------------------------------------------ feature gates */}}
 
 {{/*
-Gates the user set, as JSON {name: bool}. A gate is on only when its value prints as "true", so
-`--set-string featureGates.X=false` (the string "false") stays off. The upstream alias
-HostManagedIMEXDaemon becomes HostManagedIMEX; when both are set, HostManagedIMEX wins.
+Gates the user set, as JSON {name: bool}, AllAlpha / AllBeta included. A gate is on only when
+its value prints as "true", so `--set-string featureGates.X=false` (the string "false") stays
+off. Our older name HostManagedIMEX becomes HostManagedIMEXDaemon; when both are set,
+HostManagedIMEXDaemon wins.
 */}}
 {{- define "cdd.explicitGates" -}}
 {{- $gates := .Values.featureGates | default dict -}}
 {{- $out := dict -}}
 {{- range $name, $value := $gates -}}
 {{- $on := eq (toString $value) "true" -}}
-{{- if eq $name "HostManagedIMEXDaemon" -}}
-{{- if not (hasKey $gates "HostManagedIMEX") -}}{{- $_ := set $out "HostManagedIMEX" $on -}}{{- end -}}
+{{- if eq $name "HostManagedIMEX" -}}
+{{- if not (hasKey $gates "HostManagedIMEXDaemon") -}}{{- $_ := set $out "HostManagedIMEXDaemon" $on -}}{{- end -}}
 {{- else -}}
 {{- $_ := set $out $name $on -}}
 {{- end -}}
@@ -180,14 +181,32 @@ Every known gate with upstream's default, as JSON: core/gates.py REGISTRY (upstr
 and the Kubernetes logging gates upstream's binaries accept).
 */}}
 {{- define "cdd.gateDefaults" -}}
-{{- dict "ComputeDomainCliques" true "ConsumableShares" false "ContextualLogging" true "CrashOnNVLinkFabricErrors" true "DRAListTypeAttributes" false "DeviceMetadata" false "DynamicMIG" false "FabricManagerPartitioning" false "HostManagedIMEX" false "IMEXDaemonsWithDNSNames" true "LoggingAlphaOptions" false "LoggingBetaOptions" true "MPSSupport" false "NVMLDeviceHealthCheck" false "PassthroughSupport" false "TimeSlicingSettings" false | toJson -}}
+{{- dict "ComputeDomainCliques" true "ConsumableShares" false "ContextualLogging" true "CrashOnNVLinkFabricErrors" true "DRAListTypeAttributes" false "DeviceMetadata" false "DynamicMIG" false "FabricManagerPartitioning" false "HostManagedIMEXDaemon" false "IMEXDaemonsWithDNSNames" true "LoggingAlphaOptions" false "LoggingBetaOptions" true "MPSSupport" false "NVMLDeviceHealthCheck" false "PassthroughSupport" false "TimeSlicingSettings" false | toJson -}}
 {{- end -}}
 
-{{/* Every known gate with its effective value (upstream defaults, then user values, then the hostManaged overrides). */}}
+{{/*
+The gates AllAlpha / AllBeta set (core/gates.py REGISTRY stages), as JSON {toggle: [gates]}.
+ContextualLogging is beta but left out: upstream sets it explicitly before the user's gates.
+*/}}
+{{- define "cdd.gateToggles" -}}
+{{- dict "AllAlpha" (list "ConsumableShares" "DRAListTypeAttributes" "DeviceMetadata" "DynamicMIG" "FabricManagerPartitioning" "HostManagedIMEXDaemon" "LoggingAlphaOptions" "MPSSupport" "NVMLDeviceHealthCheck" "PassthroughSupport" "TimeSlicingSettings") "AllBeta" (list "ComputeDomainCliques" "CrashOnNVLinkFabricErrors" "IMEXDaemonsWithDNSNames" "LoggingBetaOptions") | toJson -}}
+{{- end -}}
+
+{{/*
+Every known gate with its effective value: upstream defaults, then AllAlpha / AllBeta on the
+gates of their stage, then the gates the user set (explicit settings win), then the
+hostManaged overrides.
+*/}}
 {{- define "cdd.effectiveGates" -}}
 {{- $g := include "cdd.gateDefaults" . | fromJson -}}
-{{- range $name, $on := (include "cdd.explicitGates" . | fromJson) -}}
-{{- $_ := set $g $name $on -}}
+{{- $explicit := include "cdd.explicitGates" . | fromJson -}}
+{{- range $toggle, $names := (include "cdd.gateToggles" . | fromJson) -}}
+{{- if hasKey $explicit $toggle -}}
+{{- range $name := $names -}}{{- $_ := set $g $name (get $explicit $toggle) -}}{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- range $name, $on := $explicit -}}
+{{- if hasKey $g $name -}}{{- $_ := set $g $name $on -}}{{- end -}}
 {{- end -}}
 {{- if and (include "cdd.computeDomains" .) (include "cdd.hostManaged" .) -}}
 {{- $_ := set $g "IMEXDaemonsWithDNSNames" false -}}
@@ -207,15 +226,15 @@ and the Kubernetes logging gates upstream's binaries accept).
 
 {{/*
 Fail rendering on any invalid mode / isolation / gate combination, in the order
-core.computedomain.modes.resolve_driver_config checks: gates, mode, HostManagedIMEX gate, gate
+core.computedomain.modes.resolve_driver_config checks: gates, mode, HostManagedIMEXDaemon gate, gate
 dependencies (after the hostManaged overrides), isolation. The IMEX checks apply only while the
 ComputeDomain half is on. Every message is the apps' ConfigError text.
 */}}
 {{- define "cdd.validate" -}}
 {{- $known := keys (include "cdd.gateDefaults" . | fromJson) | sortAlpha -}}
 {{- range $name, $_ := (.Values.featureGates | default dict) -}}
-{{- if not (has $name (append $known "HostManagedIMEXDaemon")) -}}
-{{- fail (printf "unknown feature gate '%s': known gates are %s" $name (join ", " $known)) -}}
+{{- if not (has $name (concat $known (list "AllAlpha" "AllBeta" "HostManagedIMEX"))) -}}
+{{- fail (printf "unknown feature gate '%s': known gates are %s (and AllAlpha, AllBeta; HostManagedIMEX is an alias of HostManagedIMEXDaemon)" $name (join ", " $known)) -}}
 {{- end -}}
 {{- end -}}
 {{- if not (or (include "cdd.computeDomains" .) (include "cdd.gpus" .)) -}}
@@ -307,9 +326,9 @@ empty; certManagerCertificate names a Certificate made outside the chart (secret
 {{- if not (has $mode (list "driverManaged" "hostManaged")) -}}
 {{- fail (printf "unknown IMEX mode '%s': use driverManaged or hostManaged" $mode) -}}
 {{- end -}}
-{{- $explicit := include "cdd.explicitGates" . | fromJson -}}
-{{- if and (eq $mode "hostManaged") (not $explicit.HostManagedIMEX) -}}
-{{- fail "IMEX mode hostManaged requires feature gate HostManagedIMEX=true: set featureGates.HostManagedIMEX=true (Helm) or FEATURE_GATES=HostManagedIMEX=true, or use mode driverManaged" -}}
+{{- $effective := include "cdd.effectiveGates" . | fromJson -}}
+{{- if and (eq $mode "hostManaged") (not $effective.HostManagedIMEXDaemon) -}}
+{{- fail "IMEX mode hostManaged requires feature gate HostManagedIMEXDaemon=true: set featureGates.HostManagedIMEXDaemon=true (Helm) or FEATURE_GATES=HostManagedIMEXDaemon=true, or use mode driverManaged" -}}
 {{- end -}}
 {{- include "cdd.validateGateRules" . -}}
 {{- $iso := .Values.resources.computeDomains.imex.isolation | default "" -}}

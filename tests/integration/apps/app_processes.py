@@ -165,7 +165,7 @@ def host_managed_flags() -> list[str]:
     return [
         "--imex-mode", "hostManaged",
         "--imex-isolation", "none",
-        "--feature-gates", "HostManagedIMEX=true",
+        "--feature-gates", "HostManagedIMEXDaemon=true",
     ]
 
 

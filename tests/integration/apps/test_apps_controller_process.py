@@ -155,4 +155,4 @@ def test_controller_process_in_host_managed_mode_without_the_gate_exits_2(
     )
 
     assert process.wait() == 2
-    assert "requires feature gate HostManagedIMEX=true" in process.output()
+    assert "requires feature gate HostManagedIMEXDaemon=true" in process.output()

@@ -377,7 +377,7 @@ def test_plugin_process_in_host_managed_mode_without_the_gate_exits_2_naming_the
     )
 
     assert process.wait() == 2
-    assert "requires feature gate HostManagedIMEX=true" in process.output()
+    assert "requires feature gate HostManagedIMEXDaemon=true" in process.output()
     assert not node_paths.registration_socket.exists()
 
 

@@ -38,7 +38,7 @@ def test_plan_in_host_managed_mode_prints_only_the_workload_template_forced_to_s
     tmp_path: pathlib.Path,
 ) -> None:
     done = _plan(tmp_path, "--mode", "hostManaged", "--isolation", "none",
-                 "--feature-gates", "HostManagedIMEX=true")
+                 "--feature-gates", "HostManagedIMEXDaemon=true")
     assert done.returncode == 0, done.stderr
     objects = list(yaml.safe_load_all(done.stdout))
     assert [o["kind"] for o in objects] == ["ResourceClaimTemplate"]
@@ -59,7 +59,7 @@ def test_plan_in_driver_managed_mode_adds_the_daemon_template_and_daemonset(
 def test_plan_refuses_an_invalid_mode_with_the_config_message(tmp_path: pathlib.Path) -> None:
     done = _plan(tmp_path, "--mode", "hostManaged", "--isolation", "none")
     assert done.returncode == 2
-    assert "requires feature gate HostManagedIMEX=true" in done.stderr
+    assert "requires feature gate HostManagedIMEXDaemon=true" in done.stderr
 
 
 def _admitted_cd(
@@ -81,7 +81,7 @@ def test_preflight_judges_a_compute_domain_our_decoder_rejects_by_its_annotation
     refusal = preflight.check(cluster, mode="driverManaged", isolation="", feature_gates="")
     assert "ml/odd (hostManaged/none)" in refusal
     assert preflight.check(cluster, mode="hostManaged", isolation="none",
-                           feature_gates="HostManagedIMEX=true") == ""
+                           feature_gates="HostManagedIMEXDaemon=true") == ""
 
 
 class _Forbidden(memory_cluster.InMemoryCluster):
@@ -108,7 +108,7 @@ def test_preflight_allows_an_upgrade_that_keeps_the_mode() -> None:
     cluster = memory_cluster.InMemoryCluster()
     _admitted_cd(cluster, "same", "hostManaged/none")
     assert preflight.check(cluster, mode="hostManaged", isolation="none",
-                           feature_gates="HostManagedIMEX=true") == ""
+                           feature_gates="HostManagedIMEXDaemon=true") == ""
 
 
 def test_preflight_allows_any_change_when_no_domain_exists() -> None:
@@ -140,6 +140,6 @@ def test_plan_with_the_host_managed_gate_alone_plans_driver_managed(
     tmp_path: pathlib.Path,
 ) -> None:
     # As upstream: the gate only unlocks hostManaged; the mode stays the default.
-    done = _plan(tmp_path, "--feature-gates", "HostManagedIMEX=true")
+    done = _plan(tmp_path, "--feature-gates", "HostManagedIMEXDaemon=true")
     assert done.returncode == 0, done.stderr
     assert "Traceback" not in done.stderr

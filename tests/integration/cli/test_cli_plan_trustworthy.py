@@ -18,7 +18,7 @@ import yaml
 
 ROOT = pathlib.Path(__file__).resolve().parents[3]
 HOST_CHANNEL = ("--imex-mode", "hostManaged", "--imex-isolation", "channel",
-                "--feature-gates", "HostManagedIMEX=true")
+                "--feature-gates", "HostManagedIMEXDaemon=true")
 
 
 def _cd(name: str = "training", *, namespace: str | None = "ml", rct: str | None = None,
@@ -99,7 +99,7 @@ def test_a_refusal_goes_to_stderr_with_exit_1(tmp_path: pathlib.Path) -> None:
 
 def test_an_override_goes_to_stderr_and_is_not_a_failure(tmp_path: pathlib.Path) -> None:
     done = _plan("--imex-mode", "hostManaged", "--imex-isolation", "none",
-                 "--feature-gates", "HostManagedIMEX=true", _write(tmp_path, _cd(mode="All")))
+                 "--feature-gates", "HostManagedIMEXDaemon=true", _write(tmp_path, _cd(mode="All")))
     assert done.returncode == 0, done.stderr
     assert "allocationMode" in done.stderr and "Single" in done.stderr
     assert "allocationMode" not in done.stdout.split("parameters:")[0]

@@ -23,7 +23,7 @@ from core import errors, kinds, names, ports
 from core.computedomain import modeswitch
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[3]
-HOST = {"mode": "hostManaged", "isolation": "none", "feature_gates": "HostManagedIMEX=true"}
+HOST = {"mode": "hostManaged", "isolation": "none", "feature_gates": "HostManagedIMEXDaemon=true"}
 DRIVER = {"mode": "driverManaged", "isolation": "", "feature_gates": ""}
 
 
@@ -185,7 +185,7 @@ def test_the_refusal_points_to_a_docs_section_that_exists() -> None:
 def _preflight_process(kubeconfig: pathlib.Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "apps.cli", "preflight", "--mode", "hostManaged",
-         "--isolation", "none", "--feature-gates", "HostManagedIMEX=true",
+         "--isolation", "none", "--feature-gates", "HostManagedIMEXDaemon=true",
          "--kubeconfig", str(kubeconfig)],
         capture_output=True, text=True, timeout=60, check=False,
     )

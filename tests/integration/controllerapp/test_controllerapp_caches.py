@@ -35,7 +35,7 @@ def _eventually(probe: Callable[[], bool], *, what: str) -> None:
 def setup() -> Iterator[tuple[memory_cluster.InMemoryCluster, controller_caches.ControllerCaches,
                               models.ComputeDomain, dict[str, Any]]]:
     config = modes.resolve_driver_config(
-        mode="hostManaged", isolation="none", feature_gates="HostManagedIMEX=true",
+        mode="hostManaged", isolation="none", feature_gates="HostManagedIMEXDaemon=true",
         namespace="nvidia-dra-driver",
     ).config
     cluster = memory_cluster.InMemoryCluster()

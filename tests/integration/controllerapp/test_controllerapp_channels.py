@@ -26,7 +26,7 @@ CD = kinds.COMPUTE_DOMAIN.kind
 
 def _config(max_channels: int) -> models.DriverConfig:
     return modes.resolve_driver_config(
-        mode="hostManaged", isolation="channel", feature_gates="HostManagedIMEX=true",
+        mode="hostManaged", isolation="channel", feature_gates="HostManagedIMEXDaemon=true",
         namespace="driver", max_channels=max_channels,
     ).config
 

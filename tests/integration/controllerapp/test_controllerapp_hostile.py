@@ -33,7 +33,7 @@ CD = kinds.COMPUTE_DOMAIN.kind
 def _config(mode: str) -> models.DriverConfig:
     if mode == "hostManaged":
         return modes.resolve_driver_config(
-            mode="hostManaged", isolation="none", feature_gates="HostManagedIMEX=true",
+            mode="hostManaged", isolation="none", feature_gates="HostManagedIMEXDaemon=true",
             namespace=DRIVER_NS,
         ).config
     return modes.resolve_driver_config(

@@ -25,7 +25,7 @@ LEASE = "compute-domain-controller"
 
 def _host_config() -> models.DriverConfig:
     return modes.resolve_driver_config(
-        mode="hostManaged", isolation="none", feature_gates="HostManagedIMEX=true",
+        mode="hostManaged", isolation="none", feature_gates="HostManagedIMEXDaemon=true",
         namespace=NAMESPACE,
     ).config
 

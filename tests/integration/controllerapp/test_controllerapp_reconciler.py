@@ -24,7 +24,7 @@ CD = kinds.COMPUTE_DOMAIN.kind
 
 def _host_config() -> models.DriverConfig:
     return modes.resolve_driver_config(
-        mode="hostManaged", isolation="none", feature_gates="HostManagedIMEX=true",
+        mode="hostManaged", isolation="none", feature_gates="HostManagedIMEXDaemon=true",
         namespace="nvidia-dra-driver",
     ).config
 

@@ -56,7 +56,7 @@ def _loop(
     before_settling: Callable[[running.Controller], None] | None = None,
 ) -> Iterator[tuple[running.Controller, settling.Settling]]:
     config = modes.resolve_driver_config(
-        mode="hostManaged", isolation="none", feature_gates="HostManagedIMEX=true",
+        mode="hostManaged", isolation="none", feature_gates="HostManagedIMEXDaemon=true",
         namespace="nvidia-dra-driver",
     ).config
     controller = running.Controller(

@@ -108,7 +108,8 @@ def _ready(cluster: ports.Cluster, name: str) -> bool:
 
 @pytest.mark.parametrize("config", [
     modes.resolve_driver_config(mode="hostManaged", isolation="channel",
-                                feature_gates="HostManagedIMEX=true", namespace=DRIVER_NS).config,
+                                feature_gates="HostManagedIMEXDaemon=true",
+                                namespace=DRIVER_NS).config,
     modes.resolve_driver_config(mode="driverManaged", isolation="", feature_gates="",
                                 namespace=DRIVER_NS, daemon_image="imex:1").config,
 ], ids=["hostManaged-channel", "driverManaged"])

@@ -53,7 +53,7 @@ Obj = dict[str, Any]
 MODES: dict[str, Obj] = {
     "driverManaged": {},
     "hostManaged-channel": {
-        "featureGates": {"HostManagedIMEX": True},
+        "featureGates": {"HostManagedIMEXDaemon": True},
         "resources": {"computeDomains": {"imex": {
             "mode": "hostManaged", "hostCheck": False, "isolation": "channel"}}},
     },

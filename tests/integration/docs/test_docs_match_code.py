@@ -72,7 +72,8 @@ def test_notes_under_channel_isolation_describe_channel_isolation() -> None:
         import chart_rendering as cr
     finally:
         sys.path.pop(0)
-    notes = cr.notes(cr.imex("hostManaged", "channel", featureGates={"HostManagedIMEX": True}))
+    notes = cr.notes(
+        cr.imex("hostManaged", "channel", featureGates={"HostManagedIMEXDaemon": True}))
     assert "isolation: channel" in notes
     assert "Isolation none" not in notes and "host IMEX channel 0" not in notes
     assert "own IMEX channel" in notes

@@ -103,5 +103,5 @@ def imex(mode: str, isolation: str = "", **extra: Any) -> Obj:
 
 def host_managed(**extra: Any) -> Obj:
     """The one valid host-managed configuration of this release."""
-    gates = {"HostManagedIMEX": True, **extra.pop("featureGates", {})}
+    gates = {"HostManagedIMEXDaemon": True, **extra.pop("featureGates", {})}
     return imex("hostManaged", "none", featureGates=gates, **extra)

@@ -245,5 +245,5 @@ def test_a_compute_domain_with_a_bad_rct_name_or_absurd_num_nodes_gets_a_warning
 def test_host_managed_mode_does_not_warn_about_num_nodes_it_ignores() -> None:
     imex = {"mode": "hostManaged", "isolation": "none"}
     values = {"resources": {"computeDomains": {"imex": imex}},
-              "featureGates": {"HostManagedIMEX": True}}
+              "featureGates": {"HostManagedIMEXDaemon": True}}
     assert _warnings(values, _cd("ok", 10**12)) == []

@@ -11,7 +11,7 @@ from apps.kubeletplugin import settings as plugin_settings
 from core import names
 from core.computedomain import modes
 
-CHANNEL = cr.imex("hostManaged", "channel", featureGates={"HostManagedIMEX": True})
+CHANNEL = cr.imex("hostManaged", "channel", featureGates={"HostManagedIMEXDaemon": True})
 
 
 def _env(objects: list[cr.Obj], kind: str, name_suffix: str) -> dict[str, str]:
@@ -44,7 +44,7 @@ def test_chart_and_apps_agree_on_the_channel_defaults() -> None:
     parsed_controller = controller_settings.parse([], controller)
     parsed_plugin = plugin_settings.parse([], {**plugin, "NODE_NAME": "n1"})
     defaults = modes.resolve_driver_config(
-        mode="hostManaged", isolation="channel", feature_gates="HostManagedIMEX=true",
+        mode="hostManaged", isolation="channel", feature_gates="HostManagedIMEXDaemon=true",
         namespace="ns",
     ).config
     assert parsed_controller.max_channels == defaults.max_channels == 2048
@@ -54,7 +54,7 @@ def test_chart_and_apps_agree_on_the_channel_defaults() -> None:
 
 
 def test_channel_values_reach_both_apps() -> None:
-    values = cr.imex("hostManaged", "channel", featureGates={"HostManagedIMEX": True})
+    values = cr.imex("hostManaged", "channel", featureGates={"HostManagedIMEXDaemon": True})
     values["resources"]["computeDomains"]["imex"]["channels"] = {"max": 3, "slotsPerNode": 2}
     objects = cr.render(values)
     assert _env(objects, "Deployment", "-controller")["IMEX_CHANNELS_MAX"] == "3"
@@ -64,7 +64,7 @@ def test_channel_values_reach_both_apps() -> None:
 @pytest.mark.parametrize("channels", [{"max": 2049}, {"max": 1}, {"slotsPerNode": 0},
                                       {"slotsPerNode": 129}, {"unknown": 1}])
 def test_out_of_range_channel_values_fail_schema_validation(channels: cr.Obj) -> None:
-    values = cr.imex("hostManaged", "channel", featureGates={"HostManagedIMEX": True})
+    values = cr.imex("hostManaged", "channel", featureGates={"HostManagedIMEXDaemon": True})
     values["resources"]["computeDomains"]["imex"]["channels"] = channels
     with pytest.raises(Exception, match="channels"):
         cr.render(values)
@@ -73,14 +73,14 @@ def test_out_of_range_channel_values_fail_schema_validation(channels: cr.Obj) ->
 def test_host_managed_without_an_isolation_installs_domain_isolation_like_the_apps() -> None:
     # As upstream: domain is the default in both modes; under hostManaged it means host
     # channel 0 for every ComputeDomain, so no slot DeviceClass is installed.
-    values = cr.imex("hostManaged", "", featureGates={"HostManagedIMEX": True})
+    values = cr.imex("hostManaged", "", featureGates={"HostManagedIMEXDaemon": True})
     objects = cr.render(values)
     for kind, suffix in (("Deployment", "-controller"), ("DaemonSet", "-kubelet-plugin")):
         assert _env(objects, kind, suffix)["IMEX_ISOLATION"] == "domain"
     assert not [o for o in objects if o["kind"] == "DeviceClass"
                 and o["metadata"]["name"] == names.SLOT_DEVICE_CLASS]
     resolved = modes.resolve_driver_config(
-        mode="hostManaged", isolation="domain", feature_gates="HostManagedIMEX=true",
+        mode="hostManaged", isolation="domain", feature_gates="HostManagedIMEXDaemon=true",
         namespace="ns",
     )
     assert not resolved.config.channel_isolation

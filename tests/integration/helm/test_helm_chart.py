@@ -27,13 +27,14 @@ MODES = ("driverManaged", "hostManaged")
 ISOLATIONS = ("", "domain", "none", "channel")
 GATE_SETS: tuple[dict[str, Any], ...] = (
     {},
-    {"HostManagedIMEX": True},
-    {"HostManagedIMEX": "true"},
     {"HostManagedIMEXDaemon": True},
-    {"HostManagedIMEX": False},
-    {"HostManagedIMEX": "false"},
-    {"HostManagedIMEX": True, "ComputeDomainCliques": True, "IMEXDaemonsWithDNSNames": True},
-    {"HostManagedIMEX": True, "IMEXDaemonsWithDNSNames": False},
+    {"HostManagedIMEXDaemon": "true"},
+    {"HostManagedIMEX": True},
+    {"HostManagedIMEXDaemon": False},
+    {"HostManagedIMEXDaemon": "false"},
+    {"HostManagedIMEXDaemon": True, "ComputeDomainCliques": True,
+     "IMEXDaemonsWithDNSNames": True},
+    {"HostManagedIMEXDaemon": True, "IMEXDaemonsWithDNSNames": False},
     {"IMEXDaemonsWithDNSNames": False},
     {"IMEXDaemonsWithDNSNames": False, "ComputeDomainCliques": False},
     {"ComputeDomainCliques": False},
@@ -203,34 +204,41 @@ def test_host_managed_controller_and_plugin_receive_gates_and_mode() -> None:
     objects = cr.render(cr.host_managed(featureGates={"CrashOnNVLinkFabricErrors": False}))
     for workload in (cr.one(objects, "Deployment"), cr.one(objects, "DaemonSet")):
         env = cr.container_env(workload)
-        assert env["FEATURE_GATES"] == "CrashOnNVLinkFabricErrors=false,HostManagedIMEX=true"
+        assert env["FEATURE_GATES"] == (
+            "CrashOnNVLinkFabricErrors=false,HostManagedIMEXDaemon=true")
         assert env["IMEX_MODE"] == "hostManaged"
         assert env["IMEX_ISOLATION"] == "none"
     assert "DAEMON_IMAGE" not in cr.container_env(cr.one(objects, "Deployment"))
 
 
-def test_upstream_gate_alias_counts_as_host_managed_imex() -> None:
-    values = cr.imex("hostManaged", "none", featureGates={"HostManagedIMEXDaemon": True})
+def test_our_older_gate_name_counts_as_host_managed_imex_daemon() -> None:
+    values = cr.imex("hostManaged", "none", featureGates={"HostManagedIMEX": True})
     env = cr.container_env(cr.one(cr.render(values), "DaemonSet"))
-    assert env["FEATURE_GATES"] == "HostManagedIMEX=true"
+    assert env["FEATURE_GATES"] == "HostManagedIMEXDaemon=true"
+
+
+def test_with_both_spellings_set_the_gates_own_name_wins() -> None:
+    values = {"featureGates": {"HostManagedIMEXDaemon": False, "HostManagedIMEX": True}}
+    env = cr.container_env(cr.one(cr.render(values), "DaemonSet"))
+    assert env["FEATURE_GATES"] == "HostManagedIMEXDaemon=false"
 
 
 def test_set_string_false_keeps_host_managed_gate_off() -> None:
-    gates = helm_python.parse_set_string_values("featureGates.HostManagedIMEX=false")
-    assert gates == {"featureGates": {"HostManagedIMEX": "false"}}
+    gates = helm_python.parse_set_string_values("featureGates.HostManagedIMEXDaemon=false")
+    assert gates == {"featureGates": {"HostManagedIMEXDaemon": "false"}}
     message = cr.render_error(cr.imex("hostManaged", "none", **gates))
     assert modes.HOST_MANAGED_NEEDS_GATE in message
     # In driverManaged the string "false" renders as an explicit false, daemon class kept.
     objects = cr.render(gates)
     assert cr.container_env(cr.one(objects, "DaemonSet"))["FEATURE_GATES"] == (
-        "HostManagedIMEX=false"
+        "HostManagedIMEXDaemon=false"
     )
     assert cr.one(objects, "DeviceClass", names.DAEMON_DEVICE_CLASS)
 
 
 @pytest.mark.parametrize("value", ["True", "yes", "1", "on"])
 def test_only_the_exact_string_true_turns_a_gate_on(value: str) -> None:
-    values = cr.imex("hostManaged", "none", featureGates={"HostManagedIMEX": value})
+    values = cr.imex("hostManaged", "none", featureGates={"HostManagedIMEXDaemon": value})
     message = cr.render_error(values)
     assert modes.HOST_MANAGED_NEEDS_GATE in message
 
@@ -476,7 +484,7 @@ def test_webhook_in_secret_mode_without_a_secret_fails_rendering() -> None:
 @pytest.mark.parametrize(
     ("values", "mode", "isolation", "gates"),
     [({}, "driverManaged", "domain", ""),
-     (cr.host_managed(), "hostManaged", "none", "HostManagedIMEX=true")],
+     (cr.host_managed(), "hostManaged", "none", "HostManagedIMEXDaemon=true")],
 )
 def test_preflight_hook_checks_mode_and_isolation_before_upgrade(
     values: dict[str, Any], mode: str, isolation: str, gates: str
@@ -600,13 +608,13 @@ def test_kubelet_plugin_accepts_upstream_value_names_and_prefers_ours() -> None:
 # ---------------------------------------------------------------- the gate without the mode
 
 
-@pytest.mark.parametrize("gate", ["HostManagedIMEX", "HostManagedIMEXDaemon"])
+@pytest.mark.parametrize("gate", ["HostManagedIMEXDaemon", "HostManagedIMEX"])
 def test_host_managed_gate_alone_only_unlocks_the_mode(gate: str) -> None:
     # As upstream: the gate changes nothing by itself; the default mode stays driverManaged.
     objects = cr.render({"featureGates": {gate: True}})
     env = cr.container_env(cr.one(objects, "DaemonSet"))
     assert (env["IMEX_MODE"], env["IMEX_ISOLATION"]) == ("driverManaged", "domain")
-    assert "HostManagedIMEX=true" in env["FEATURE_GATES"]
+    assert "HostManagedIMEXDaemon=true" in env["FEATURE_GATES"]
 
 
 def test_host_managed_gate_with_host_managed_mode_still_renders() -> None:

@@ -41,7 +41,7 @@ ELSEWHERE = {
 
 VALUES = [
     {},
-    cr.imex("hostManaged", "channel", featureGates={"HostManagedIMEX": True}),
+    cr.imex("hostManaged", "channel", featureGates={"HostManagedIMEXDaemon": True}),
     {"resources": {"gpus": {"enabled": True}}},
     # Upstream's keys that add env (issue 19).
     {"gpuResourcesEnabledOverride": True, "altProcDevices": "/var/lib/mock/devices",

@@ -78,3 +78,56 @@ def test_gates_satisfying_upstreams_rules_render() -> None:
     explicit = {"DeviceMetadata": True, "PassthroughSupport": True, "MPSSupport": True}
     gates.validate_gate_dependencies(gates.resolve_gates(explicit))
     assert cr.render(_gpus_only(featureGates=explicit))
+
+
+# ---------------------------------------------------------------- AllAlpha / AllBeta
+#
+# component-base's toggles, which upstream's binaries accept: every alpha (beta) gate not set
+# explicitly takes the toggle's value. The chart computes the effective gates the same way
+# (the vfio DeviceClass follows the effective PassthroughSupport) and refuses what the apps
+# refuse, with their message.
+
+
+def _vfio_class(values: dict[str, Any]) -> bool:
+    return any(o["metadata"]["name"] == "vfio.gpu.nvidia.com"
+               for o in cr.find(cr.render(values), "DeviceClass"))
+
+
+def test_all_alpha_reaches_the_apps_and_turns_on_alpha_gates_in_the_chart() -> None:
+    explicit = {"AllAlpha": True, "DynamicMIG": False, "NVMLDeviceHealthCheck": False}
+    resolved = gates.resolve_gates(explicit)
+    gates.validate_gate_dependencies(resolved)
+    assert resolved.enabled("PassthroughSupport")
+    values = _gpus_only(featureGates=explicit)
+    env = cr.container_env(cr.one(cr.render(values), "DaemonSet"))
+    assert gates.parse_feature_gates(env["FEATURE_GATES"]) == explicit
+    assert _vfio_class(values)
+    # An explicit setting wins over the toggle.
+    assert not _vfio_class(_gpus_only(featureGates={
+        **explicit, "PassthroughSupport": False, "DeviceMetadata": False}))
+
+
+@pytest.mark.parametrize("explicit", [
+    {"AllAlpha": True},  # DynamicMIG and PassthroughSupport both on: excluded, as upstream
+    {"AllBeta": False, "ComputeDomainCliques": True},  # its dependency turned off
+    {"AllBeta": False, "AllAlpha": True, "DynamicMIG": False},
+])
+def test_a_toggle_breaking_an_upstream_rule_fails_rendering_with_the_apps_message(
+    explicit: dict[str, bool],
+) -> None:
+    message = _core_message(explicit)
+    assert message in cr.render_error({"featureGates": explicit})
+
+
+def test_all_beta_false_renders_when_the_rules_still_hold() -> None:
+    gates.validate_gate_dependencies(gates.resolve_gates({"AllBeta": False}))
+    env = cr.container_env(cr.one(cr.render({"featureGates": {"AllBeta": False}}), "DaemonSet"))
+    assert env["FEATURE_GATES"] == "AllBeta=false"
+
+
+def test_all_alpha_unlocks_host_managed_in_the_chart_as_in_the_apps() -> None:
+    explicit = {"AllAlpha": True, "DynamicMIG": False, "NVMLDeviceHealthCheck": False}
+    values = cr.imex("hostManaged", "", featureGates=explicit)
+    env = cr.container_env(cr.one(cr.render(values), "DaemonSet"))
+    assert env["IMEX_MODE"] == "hostManaged"
+    assert "AllAlpha=true" in env["FEATURE_GATES"]

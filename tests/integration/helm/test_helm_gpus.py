@@ -184,7 +184,7 @@ def test_gpu_half_alone_gives_the_plugin_no_compute_domain_or_node_write_rights(
 
 def test_gpu_half_alone_ignores_the_imex_settings_it_does_not_use() -> None:
     # The host-managed gate without the host-managed mode is refused only for ComputeDomains.
-    values = {**GPUS_ONLY, "featureGates": {"HostManagedIMEX": True}}
+    values = {**GPUS_ONLY, "featureGates": {"HostManagedIMEXDaemon": True}}
     assert list(_containers(cr.render(values))) == ["gpu-kubelet-plugin"]
 
 

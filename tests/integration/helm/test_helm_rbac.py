@@ -112,7 +112,7 @@ def _config(mode: str) -> models.DriverConfig:
         # "hostManaged-channel": channel isolation (also reads ResourceClaims).
         return modes.resolve_driver_config(
             mode="hostManaged", isolation="channel" if mode.endswith("-channel") else "none",
-            feature_gates="HostManagedIMEX=true", namespace=cr.NAMESPACE,
+            feature_gates="HostManagedIMEXDaemon=true", namespace=cr.NAMESPACE,
         ).config
     return modes.resolve_driver_config(
         mode=mode, isolation="", feature_gates="", namespace=cr.NAMESPACE,
@@ -261,7 +261,7 @@ MODES = {
     "driverManaged": {},
     "hostManaged": cr.host_managed(),
     "hostManaged-channel": cr.imex("hostManaged", "channel",
-                                   featureGates={"HostManagedIMEX": True}),
+                                   featureGates={"HostManagedIMEXDaemon": True}),
 }
 
 

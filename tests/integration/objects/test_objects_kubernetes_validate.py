@@ -31,7 +31,7 @@ DRIVER = models.DriverConfig(
 HOST = models.DriverConfig(
     mode=models.IMEXMode.HOST_MANAGED,
     isolation=models.Isolation.NONE,
-    gates=models.FeatureGates(values={"HostManagedIMEX": True}),
+    gates=models.FeatureGates(values={"HostManagedIMEXDaemon": True}),
 )
 
 

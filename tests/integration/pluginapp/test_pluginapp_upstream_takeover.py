@@ -8,7 +8,10 @@ The node directory and CDI root are written as upstream's kubelet plugins leave 
 ids upstream answered, our checkpoint under its own name, upstream's file untouched),
 re-prepare (no second spec for a device), unprepare (upstream's spec removed), a corrupt
 upstream file (left alone), our own earlier `checkpoint.json` (renamed and upgraded), and the
-rollback side (upstream's file byte-for-byte as it was).
+rollback side (upstream's file byte-for-byte as it was). Also: a VFIO claim of a release that
+recorded no PCI address (unprepare rebinds the right function), an MPS claim (adopted, an
+Event says its MPS sharing stays as upstream left it), and upstream's older layouts: `v1`
+alone (adopted, then swept by UID once its claim is gone) and 25.3.0-rc.2's.
 """
 
 from __future__ import annotations
@@ -22,11 +25,12 @@ import yaml
 
 from adapters.fs import cdi as fs_cdi
 from adapters.fs import checkpoints as fs_checkpoints
+from adapters.fs import vfio as fs_vfio
 from adapters.memory import cluster as memory_cluster
 from apps.gpuplugin import driver as gpu_driver
 from apps.kubeletplugin import driver as cd_driver
 from apps.pluginkit.driver import ClaimDriver, PluginPorts
-from core import models, names, upstream_checkpoint
+from core import kinds, models, names, upstream_checkpoint
 from core.computedomain import checkpoint_records as cd_records
 from core.computedomain import node_facts
 from core.gpu import cdi as gpu_cdi
@@ -131,20 +135,24 @@ def _cd_node(root: Path) -> bytes:
 # ---------------------------------------------------------------- our plugins
 
 
-def _ports(root: Path, our_name: str, file_name: Any = None) -> PluginPorts:
+def _ports(
+    root: Path, our_name: str, file_name: Any = None, cluster: Any = None
+) -> PluginPorts:
     store = fs_checkpoints.FileCheckpointStore(str(root / our_name))
     cdi = (fs_cdi.CDIDirectory(str(root / "cdi")) if file_name is None
            else fs_cdi.CDIDirectory(str(root / "cdi"), file_name=file_name))
     return PluginPorts(
-        cluster=memory_cluster.InMemoryCluster(), checkpoints=store, cdi=cdi,
+        cluster=cluster or memory_cluster.InMemoryCluster(), checkpoints=store, cdi=cdi,
         predecessor=fs_checkpoints.PredecessorFile(
             str(root / "checkpoint.json"), successor=store),
     )
 
 
-def _cd_driver(root: Path, *, boot_id: str = BOOT) -> ClaimDriver[Any, Any, Any, Any]:
+def _cd_driver(
+    root: Path, *, boot_id: str = BOOT, cluster: Any = None
+) -> ClaimDriver[Any, Any, Any, Any]:
     return cd_driver.new_driver(
-        ports=_ports(root, OUR_CD_NAME),
+        ports=_ports(root, OUR_CD_NAME, cluster=cluster),
         node=node_facts.ImexNodeFacts(node_name=names.NodeName("node-a"), clique_id="a.1",
                                       channel_major=242, boot_id=boot_id),
         config=models.DriverConfig(mode=models.IMEXMode.DRIVER_MANAGED,
@@ -169,12 +177,15 @@ class _Recorder:
         self.calls.append(("unbind", pci_bus_id))
 
 
-def _gpu_driver(root: Path, recorder: _Recorder) -> ClaimDriver[Any, Any, Any, Any]:
+def _gpu_driver(
+    root: Path, recorder: _Recorder, *, inventory: devices.GpuInventory | None = None,
+    cluster: Any = None,
+) -> ClaimDriver[Any, Any, Any, Any]:
     return gpu_driver.new_driver(
-        ports=_ports(root, OUR_GPU_NAME, gpu_cdi.spec_file_name),
+        ports=_ports(root, OUR_GPU_NAME, gpu_cdi.spec_file_name, cluster=cluster),
         node=models.NodeFacts(node_name=names.NodeName("node-a"), boot_id=BOOT),
         gates=models.FeatureGates(values={}),
-        inventory=lambda: devices.GpuInventory(),
+        inventory=lambda: inventory or devices.GpuInventory(),
         files=lambda: devices.DriverFiles(nvidia_major=195, caps_major=511),
         time_slicer=recorder,
         vfio=recorder,
@@ -340,3 +351,203 @@ def test_our_own_earlier_checkpoint_json_is_renamed_and_read(tmp_path: Path) -> 
     # Renamed as it was: version 1 until the next compaction (no O(claims) rewrite at start).
     assert after is not None and after.format_version == 1
     assert after.entries == before.entries == recovered.entries
+
+
+# ---------------------------------------------------------------- VFIO and MPS claims
+
+VFIO_PCI = "0000:41:00.0"
+
+
+def _node_events(cluster: memory_cluster.InMemoryCluster, reason: str) -> list[str]:
+    return [e["message"] for e in cluster.list(kinds.EVENT.kind, namespace="default").items
+            if e["reason"] == reason]
+
+
+def _vfio_function(index: int, pci: str) -> devices.VfioDeviceInfo:
+    return devices.VfioDeviceInfo(
+        index=index, uuid=fs_vfio.vfio_uuid(pci), device_id="0x2330", vendor_id="0x10de",
+        product_name="NVIDIA H100 80GB HBM3", pci_bus_id=pci, iommu_group=30 + index,
+        addressable_memory_bytes=2**37, parent_minor=index,
+    )
+
+
+def test_an_adopted_vfio_claim_without_a_pci_address_is_rebound_at_unprepare(
+    tmp_path: Path,
+) -> None:
+    # 25.12.0 and before record a VFIO function's UUID only (derived from its address); the
+    # name upstream gave it ("gpu-vfio-3") is not the index discovery gives it here.
+    root = tmp_path / "node"
+    root.mkdir()
+    claims = {GPU_UID: _claim("vm", [{
+        "gpu": None, "mig": None,
+        "vfio": {"info": {"uuid": fs_vfio.vfio_uuid(VFIO_PCI)}, "device": _device(
+            GPU_UID, "vfio", "node-a", "gpu-vfio-3", "gpu-vfio-3", "gpu.nvidia.com")},
+    }], {})}
+    original = _upstream_checkpoint(claims)
+    (root / "checkpoint.json").write_bytes(original)
+    _upstream_spec(root / "cdi", "gpu.nvidia.com", GPU_UID, "gpu-vfio-3")
+    recorder = _Recorder()
+    inventory = devices.GpuInventory(vfios=(
+        _vfio_function(0, "0000:40:00.0"), _vfio_function(1, VFIO_PCI),
+    ))
+    driver = _gpu_driver(root, recorder, inventory=inventory)
+
+    recovered = driver.recover()
+
+    (held,) = recovered.entries[names.ClaimUID(GPU_UID)].record.held
+    assert (held.kind, held.pci_bus_id) == ("vfio", VFIO_PCI)
+
+    driver.node_unprepare((_ref(GPU_UID, "vm"),))
+
+    assert recorder.calls == [("unbind", VFIO_PCI)]
+    assert _specs(root) == []
+    assert (root / "checkpoint.json").read_bytes() == original
+
+
+def test_an_adopted_mps_claim_stays_prepared_and_an_event_says_so(tmp_path: Path) -> None:
+    root = tmp_path / "node"
+    root.mkdir()
+    daemon_id = f"{GPU_UID}-0a1b2"
+    claims = _gpu_claims()
+    claims[GPU_UID]["preparedDevices"][0]["configState"] = {
+        "mpsControlDaemonID": daemon_id, "mpsApplied": True}
+    (root / "checkpoint.json").write_bytes(_upstream_checkpoint(claims))
+    _upstream_spec(root / "cdi", "gpu.nvidia.com", GPU_UID, "gpu-0")
+    cluster = memory_cluster.InMemoryCluster()
+    driver = _gpu_driver(root, _Recorder(), cluster=cluster)
+
+    recovered = driver.recover()
+
+    entry = recovered.entries[names.ClaimUID(GPU_UID)]
+    assert entry.state is models.ClaimState.PREPARE_COMPLETED
+    (message,) = _node_events(cluster, "UpstreamMPSLeftAsIs")
+    assert f"team-a/training-gpu ({GPU_UID})" in message
+    assert f"mps-control-daemon-{daemon_id}" in message
+    assert "stays as upstream left it" in message
+    # Refuses nothing: a re-prepare answers the CDI ids upstream answered.
+    result = driver.node_prepare((_ref(GPU_UID, "training-gpu"),))[names.ClaimUID(GPU_UID)]
+    assert result.error == ""
+    assert [i for d in result.devices for i in d.cdi_device_ids] == [
+        f"k8s.gpu.nvidia.com/claim={GPU_UID}-gpu-0"]
+
+
+# ---------------------------------------------------------------- older layouts
+
+
+def _v1_only_checkpoint(claims: dict[str, Any]) -> bytes:
+    """What upstream 25.3.0-rc.3 to 25.3.x wrote: `v1` claim objects alone, one checksum."""
+    v1_text = _go_json({"preparedClaims": {uid: claims[uid] for uid in sorted(claims)}})
+    top = upstream_checkpoint.go_checksum(('{"checksum":0,"v1":' + v1_text + "}").encode())
+    return f'{{"checksum":{top},"v1":{v1_text}}}'.encode()
+
+
+def _cluster_claim(cluster: memory_cluster.InMemoryCluster, name: str) -> str:
+    created = cluster.create(kinds.RESOURCE_CLAIM.kind, {
+        "apiVersion": names.DRA_GROUP_VERSION, "kind": "ResourceClaim",
+        "metadata": {"name": name, "namespace": "team-a"},
+        "spec": {"devices": {"requests": [{"name": "channel", "exactly": {
+            "deviceClassName": names.CHANNEL_DEVICE_CLASS}}]}},
+    })
+    cluster.patch(
+        kinds.RESOURCE_CLAIM.kind, namespace="team-a", name=name, subresource="status",
+        patch={"status": {"allocation": {"devices": {"results": [{
+            "request": "channel", "driver": names.DRIVER_NAME, "pool": "node-a",
+            "device": "channel-0"}]}}}},
+    )
+    return str(created["metadata"]["uid"])
+
+
+def _v1_channel(uid: str, channel: int) -> Any:
+    vendor = "compute-domain.nvidia.com"
+    return {"status": {}, "preparedDevices": [{"devices": [{
+        "channel": {"info": {"id": channel}, "device": _device(
+            uid, "channel", "node-a", f"channel-{channel}", f"channel-{channel}", vendor)},
+        "daemon": None,
+    }], "configState": {"Type": "ComputeDomainChannelConfig", "ComputeDomain": DOMAIN}}]}
+
+
+def test_a_v1_only_checkpoint_is_adopted_and_its_gone_claims_are_swept(tmp_path: Path) -> None:
+    root = tmp_path / "node"
+    root.mkdir()
+    cluster = memory_cluster.InMemoryCluster()
+    kept, gone = _cluster_claim(cluster, "kept"), _cluster_claim(cluster, "gone")
+    original = _v1_only_checkpoint({kept: _v1_channel(kept, 0), gone: _v1_channel(gone, 0)})
+    (root / "checkpoint.json").write_bytes(original)
+    for uid in (kept, gone):
+        _upstream_spec(root / "cdi", "compute-domain.nvidia.com", uid, "channel-0")
+    driver = _cd_driver(root, cluster=cluster)
+
+    recovered = driver.recover()
+
+    assert set(recovered.entries) == {kept, gone}
+    for uid in (kept, gone):
+        entry = recovered.entries[names.ClaimUID(uid)]
+        assert (entry.state, entry.name) == (models.ClaimState.PREPARE_COMPLETED, "")
+        assert entry.record.channel_ids == (0,)
+        assert [i for d in entry.devices for i in d.cdi_device_ids] == [
+            f"k8s.compute-domain.nvidia.com/claim={uid}-channel-0"]
+    (adopted,) = _node_events(cluster, "UpstreamCheckpointAdopted")
+    assert "v1 format of 25.3.x" in adopted
+
+    # No names in a V1 file: the sweeper matches the entries to claims by UID.
+    cluster.delete(kinds.RESOURCE_CLAIM.kind, namespace="team-a", name="gone")
+    removed = driver.clean_stale_claims()
+
+    assert [r.entry.claim_uid for r in removed] == [gone]
+    ours = fs_checkpoints.read_checkpoint(str(root / OUR_CD_NAME), cd_records.CODEC)
+    assert ours is not None and set(ours.entries) == {kept}
+    assert _specs(root) == [f"k8s.compute-domain.nvidia.com-claim_{kept}.yaml"]
+    assert (root / "checkpoint.json").read_bytes() == original
+
+
+def _rc2503_checkpoint(claims: dict[str, Any]) -> bytes:
+    """What upstream 25.3.0-rc.1/rc.2 wrote: claim UID -> device groups, protobuf Devices."""
+    v1_text = _go_json({"preparedClaims": {uid: claims[uid] for uid in sorted(claims)}})
+    top = upstream_checkpoint.go_checksum(('{"checksum":0,"v1":' + v1_text + "}").encode())
+    return f'{{"checksum":{top},"v1":{v1_text}}}'.encode()
+
+
+def test_a_2503rc2_checkpoint_is_adopted_and_unprepared(tmp_path: Path) -> None:
+    root = tmp_path / "node"
+    root.mkdir()
+    cdi_id = f"k8s.compute-domain.nvidia.com/claim={CD_CHANNEL_UID}-channel-0"
+    original = _rc2503_checkpoint({CD_CHANNEL_UID: [{"devices": [{
+        "channel": {"info": {"id": 0}, "device": {
+            "request_names": ["channel"], "pool_name": "node-a", "device_name": "channel-0",
+            "cdi_device_ids": [cdi_id]}},
+        "daemon": None,
+    }], "configState": {"Type": "ComputeDomainChannelConfig", "ComputeDomain": DOMAIN}}]})
+    (root / "checkpoint.json").write_bytes(original)
+    _upstream_spec(root / "cdi", "compute-domain.nvidia.com", CD_CHANNEL_UID, "channel-0")
+    cluster = memory_cluster.InMemoryCluster()
+    driver = _cd_driver(root, cluster=cluster)
+
+    recovered = driver.recover()
+
+    entry = recovered.entries[names.ClaimUID(CD_CHANNEL_UID)]
+    assert (entry.record.domain_id, entry.record.channel_ids) == (DOMAIN, (0,))
+    assert [i for d in entry.devices for i in d.cdi_device_ids] == [cdi_id]
+    (adopted,) = _node_events(cluster, "UpstreamCheckpointAdopted")
+    assert "25.3.0-rc.2" in adopted
+
+    driver.node_unprepare((_ref(CD_CHANNEL_UID, "workload-channel"),))
+
+    assert _specs(root) == []
+    assert (root / "checkpoint.json").read_bytes() == original
+
+
+def test_an_upstream_checkpoint_of_no_known_layout_is_refused_saying_what_to_do(
+    tmp_path: Path,
+) -> None:
+    root = tmp_path / "node"
+    root.mkdir()
+    data = _rc2503_checkpoint({CD_CHANNEL_UID: "not a claim"})
+    (root / "checkpoint.json").write_bytes(data)
+    cluster = memory_cluster.InMemoryCluster()
+
+    recovered = _cd_driver(root, cluster=cluster).recover()
+
+    assert recovered.entries == {}
+    (message,) = _node_events(cluster, "UpstreamCheckpointUnreadable")
+    assert "25.3.0-rc.2" in message and "drain the node's pods" in message
+    assert (root / "checkpoint.json").read_bytes() == data

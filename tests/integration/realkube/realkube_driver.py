@@ -45,7 +45,7 @@ Obj = dict[str, Any]
 MODES: dict[str, Obj] = {
     "driverManaged": {},
     "hostManaged": {
-        "featureGates": {"HostManagedIMEX": True},
+        "featureGates": {"HostManagedIMEXDaemon": True},
         "resources": {"computeDomains": {"imex": {
             "mode": "hostManaged", "hostCheck": False, "isolation": "none"}}},
     },
@@ -55,14 +55,14 @@ MODES: dict[str, Obj] = {
 EXTRA_MODES: dict[str, Obj] = {
     # Channel isolation with 2 assignable channels, so a third ComputeDomain exhausts them.
     "hostManaged-channel-max3": {
-        "featureGates": {"HostManagedIMEX": True},
+        "featureGates": {"HostManagedIMEXDaemon": True},
         "resources": {"computeDomains": {"imex": {
             "mode": "hostManaged", "hostCheck": False, "isolation": "channel",
             "channels": {"max": 3}}}},
     },
     # Channel isolation with every channel (bursts of ComputeDomains).
     "hostManaged-channel": {
-        "featureGates": {"HostManagedIMEX": True},
+        "featureGates": {"HostManagedIMEXDaemon": True},
         "resources": {"computeDomains": {"imex": {
             "mode": "hostManaged", "hostCheck": False, "isolation": "channel"}}},
     },

@@ -25,7 +25,8 @@ from core import names
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[3]
 PATH = "/validate-resource-claim-parameters"
 HOST_MANAGED_ENV = {
-    "IMEX_MODE": "hostManaged", "IMEX_ISOLATION": "none", "FEATURE_GATES": "HostManagedIMEX=true",
+    "IMEX_MODE": "hostManaged", "IMEX_ISOLATION": "none",
+    "FEATURE_GATES": "HostManagedIMEXDaemon=true",
 }
 _OWN_ENV = ("WEBHOOK_PORT", "WEBHOOK_ADDRESS", "TLS_CERT_FILE", "TLS_KEY_FILE", "IMEX_MODE",
             "IMEX_ISOLATION", "FEATURE_GATES", "NAMESPACE")
@@ -197,7 +198,7 @@ def test_webhook_in_host_managed_mode_from_env_denies_all_and_daemon_configs(sta
 
 
 def test_webhook_flags_override_env(start: Any) -> None:
-    # NB: the gate goes too: HostManagedIMEX=true with mode driverManaged is refused.
+    # NB: the gate goes too: HostManagedIMEXDaemon=true with mode driverManaged is refused.
     hook = start("--imex-mode", "driverManaged", "--imex-isolation", "", "--feature-gates", "",
                  env=HOST_MANAGED_ENV)
     hook.wait_for(r"event=config mode=driverManaged")
@@ -231,7 +232,7 @@ def test_webhook_refuses_to_start_with_an_invalid_mode_configuration() -> None:
         capture_output=True, text=True, timeout=60, check=False,
     )
     assert done.returncode == 2
-    assert "HostManagedIMEX=true" in done.stderr
+    assert "HostManagedIMEXDaemon=true" in done.stderr
 
 
 def test_webhook_refuses_a_certificate_without_its_key(tmp_path: pathlib.Path) -> None:

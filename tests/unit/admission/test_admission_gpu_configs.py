@@ -22,7 +22,7 @@ GPU = gpu_configs.DRIVER_NAME
 
 def driver_config(*, host_managed: bool, gates: str = "") -> models.DriverConfig:
     if host_managed:
-        gate_text = ",".join(g for g in ("HostManagedIMEX=true", gates) if g)
+        gate_text = ",".join(g for g in ("HostManagedIMEXDaemon=true", gates) if g)
         return modes.resolve_driver_config(
             mode="hostManaged", isolation="none", feature_gates=gate_text,
             namespace="nvidia-dra-driver",

@@ -16,7 +16,7 @@ DRIVER_MANAGED = modes.resolve_driver_config(
     mode="driverManaged", isolation="", feature_gates="", namespace="nvidia-dra-driver"
 ).config
 HOST_MANAGED = modes.resolve_driver_config(
-    mode="hostManaged", isolation="none", feature_gates="HostManagedIMEX=true",
+    mode="hostManaged", isolation="none", feature_gates="HostManagedIMEXDaemon=true",
     namespace="nvidia-dra-driver",
 ).config
 BOTH_MODES = pytest.mark.parametrize(
@@ -223,7 +223,7 @@ def test_review_denies_allocation_mode_all_in_host_managed_mode_saying_to_use_si
 
 def test_under_channel_isolation_the_allocation_mode_denial_names_the_domains_channel() -> None:
     isolated = modes.resolve_driver_config(
-        mode="hostManaged", isolation="channel", feature_gates="HostManagedIMEX=true",
+        mode="hostManaged", isolation="channel", feature_gates="HostManagedIMEXDaemon=true",
         namespace="nvidia-dra-driver",
     ).config
     obj = claim(opaque(channel_params(allocationMode="All", channelID=3)))

@@ -11,7 +11,7 @@ CD_KIND = kinds.COMPUTE_DOMAIN.kind
 RCT_KIND = kinds.RESOURCE_CLAIM_TEMPLATE.kind
 CONFIG = models.DriverConfig(
     mode=models.IMEXMode.HOST_MANAGED, isolation=models.Isolation.CHANNEL,
-    gates=models.FeatureGates(values={"HostManagedIMEX": True}), namespace="driver",
+    gates=models.FeatureGates(values={"HostManagedIMEXDaemon": True}), namespace="driver",
 )
 ADMITTED = {
     names.ADMITTED_MODE_ANNOTATION: "hostManaged",

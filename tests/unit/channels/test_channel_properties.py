@@ -34,7 +34,7 @@ NS = "team"
 MAX_CHANNELS = 6  # IDs 1..5: small, so exhaustion and reuse happen often
 CONFIG = models.DriverConfig(
     mode=models.IMEXMode.HOST_MANAGED, isolation=models.Isolation.CHANNEL,
-    gates=models.FeatureGates(values={"HostManagedIMEX": True}), namespace="driver",
+    gates=models.FeatureGates(values={"HostManagedIMEXDaemon": True}), namespace="driver",
     max_channels=MAX_CHANNELS,
 )
 

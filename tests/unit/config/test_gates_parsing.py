@@ -11,9 +11,10 @@ from core import errors, gates, models
 UNKNOWN_GATE_SUFFIX = (
     ": known gates are ComputeDomainCliques, ConsumableShares, ContextualLogging, "
     "CrashOnNVLinkFabricErrors, DRAListTypeAttributes, DeviceMetadata, DynamicMIG, "
-    "FabricManagerPartitioning, HostManagedIMEX, IMEXDaemonsWithDNSNames, LoggingAlphaOptions, "
-    "LoggingBetaOptions, MPSSupport, NVMLDeviceHealthCheck, PassthroughSupport, "
-    "TimeSlicingSettings"
+    "FabricManagerPartitioning, HostManagedIMEXDaemon, IMEXDaemonsWithDNSNames, "
+    "LoggingAlphaOptions, LoggingBetaOptions, MPSSupport, NVMLDeviceHealthCheck, "
+    "PassthroughSupport, TimeSlicingSettings (and AllAlpha, AllBeta; HostManagedIMEX is an "
+    "alias of HostManagedIMEXDaemon)"
 )
 
 # Upstream's thirteen (pkg/featuregates/featuregates.go) with their defaults and stages, the
@@ -26,7 +27,7 @@ UPSTREAM_DEFAULTS = {
     "DeviceMetadata": (False, "alpha"),
     "DynamicMIG": (False, "alpha"),
     "FabricManagerPartitioning": (False, "alpha"),
-    "HostManagedIMEX": (False, "alpha"),
+    "HostManagedIMEXDaemon": (False, "alpha"),
     "IMEXDaemonsWithDNSNames": (True, "beta"),
     "MPSSupport": (False, "alpha"),
     "NVMLDeviceHealthCheck": (False, "alpha"),
@@ -44,23 +45,28 @@ def test_parse_empty_string_gives_no_explicit_gates() -> None:
 
 
 def test_parse_reads_true_and_false_tolerating_whitespace() -> None:
-    parsed = gates.parse_feature_gates(" HostManagedIMEX = true ,ComputeDomainCliques=false, ")
-    assert parsed == {"ComputeDomainCliques": False, "HostManagedIMEX": True}
+    parsed = gates.parse_feature_gates(
+        " HostManagedIMEXDaemon = true ,ComputeDomainCliques=false, ")
+    assert parsed == {"ComputeDomainCliques": False, "HostManagedIMEXDaemon": True}
 
 
 def test_parse_accepts_the_boolean_spellings_upstream_accepts() -> None:
-    assert gates.parse_feature_gates("HostManagedIMEX=True") == {"HostManagedIMEX": True}
-    assert gates.parse_feature_gates("HostManagedIMEX=1") == {"HostManagedIMEX": True}
-    assert gates.parse_feature_gates("HostManagedIMEX=FALSE") == {"HostManagedIMEX": False}
+    assert gates.parse_feature_gates("MPSSupport=True") == {"MPSSupport": True}
+    assert gates.parse_feature_gates("MPSSupport=1") == {"MPSSupport": True}
+    assert gates.parse_feature_gates("MPSSupport=FALSE") == {"MPSSupport": False}
 
 
 def test_parse_later_item_wins() -> None:
-    parsed = gates.parse_feature_gates("HostManagedIMEX=true,HostManagedIMEX=false")
-    assert parsed == {"HostManagedIMEX": False}
+    parsed = gates.parse_feature_gates("HostManagedIMEXDaemon=true,HostManagedIMEX=false")
+    assert parsed == {"HostManagedIMEXDaemon": False}
 
 
-def test_parse_accepts_upstream_alias_host_managed_imex_daemon() -> None:
-    assert gates.parse_feature_gates("HostManagedIMEXDaemon=true") == {"HostManagedIMEX": True}
+def test_host_managed_imex_daemon_is_canonical_and_our_older_name_an_alias() -> None:
+    assert gates.parse_feature_gates("HostManagedIMEXDaemon=true") == {
+        "HostManagedIMEXDaemon": True}
+    assert gates.parse_feature_gates("HostManagedIMEX=true") == {"HostManagedIMEXDaemon": True}
+    assert gates.HOST_MANAGED_IMEX == "HostManagedIMEXDaemon"
+    assert gates.ALIASES == {"HostManagedIMEX": "HostManagedIMEXDaemon"}
 
 
 def test_parse_rejects_unknown_gate_with_exact_message() -> None:
@@ -98,19 +104,20 @@ def test_registry_matches_upstream_defaults_and_stages() -> None:
 def test_every_upstream_gate_is_accepted_under_its_own_name() -> None:
     text = ",".join(f"{name}=false" for name in UPSTREAM_DEFAULTS)
     assert set(gates.parse_feature_gates(text)) == set(UPSTREAM_DEFAULTS)
-    assert gates.parse_feature_gates("HostManagedIMEXDaemon=false") == {"HostManagedIMEX": False}
+    assert gates.parse_feature_gates("HostManagedIMEX=false") == {"HostManagedIMEXDaemon": False}
 
 
 def test_resolve_fills_in_defaults_for_unset_gates() -> None:
-    resolved = gates.resolve_gates({"HostManagedIMEX": True, "CrashOnNVLinkFabricErrors": False})
+    resolved = gates.resolve_gates(
+        {"HostManagedIMEXDaemon": True, "CrashOnNVLinkFabricErrors": False})
     expected = {name: default for name, (default, _) in UPSTREAM_DEFAULTS.items()}
-    expected.update(HostManagedIMEX=True, CrashOnNVLinkFabricErrors=False)
+    expected.update(HostManagedIMEXDaemon=True, CrashOnNVLinkFabricErrors=False)
     assert resolved.values == expected
     assert list(resolved.values) == sorted(resolved.values)
 
 
 def test_resolve_canonicalises_alias_and_rejects_unknown() -> None:
-    assert gates.resolve_gates({"HostManagedIMEXDaemon": True}).enabled("HostManagedIMEX")
+    assert gates.resolve_gates({"HostManagedIMEX": True}).enabled("HostManagedIMEXDaemon")
     with pytest.raises(errors.ConfigError, match="unknown feature gate 'Nope'"):
         gates.resolve_gates({"Nope": True})
 
@@ -234,5 +241,64 @@ def test_format_then_parse_round_trips(values: dict[str, bool]) -> None:
 
 
 def test_format_accepts_resolved_gates() -> None:
-    resolved = models.FeatureGates(values={"HostManagedIMEX": True, "ComputeDomainCliques": False})
-    assert gates.format_feature_gates(resolved) == "ComputeDomainCliques=false,HostManagedIMEX=true"
+    resolved = models.FeatureGates(values={"MPSSupport": True, "ComputeDomainCliques": False})
+    assert gates.format_feature_gates(resolved) == "ComputeDomainCliques=false,MPSSupport=true"
+
+
+# ---------------------------------------------------------------- AllAlpha / AllBeta
+#
+# Kubernetes component-base (which upstream's featuregates package builds on) knows two more
+# gates: AllAlpha and AllBeta set every alpha (beta) gate that is not set explicitly; an
+# explicit setting wins whatever its position. Upstream sets ContextualLogging=true
+# explicitly when it builds its gates, so AllBeta=false leaves that one on.
+
+ALPHA = sorted(n for n, (_, stage) in UPSTREAM_DEFAULTS.items() if stage == "alpha")
+BETA = sorted(n for n, (_, stage) in UPSTREAM_DEFAULTS.items() if stage == "beta")
+
+
+def test_all_alpha_and_all_beta_are_accepted_as_set() -> None:
+    assert gates.parse_feature_gates("AllAlpha=true,AllBeta=false") == {
+        "AllAlpha": True, "AllBeta": False}
+
+
+def test_all_alpha_turns_on_every_alpha_gate_not_set_explicitly() -> None:
+    for text in ("AllAlpha=true,DynamicMIG=false", "DynamicMIG=false,AllAlpha=true"):
+        resolved = gates.resolve_gates(gates.parse_feature_gates(text))
+        assert {n for n in ALPHA if resolved.enabled(n)} == set(ALPHA) - {"DynamicMIG"}
+        assert {n for n in BETA if resolved.enabled(n)} == set(BETA)  # defaults
+        assert "AllAlpha" not in resolved.values
+
+
+def test_all_beta_false_turns_off_every_beta_gate_but_upstreams_preset_one() -> None:
+    resolved = gates.resolve_gates(gates.parse_feature_gates("AllBeta=false"))
+    assert {n for n in BETA if resolved.enabled(n)} == {"ContextualLogging"}
+    assert not any(resolved.enabled(n) for n in ALPHA)
+    gates.validate_gate_dependencies(resolved)  # Cliques and DNS names are both off
+
+
+def test_all_beta_false_with_one_dependent_gate_back_on_breaks_its_rule() -> None:
+    resolved = gates.resolve_gates(
+        gates.parse_feature_gates("AllBeta=false,ComputeDomainCliques=true"))
+    with pytest.raises(errors.ConfigError) as caught:
+        gates.validate_gate_dependencies(resolved)
+    assert caught.value.message == (
+        "feature gate ComputeDomainCliques=true requires IMEXDaemonsWithDNSNames=true")
+
+
+def test_all_alpha_alone_breaks_upstreams_exclusions_as_upstream_does() -> None:
+    with pytest.raises(errors.ConfigError) as caught:
+        gates.validate_gate_dependencies(gates.resolve_gates({"AllAlpha": True}))
+    assert caught.value.message == gates.exclusion_message("DynamicMIG", "PassthroughSupport")
+    explicit = gates.parse_feature_gates(
+        "AllAlpha=true,DynamicMIG=false,NVMLDeviceHealthCheck=false")
+    gates.validate_gate_dependencies(gates.resolve_gates(explicit))
+
+
+def test_all_alpha_unlocks_host_managed_imex_like_the_gate_itself() -> None:
+    assert gates.resolve_gates({"AllAlpha": True}).enabled("HostManagedIMEXDaemon")
+
+
+def test_a_mapping_with_both_spellings_takes_the_gates_own_name_as_the_chart_does() -> None:
+    for explicit in ({"HostManagedIMEX": True, "HostManagedIMEXDaemon": False},
+                     {"HostManagedIMEXDaemon": False, "HostManagedIMEX": True}):
+        assert gates.canonical_gates(explicit) == {"HostManagedIMEXDaemon": False}

@@ -40,13 +40,14 @@ def test_driver_managed_accepts_explicit_domain_isolation() -> None:
 
 
 def test_host_managed_forces_daemon_gates_off_and_passes_validation() -> None:
-    resolved = resolve(mode="hostManaged", isolation="none", feature_gates="HostManagedIMEX=true")
+    resolved = resolve(
+        mode="hostManaged", isolation="none", feature_gates="HostManagedIMEXDaemon=true")
     config = resolved.config
     assert config.mode is models.IMEXMode.HOST_MANAGED
     assert config.isolation is models.Isolation.NONE
     assert config.gates.values["IMEXDaemonsWithDNSNames"] is False
     assert config.gates.values["ComputeDomainCliques"] is False
-    assert config.gates.values["HostManagedIMEX"] is True
+    assert config.gates.values["HostManagedIMEXDaemon"] is True
     assert config.gates.values["CrashOnNVLinkFabricErrors"] is True
     assert len(resolved.notes) == 1
     assert "ComputeDomainCliques=false" in resolved.notes[0]
@@ -57,7 +58,7 @@ def test_host_managed_overrides_explicit_cliques_true_and_says_so() -> None:
     resolved = resolve(
         mode="hostManaged",
         isolation="none",
-        feature_gates="HostManagedIMEX=true,ComputeDomainCliques=true",
+        feature_gates="HostManagedIMEXDaemon=true,ComputeDomainCliques=true",
     )
     assert resolved.config.gates.enabled("ComputeDomainCliques") is False
     assert resolved.config.gates.enabled("IMEXDaemonsWithDNSNames") is False
@@ -71,7 +72,7 @@ def test_host_managed_passes_even_when_user_set_cliques_without_dns_names() -> N
     resolved = resolve(
         mode="hostManaged",
         isolation="none",
-        feature_gates="HostManagedIMEX=true,ComputeDomainCliques=true,IMEXDaemonsWithDNSNames=false",
+        feature_gates="HostManagedIMEXDaemon=true,ComputeDomainCliques=true,IMEXDaemonsWithDNSNames=false",
     )
     assert resolved.config.gates.enabled("ComputeDomainCliques") is False
     (note,) = resolved.notes
@@ -83,7 +84,7 @@ def test_host_managed_note_omitted_when_no_gate_changed() -> None:
     resolved = resolve(
         mode="hostManaged",
         isolation="none",
-        feature_gates="HostManagedIMEX=true,ComputeDomainCliques=false,IMEXDaemonsWithDNSNames=false",
+        feature_gates="HostManagedIMEXDaemon=true,ComputeDomainCliques=false,IMEXDaemonsWithDNSNames=false",
     )
     assert resolved.notes == ()
 
@@ -136,15 +137,15 @@ def test_host_managed_without_gate_is_rejected() -> None:
     message = config_error(mode="hostManaged", isolation="none")
     assert message == modes.HOST_MANAGED_NEEDS_GATE
     assert message == (
-        "IMEX mode hostManaged requires feature gate HostManagedIMEX=true: set "
-        "featureGates.HostManagedIMEX=true (Helm) or FEATURE_GATES=HostManagedIMEX=true, "
-        "or use mode driverManaged"
+        "IMEX mode hostManaged requires feature gate HostManagedIMEXDaemon=true: set "
+        "featureGates.HostManagedIMEXDaemon=true (Helm) or "
+        "FEATURE_GATES=HostManagedIMEXDaemon=true, or use mode driverManaged"
     )
 
 
 def test_host_managed_with_gate_explicitly_false_is_rejected() -> None:
     message = config_error(
-        mode="hostManaged", isolation="none", feature_gates="HostManagedIMEX=false"
+        mode="hostManaged", isolation="none", feature_gates="HostManagedIMEXDaemon=false"
     )
     assert message == modes.HOST_MANAGED_NEEDS_GATE
 
@@ -154,7 +155,7 @@ def test_host_managed_domain_isolation_is_upstreams_host_channel_0(isolation: st
     # Upstream's meaning: `domain` (the default in both modes) under hostManaged is the host's
     # one IMEX domain, every ComputeDomain on channel 0; `none` is our earlier name for it.
     resolved = resolve(
-        mode="hostManaged", isolation=isolation, feature_gates="HostManagedIMEX=true"
+        mode="hostManaged", isolation=isolation, feature_gates="HostManagedIMEXDaemon=true"
     )
     assert resolved.config.isolation is models.Isolation.NONE
     assert not resolved.config.channel_isolation
@@ -163,7 +164,7 @@ def test_host_managed_domain_isolation_is_upstreams_host_channel_0(isolation: st
 
 def test_host_managed_with_channel_isolation_resolves_to_one_channel_per_domain() -> None:
     resolved = modes.resolve_driver_config(
-        mode="hostManaged", isolation="channel", feature_gates="HostManagedIMEX=true",
+        mode="hostManaged", isolation="channel", feature_gates="HostManagedIMEXDaemon=true",
         namespace="ns",
     )
     assert resolved.config.isolation is models.Isolation.CHANNEL
@@ -175,7 +176,7 @@ def test_host_managed_with_channel_isolation_resolves_to_one_channel_per_domain(
 def test_a_channel_maximum_outside_the_kernel_range_is_refused(max_channels: int) -> None:
     with pytest.raises(errors.ConfigError, match=r"imex\.channels\.max is"):
         modes.resolve_driver_config(
-            mode="hostManaged", isolation="channel", feature_gates="HostManagedIMEX=true",
+            mode="hostManaged", isolation="channel", feature_gates="HostManagedIMEXDaemon=true",
             namespace="ns", max_channels=max_channels,
         )
 
@@ -184,7 +185,7 @@ def test_a_channel_maximum_outside_the_kernel_range_is_refused(max_channels: int
 def test_a_slot_count_outside_1_to_128_is_refused(slots: int) -> None:
     with pytest.raises(errors.ConfigError, match=r"slotsPerNode is"):
         modes.resolve_driver_config(
-            mode="hostManaged", isolation="channel", feature_gates="HostManagedIMEX=true",
+            mode="hostManaged", isolation="channel", feature_gates="HostManagedIMEXDaemon=true",
             namespace="ns", channel_slots=slots,
         )
 
@@ -231,7 +232,7 @@ def test_gate_check_precedes_isolation_check_in_host_managed() -> None:
 
 def test_describe_is_one_key_value_line() -> None:
     config = resolve(
-        mode="hostManaged", isolation="none", feature_gates="HostManagedIMEX=true"
+        mode="hostManaged", isolation="none", feature_gates="HostManagedIMEXDaemon=true"
     ).config
     line = modes.describe(config)
     assert "\n" not in line
@@ -239,30 +240,44 @@ def test_describe_is_one_key_value_line() -> None:
         "mode=hostManaged isolation=none namespace=dra host_imex_check=false "
         "feature_gates=ComputeDomainCliques=false,"
     )
-    assert ",HostManagedIMEX=true,IMEXDaemonsWithDNSNames=false," in line
+    assert ",HostManagedIMEXDaemon=true,IMEXDaemonsWithDNSNames=false," in line
 
 
 # ---------------------------------------------------------------- the gate without the mode
 
 
 @pytest.mark.parametrize("mode", ["", "driverManaged"])
-@pytest.mark.parametrize("gate", ["HostManagedIMEX=true", "HostManagedIMEXDaemon=true"])
+@pytest.mark.parametrize("gate", ["HostManagedIMEXDaemon=true", "HostManagedIMEX=true"])
 def test_host_managed_gate_only_unlocks_the_mode(mode: str, gate: str) -> None:
     # Upstream: the gate changes no behaviour by itself; driverManaged with it on is valid.
     resolved = resolve(mode=mode, feature_gates=gate)
     assert resolved.config.mode is models.IMEXMode.DRIVER_MANAGED
     assert resolved.config.isolation is models.Isolation.DOMAIN
-    assert resolved.config.gates.enabled("HostManagedIMEX")
+    assert resolved.config.gates.enabled("HostManagedIMEXDaemon")
     assert resolved.config.gates.enabled("IMEXDaemonsWithDNSNames")
 
 
 def test_host_managed_gate_set_false_keeps_driver_managed() -> None:
-    resolved = resolve(mode="driverManaged", feature_gates="HostManagedIMEX=false")
+    resolved = resolve(mode="driverManaged", feature_gates="HostManagedIMEXDaemon=false")
     assert resolved.config.mode is models.IMEXMode.DRIVER_MANAGED
 
 
 def test_other_mistakes_are_reported_before_the_gate_without_the_mode() -> None:
     # Same order as the chart, which checks the gate-without-mode rule last.
     message = config_error(mode="driverManaged", isolation="none",
-                           feature_gates="HostManagedIMEX=true")
+                           feature_gates="HostManagedIMEXDaemon=true")
     assert message == modes.driver_managed_isolation_message("none")
+
+
+def test_all_alpha_unlocks_host_managed_and_its_dependency_rules_still_apply() -> None:
+    # AllAlpha (component-base's, as upstream) sets HostManagedIMEXDaemon with every other
+    # alpha gate, so upstream's exclusions need the conflicting ones set false explicitly.
+    with pytest.raises(errors.ConfigError) as caught:
+        resolve(mode="hostManaged", isolation="none", feature_gates="AllAlpha=true")
+    assert caught.value.message == gates.exclusion_message("DynamicMIG", "PassthroughSupport")
+    resolved = resolve(
+        mode="hostManaged", isolation="none",
+        feature_gates="AllAlpha=true,DynamicMIG=false,NVMLDeviceHealthCheck=false",
+    )
+    assert resolved.config.mode is models.IMEXMode.HOST_MANAGED
+    assert resolved.config.gates.enabled("HostManagedIMEXDaemon")

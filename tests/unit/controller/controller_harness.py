@@ -29,7 +29,7 @@ def host_config() -> models.DriverConfig:
         isolation=models.Isolation.NONE,
         gates=models.FeatureGates(
             values={
-                "HostManagedIMEX": True,
+                "HostManagedIMEXDaemon": True,
                 "IMEXDaemonsWithDNSNames": False,
                 "ComputeDomainCliques": False,
                 "CrashOnNVLinkFabricErrors": True,
@@ -45,7 +45,7 @@ def driver_config(*, cliques: bool = True) -> models.DriverConfig:
         isolation=models.Isolation.DOMAIN,
         gates=models.FeatureGates(
             values={
-                "HostManagedIMEX": False,
+                "HostManagedIMEXDaemon": False,
                 "IMEXDaemonsWithDNSNames": True,
                 "ComputeDomainCliques": cliques,
                 "CrashOnNVLinkFabricErrors": True,

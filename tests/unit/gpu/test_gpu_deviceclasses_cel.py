@@ -130,7 +130,7 @@ def _compute_domain_devices() -> Published:
         ),
         modes.resolve_driver_config(
             mode="hostManaged", isolation="channel",
-            feature_gates={"HostManagedIMEX": True}, namespace="ns",
+            feature_gates={"HostManagedIMEXDaemon": True}, namespace="ns",
         ),
     )
     return tuple(
