@@ -252,3 +252,16 @@ def test_the_preflight_command_refuses_over_the_api_and_passes_once_cleared(
     assert "Traceback" not in refused.stderr
     assert passed.returncode == 0, passed.stderr
     assert passed.stdout.startswith("ok:")
+
+
+def test_an_adoption_refusal_also_points_to_the_upstream_section_that_exists() -> None:
+    cluster = memory_cluster.InMemoryCluster()
+    _cd(cluster, "upstream", finalizers=[names.COMPUTE_DOMAIN_FINALIZER])
+
+    refusal = preflight.check(cluster, **DRIVER)
+
+    docs, section = modeswitch.ADOPTION_DOCS_SECTION
+    assert f"{docs}, '{section}'" in refusal
+    headings = [line.lstrip("#").strip()
+                for line in (REPO_ROOT / docs).read_text().splitlines() if line.startswith("#")]
+    assert section in headings
