@@ -11,8 +11,9 @@ A CD admitted under another mode/isolation is left alone and reported once (DESI
 A CD the upstream driver admitted (our finalizer, no stamp) is adopted in place: stamped, its
 RCTs kept, its upstream-shaped DaemonSet patched into ours without restarting a daemon
 (`objects.daemonset_takeover`), one `AdoptedFromUpstream` event. One that has an IMEX
-DaemonSet counts as admitted under driverManaged/domain, so a host-managed controller leaves it
-alone as any other mode mismatch.
+DaemonSet counts as admitted under driverManaged/domain, and under channel isolation one
+without counts as hostManaged/domain (`judged_admission`), so such CDs are left alone as any
+other mode mismatch.
 """
 
 from __future__ import annotations
@@ -271,21 +272,31 @@ def is_mode_mismatch(
     cd: models.ComputeDomain, *, config: models.DriverConfig, observed: Observed | None = None
 ) -> bool:
     """True when another mode/isolation admitted the CD: the driver must leave it alone.
-    With `observed`, a CD the upstream driver admitted with an IMEX DaemonSet counts as
-    admitted under driverManaged/domain (see `judged_admission`)."""
+    With `observed`, a CD the upstream driver admitted is judged by `judged_admission`."""
     if observed is not None:
-        cd = judged_admission(cd, observed=observed)
+        cd = judged_admission(cd, observed=observed, config=config)
     return modeswitch.admitted_as(cd) not in ("", _mode_label(config))
 
 
-def judged_admission(cd: models.ComputeDomain, *, observed: Observed) -> models.ComputeDomain:
-    """`cd` as mode-switch safety judges it: one another driver admitted (no stamp, our
-    finalizer) that has an IMEX DaemonSet was admitted under driverManaged/domain, the only
-    mode upstream runs daemons in; any other CD as it is."""
-    if not modeswitch.made_by_another_driver(cd) or observed.daemonset is None:
+def judged_admission(
+    cd: models.ComputeDomain, *, observed: Observed, config: models.DriverConfig
+) -> models.ComputeDomain:
+    """`cd` as mode-switch safety judges it. One another driver admitted (no stamp, our
+    finalizer) counts as admitted under upstream's driverManaged/domain when it has an IMEX
+    DaemonSet (the only mode upstream runs daemons in), else, under channel isolation, under
+    upstream's hostManaged/domain (`none` here): upstream never gives a CD a channel of its
+    own, and its workload RCT, which hands out channel 0, cannot be changed. Any other CD
+    as it is (adopted under the running mode)."""
+    if not modeswitch.made_by_another_driver(cd):
         return cd
-    stamp = {names.ADMITTED_MODE_ANNOTATION: models.IMEXMode.DRIVER_MANAGED.value,
-             names.ADMITTED_ISOLATION_ANNOTATION: models.Isolation.DOMAIN.value}
+    if observed.daemonset is not None:
+        mode, isolation = models.IMEXMode.DRIVER_MANAGED, models.Isolation.DOMAIN
+    elif config.channel_isolation:
+        mode, isolation = models.IMEXMode.HOST_MANAGED, models.Isolation.NONE
+    else:
+        return cd
+    stamp = {names.ADMITTED_MODE_ANNOTATION: mode.value,
+             names.ADMITTED_ISOLATION_ANNOTATION: isolation.value}
     meta = dataclasses.replace(cd.meta, annotations={**cd.meta.annotations, **stamp})
     return dataclasses.replace(cd, meta=meta)
 
@@ -296,8 +307,8 @@ def plan_compute_domain(
     """The actions, in order, that move the cluster toward what `cd` needs. Deterministic and
     idempotent; the executor applies them in order and stops at the first failure."""
     if is_mode_mismatch(cd, config=config, observed=observed):
-        return _plan_mismatch(judged_admission(cd, observed=observed), observed=observed,
-                              config=config)
+        return _plan_mismatch(judged_admission(cd, observed=observed, config=config),
+                              observed=observed, config=config)
     if cd.meta.deleting:
         return _plan_delete(cd, observed=observed, config=config)
     return _plan_admit(cd, observed=observed, config=config)

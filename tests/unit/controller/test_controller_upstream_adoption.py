@@ -164,3 +164,20 @@ def test_a_host_managed_controller_leaves_an_upstream_driver_managed_cd_alone() 
     assert state.get(CD, "team", "cd") is None
     assert state.of_kind(DS) == [] and state.of_kind(RCT) == []
     assert state.get(DS, NS, names.daemonset_name(uid)) is None
+
+
+def test_a_channel_isolation_controller_leaves_an_upstream_host_managed_cd_alone() -> None:
+    state = harness.Harness()
+    host = harness.host_config()
+    channel = models.DriverConfig(mode=host.mode, isolation=models.Isolation.CHANNEL,
+                                  gates=host.gates, namespace=host.namespace)
+    _upstream_cd(state, driver_managed=False)
+    untouched = {k: v for k, v in state.objects.items() if k[0] != CD}
+
+    state.converge([("team", "cd")], config=channel)
+
+    cd = state.compute_domain("team", "cd")
+    assert cd is not None and names.ADMITTED_MODE_ANNOTATION not in cd.meta.annotations
+    assert [e.reason for e in state.events] == [controlling.MODE_MISMATCH_REASON]
+    assert "hostManaged/none" in state.events[0].message
+    assert {k: v for k, v in state.objects.items() if k[0] != CD} == untouched
