@@ -60,6 +60,16 @@ def check(
     # a CD the API server accepted but our decoder rejects must not fail every upgrade.
     domains = [_metadata_only(obj) for obj in listed]
     config = resolved.config
+    daemonsets: list[Any] = []
+    if (config.mode is models.IMEXMode.DRIVER_MANAGED
+            and any(modeswitch.made_by_another_driver(cd) for cd in domains)):
+        # Only then: where upstream's per-CD IMEX DaemonSets run decides whether they can be
+        # adopted (they must be in the namespace being installed).
+        try:
+            daemonsets = _list(cluster, kinds.DAEMON_SET, "DaemonSets",
+                               label_selector={names.COMPUTE_DOMAIN_LABEL: None})
+        except _CannotList as exc:
+            return str(exc)
     blockers = modeswitch.find_blockers(
         domains, mode=config.mode, isolation=config.isolation,
         claims=[c for c in (_claim(obj) for obj in claims) if c is not None],
@@ -67,6 +77,8 @@ def check(
                                              if _is_ours(obj)),
         installed_isolation=modeswitch.installed_isolations(
             _published(obj) for obj in slices if _is_ours(obj)),
+        daemonsets=[d for d in (_daemonset(obj) for obj in daemonsets) if d is not None],
+        namespace=config.namespace,
     )
     if not blockers:
         return ""
@@ -79,9 +91,10 @@ class _CannotList(Exception):
     """Listing one kind failed; the message says which and what to check."""
 
 
-def _list(cluster: ports.Cluster, kind: kinds.ResourceKind, plural: str) -> list[Any]:
+def _list(cluster: ports.Cluster, kind: kinds.ResourceKind, plural: str,
+          label_selector: ports.LabelSelector | None = None) -> list[Any]:
     try:
-        return list(cluster.list(kind.kind).items)
+        return list(cluster.list(kind.kind, label_selector=label_selector).items)
     except errors.ClusterError as exc:
         raise _CannotList(
             f"cannot list {plural} to check the IMEX mode change: {exc.message}; check that "
@@ -97,6 +110,13 @@ def _claim(obj: Mapping[str, Any]) -> models.ResourceClaim | None:
         return decoding.resource_claim_from_k8s(obj)
     except errors.DecodeError:
         return None
+
+
+def _daemonset(obj: Mapping[str, Any]) -> modeswitch.DaemonSetSeen | None:
+    """Where one CD's IMEX DaemonSet runs (None without a computeDomain label value)."""
+    meta = decoding.object_meta_from_k8s(obj, strict=False)
+    cd_uid = meta.labels.get(names.COMPUTE_DOMAIN_LABEL, "")
+    return modeswitch.DaemonSetSeen(namespace=meta.namespace, cd_uid=cd_uid) if cd_uid else None
 
 
 def _is_ours(obj: Mapping[str, Any]) -> bool:

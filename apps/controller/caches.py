@@ -1,10 +1,11 @@
 """The controller's informer caches, and what one ComputeDomain's planner sees in them.
 
 One informer per kind the planner reads, each narrowed to what is ours where it can be:
-workload RCTs by the `computeDomainTarget=Workload` label (cluster-wide), daemon RCTs,
-DaemonSets and (driver-managed) IMEX daemon pods by `computeDomainTarget=Daemon` in the driver
-namespace, cliques in the driver namespace; Nodes cluster-wide (any node may carry the label),
-slimmed to their metadata.
+workload RCTs by the `computeDomainTarget=Workload` label (cluster-wide), daemon RCTs by
+`computeDomainTarget=Daemon` in the driver namespace, DaemonSets and (driver-managed) IMEX
+daemon pods by the computeDomain label in the driver namespace (upstream's carry no target
+label, and are adopted), cliques in the driver namespace; Nodes cluster-wide (any node may
+carry the label), slimmed to their metadata.
 Indexes map every related object back to its ComputeDomain (label value = CD UID), so an event
 costs a dictionary lookup, and observing one CD costs O(its own objects).
 
@@ -131,6 +132,8 @@ class ControllerCaches:
         ns = config.namespace
         workload = {names.COMPUTE_DOMAIN_TARGET_LABEL: names.TARGET_WORKLOAD}
         daemon = {names.COMPUTE_DOMAIN_TARGET_LABEL: names.TARGET_DAEMON}
+        # NB: upstream's DaemonSets and daemon pods carry the computeDomain label alone.
+        any_cd: dict[str, str | None] = {names.COMPUTE_DOMAIN_LABEL: None}
         by_owner = {BY_CD_INDEX: lambda o: (owner_uid(o),) if owner_uid(o) else ()}
 
         def make(kind: str, **kw: Any) -> informer.Informer:
@@ -145,7 +148,7 @@ class ControllerCaches:
                                   indexers=by_owner)
         self.daemon_rcts = make(kinds.RESOURCE_CLAIM_TEMPLATE.kind, namespace=ns,
                                 label_selector=daemon, indexers=by_owner)
-        self.daemonsets = make(kinds.DAEMON_SET.kind, namespace=ns, label_selector=daemon,
+        self.daemonsets = make(kinds.DAEMON_SET.kind, namespace=ns, label_selector=any_cd,
                                indexers=by_owner)
         # Only nodes carrying a computeDomain label (the API server filters, so the nodes of a
         # large cluster that no CD uses never cross the wire).
@@ -157,7 +160,7 @@ class ControllerCaches:
         # Driver-managed only: the IMEX daemon pods (their DaemonSets' template labels), slimmed
         # to metadata and node: a daemon entry whose pod is gone is dropped (see `controlling`).
         self.daemon_pods: informer.Informer | None = (
-            make(kinds.POD.kind, namespace=ns, label_selector=daemon, transform=_pod_node_only,
+            make(kinds.POD.kind, namespace=ns, label_selector=any_cd, transform=_pod_node_only,
                  indexers=by_owner)
             if not config.host_managed else None
         )

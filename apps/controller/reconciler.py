@@ -76,7 +76,8 @@ class Reconciler:
             return 0
         observed = dataclasses.replace(observe(cd, raw), ignored=ignored)
         if (self._config.channel_isolation and not cd.meta.deleting
-                and not controlling.is_mode_mismatch(cd, config=self._config)):
+                and not controlling.is_mode_mismatch(cd, config=self._config,
+                                                     observed=observed)):
             standing, _ = channels.duplicate_standing(
                 domain_uid=cd.uid, channel_id=cd.status.channel_id if cd.status else None,
                 rivals=observed.channel_rivals)
@@ -98,6 +99,16 @@ class Reconciler:
                 "event=compute_domain_reconciled cd=%s/%s uid=%s actions=%s",
                 cd.meta.namespace, cd.meta.name, cd.meta.uid,
                 ",".join(_describe(a) for a in actions),
+            )
+        if any(isinstance(a, models.EmitEvent) and a.reason == controlling.ADOPTED_REASON
+               for a in actions):
+            daemonset = any(isinstance(a, models.PatchObject) and a.kind == kinds.DAEMON_SET.kind
+                            and "spec" in a.patch for a in actions)
+            log.info(
+                "event=compute_domain_adopted cd=%s/%s uid=%s mode=%s isolation=%s "
+                "daemonset=%s",
+                cd.meta.namespace, cd.meta.name, cd.meta.uid, self._config.mode.value,
+                self._config.isolation.value, "taken_over" if daemonset else "unchanged",
             )
         recovered = controlling.plan_reconcile_recovered(cd, observed=observed)
         if recovered:

@@ -8,6 +8,12 @@ dependent step per reconcile, and each step is planned only when the observation
 
 Host-managed plans never touch DaemonSets, daemon RCTs, node labels or cliques (DESIGN §4).
 A CD admitted under another mode/isolation is left alone and reported once (DESIGN §6).
+A CD the upstream driver admitted (our finalizer, no stamp) is adopted in place: stamped, its
+RCTs kept, its upstream-shaped DaemonSet patched into ours without restarting a daemon
+(`objects.daemonset_takeover`), one `AdoptedFromUpstream` event. One that has an IMEX
+DaemonSet counts as admitted under driverManaged/domain, and under channel isolation one
+without counts as hostManaged/domain (`judged_admission`), so such CDs are left alone as any
+other mode mismatch.
 """
 
 from __future__ import annotations
@@ -29,6 +35,9 @@ MODE_MISMATCH_CONDITION: Final = "AdmittedUnderOtherMode"
 # annotation makes that report happen exactly once.
 ALLOCATION_MODE_OVERRIDDEN_ANNOTATION: Final = "resource.nvidia.com/allocationModeOverridden"
 ALLOCATION_MODE_OVERRIDDEN_REASON: Final = "AllocationModeOverridden"
+# A CD another driver (upstream's) admitted, taken over in place (Normal event, once: the stamp
+# written in the same plan ends it).
+ADOPTED_REASON: Final = "AdoptedFromUpstream"
 
 # Planner-owned condition: False while the CD asks for something the driver refuses to build
 # (an invalid or taken ResourceClaimTemplate name, an absurd numNodes); absent otherwise.
@@ -259,9 +268,37 @@ def observe(
 # ---------------------------------------------------------------- planning
 
 
-def is_mode_mismatch(cd: models.ComputeDomain, *, config: models.DriverConfig) -> bool:
-    """True when another mode/isolation admitted the CD: the driver must leave it alone."""
+def is_mode_mismatch(
+    cd: models.ComputeDomain, *, config: models.DriverConfig, observed: Observed | None = None
+) -> bool:
+    """True when another mode/isolation admitted the CD: the driver must leave it alone.
+    With `observed`, a CD the upstream driver admitted is judged by `judged_admission`."""
+    if observed is not None:
+        cd = judged_admission(cd, observed=observed, config=config)
     return modeswitch.admitted_as(cd) not in ("", _mode_label(config))
+
+
+def judged_admission(
+    cd: models.ComputeDomain, *, observed: Observed, config: models.DriverConfig
+) -> models.ComputeDomain:
+    """`cd` as mode-switch safety judges it. One another driver admitted (no stamp, our
+    finalizer) counts as admitted under upstream's driverManaged/domain when it has an IMEX
+    DaemonSet (the only mode upstream runs daemons in), else, under channel isolation, under
+    upstream's hostManaged/domain (`none` here): upstream never gives a CD a channel of its
+    own, and its workload RCT, which hands out channel 0, cannot be changed. Any other CD
+    as it is (adopted under the running mode)."""
+    if not modeswitch.made_by_another_driver(cd):
+        return cd
+    if observed.daemonset is not None:
+        mode, isolation = models.IMEXMode.DRIVER_MANAGED, models.Isolation.DOMAIN
+    elif config.channel_isolation:
+        mode, isolation = models.IMEXMode.HOST_MANAGED, models.Isolation.NONE
+    else:
+        return cd
+    stamp = {names.ADMITTED_MODE_ANNOTATION: mode.value,
+             names.ADMITTED_ISOLATION_ANNOTATION: isolation.value}
+    meta = dataclasses.replace(cd.meta, annotations={**cd.meta.annotations, **stamp})
+    return dataclasses.replace(cd, meta=meta)
 
 
 def plan_compute_domain(
@@ -269,8 +306,9 @@ def plan_compute_domain(
 ) -> tuple[models.ClusterAction, ...]:
     """The actions, in order, that move the cluster toward what `cd` needs. Deterministic and
     idempotent; the executor applies them in order and stops at the first failure."""
-    if is_mode_mismatch(cd, config=config):
-        return _plan_mismatch(cd, observed=observed, config=config)
+    if is_mode_mismatch(cd, config=config, observed=observed):
+        return _plan_mismatch(judged_admission(cd, observed=observed, config=config),
+                              observed=observed, config=config)
     if cd.meta.deleting:
         return _plan_delete(cd, observed=observed, config=config)
     return _plan_admit(cd, observed=observed, config=config)
@@ -336,6 +374,9 @@ def _plan_admit(
         cd_patch.setdefault("annotations", {})[ALLOCATION_MODE_OVERRIDDEN_ANNOTATION] = override
     if cd_patch:
         actions.append(_patch(kinds.COMPUTE_DOMAIN.kind, cd.meta, {"metadata": cd_patch}))
+    if modeswitch.made_by_another_driver(cd):
+        # After the stamp: if that patch races, the next plan adopts (and reports) again.
+        actions.append(_adopted_event(cd, observed=observed, config=config))
     if overridden:
         # After the annotation patch: if that patch races, the next plan reports again.
         actions.append(
@@ -400,6 +441,10 @@ def _plan_admit(
             check_owner=False,
         )
         actions.extend(steps)
+        if not steps and _upstream_daemonset(cd, observed=observed):
+            assert observed.daemonset is not None
+            actions.append(_patch(kinds.DAEMON_SET.kind, observed.daemonset,
+                                  objects.daemonset_takeover(cd, config=config)))
         actions.extend(_prune_gone_daemons(observed))
     status = desired_status(cd, observed=observed, config=config)
     if not workload_ok:
@@ -407,6 +452,47 @@ def _plan_admit(
     if cd.status != status:
         actions.append(_status_patch(cd, status))
     return tuple(actions)
+
+
+def _upstream_daemonset(cd: models.ComputeDomain, *, observed: Observed) -> bool:
+    """True when the CD's DaemonSet is upstream-shaped (labelled with the CD, not with our
+    target label) and must be taken over (`objects.daemonset_takeover`)."""
+    ds = observed.daemonset
+    return (
+        ds is not None
+        and not ds.deleting
+        and ds.labels.get(names.COMPUTE_DOMAIN_LABEL) == cd.uid
+        and ds.labels.get(names.COMPUTE_DOMAIN_TARGET_LABEL) != names.TARGET_DAEMON
+    )
+
+
+def _adopted_event(
+    cd: models.ComputeDomain, *, observed: Observed, config: models.DriverConfig
+) -> models.EmitEvent:
+    kept = (
+        "its ResourceClaimTemplate and the claims made from it are kept as they are, so "
+        "running workloads keep their channels"
+    )
+    if config.host_managed:
+        daemons = ""
+    elif _upstream_daemonset(cd, observed=observed):
+        daemons = (
+            f"; its IMEX DaemonSet {config.namespace}/{names.daemonset_name(cd.uid)} is taken "
+            "over in place with updateStrategy OnDelete: the running IMEX daemons keep running, "
+            "and a node gets this driver's daemon only when its old daemon pod goes"
+        )
+    else:
+        daemons = "; its IMEX DaemonSet and daemon claim template are kept or created as usual"
+    return models.EmitEvent(
+        involved=_cd_ref(cd),
+        reason=ADOPTED_REASON,
+        message=(
+            f"ComputeDomain {_shown(cd.meta.namespace)}/{_shown(cd.meta.name)} was admitted by "
+            "another driver (the upstream driver: its finalizer, no admitted-mode stamp) and is "
+            f"adopted under {_mode_label(config)} without deletion: {kept}{daemons}."
+        ),
+        warning=False,
+    )
 
 
 def _prune_gone_daemons(observed: Observed) -> tuple[models.ClusterAction, ...]:

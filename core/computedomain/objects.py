@@ -157,6 +157,35 @@ def daemonset(cd: models.ComputeDomain, *, config: models.DriverConfig) -> dict[
     }
 
 
+def daemonset_takeover(cd: models.ComputeDomain, *, config: models.DriverConfig) -> dict[str, Any]:
+    """The merge patch that makes another driver's (upstream's) DaemonSet of `cd` ours in
+    place: our labels, our pod template, and `updateStrategy: OnDelete`.
+
+    NB: OnDelete, so that no running IMEX daemon is restarted: the daemons upstream started
+    keep serving the workloads of their IMEX domain; a node gets our daemon only when its old
+    pod goes (the node leaves the domain, the pod is deleted). One DaemonSet, one pod per node:
+    never two daemons of one CD on a node. The selector is immutable and stays upstream's
+    (the computeDomain label alone), which our template labels still match. Keys upstream's
+    pod spec has and ours has not are nulled, since a merge patch would keep them.
+    """
+    ours = daemonset(cd, config=config)
+    template = ours["spec"]["template"]
+    pod_spec: dict[str, Any] = dict(template["spec"])
+    account = pod_spec.get("serviceAccountName")
+    pod_spec["serviceAccountName"] = account
+    # The deprecated alias: left in place, the API server would copy it back into the name.
+    pod_spec["serviceAccount"] = account
+    pod_spec["imagePullSecrets"] = None
+    return {
+        "metadata": {"labels": dict(ours["metadata"]["labels"])},
+        "spec": {
+            "updateStrategy": {"type": "OnDelete", "rollingUpdate": None},
+            "template": {"metadata": {"labels": dict(template["metadata"]["labels"])},
+                         "spec": pod_spec},
+        },
+    }
+
+
 def device_classes(config: models.DriverConfig) -> tuple[dict[str, Any], ...]:
     """The DeviceClasses of the driver: the default channel class, plus the daemon class unless
     the host runs IMEX (no daemon device is published in host-managed mode), plus the slot class

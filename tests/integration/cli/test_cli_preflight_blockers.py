@@ -1,10 +1,11 @@
 """`computedomain preflight` beyond admitted ComputeDomains: what else blocks a mode switch.
 
-Covers: ComputeDomains another driver manages (our finalizer, no admitted-mode stamp) block
-every install; claims of this driver still in use (allocated by compute-domain.nvidia.com,
-reserved by a pod) block a change of mode, judged against the mode the node plugins publish
-(a `daemon` device in their ResourceSlices means driverManaged); the docs section the refusal
-points to exists.
+Covers: ComputeDomains another driver manages (our finalizer, no admitted-mode stamp) block an
+install unless they can be adopted in place (the node plugins run the requested mode, and in
+driver-managed mode their IMEX DaemonSets run in the namespace being installed); claims of
+this driver still in use (allocated by compute-domain.nvidia.com, reserved by a pod) block a
+change of mode, judged against the mode the node plugins publish (a `daemon` device in their
+ResourceSlices means driverManaged); the docs section the refusal points to exists.
 """
 
 from __future__ import annotations
@@ -71,7 +72,7 @@ def _slice(cluster: memory_cluster.InMemoryCluster, node: str, *, daemon: bool) 
 # ---------------------------------------------------------------- ComputeDomains with no stamp
 
 
-def test_a_compute_domain_another_driver_manages_blocks_every_install() -> None:
+def test_a_compute_domain_another_driver_manages_blocks_when_no_plugin_publishes() -> None:
     cluster = memory_cluster.InMemoryCluster()
     _cd(cluster, "upstream", finalizers=[names.COMPUTE_DOMAIN_FINALIZER])
 
@@ -100,6 +101,44 @@ def test_stamped_and_unstamped_domains_are_both_listed() -> None:
 
     assert "ml/old (driverManaged/domain)" in refusal
     assert "ml/upstream" in refusal
+
+
+def _upstream_daemonset(cluster: memory_cluster.InMemoryCluster, *, cd: str,
+                        namespace: str) -> None:
+    uid = cluster.get(kinds.COMPUTE_DOMAIN.kind, namespace="ml", name=cd)["metadata"]["uid"]
+    labels = {names.COMPUTE_DOMAIN_LABEL: uid}
+    cluster.create(kinds.DAEMON_SET.kind, {
+        "apiVersion": "apps/v1", "kind": "DaemonSet",
+        "metadata": {"name": names.daemonset_name(uid), "namespace": namespace,
+                     "labels": labels},
+        "spec": {"selector": {"matchLabels": labels}, "template": {
+            "metadata": {"labels": labels},
+            "spec": {"containers": [{"name": "compute-domain-daemon", "image": "up"}]}}},
+    })
+
+
+def test_upstream_compute_domains_are_adopted_when_the_plugins_run_the_requested_mode() -> None:
+    cluster = memory_cluster.InMemoryCluster()
+    _cd(cluster, "upstream", finalizers=[names.COMPUTE_DOMAIN_FINALIZER])
+    _upstream_daemonset(cluster, cd="upstream", namespace="nvidia-dra-driver")
+    _slice(cluster, "node-a", daemon=True)  # upstream's driver-managed plugin
+    _claim(cluster, "training")
+
+    assert preflight.check(cluster, **DRIVER, namespace="nvidia-dra-driver") == ""
+    refusal = preflight.check(cluster, **HOST)
+    assert "ml/upstream" in refusal and "the node plugins run driverManaged/domain" in refusal
+
+
+def test_upstream_daemons_in_another_namespace_block_their_adoption() -> None:
+    cluster = memory_cluster.InMemoryCluster()
+    _cd(cluster, "upstream", finalizers=[names.COMPUTE_DOMAIN_FINALIZER])
+    _upstream_daemonset(cluster, cd="upstream", namespace="nvidia-dra-driver-gpu")
+    _slice(cluster, "node-a", daemon=True)
+
+    refusal = preflight.check(cluster, **DRIVER, namespace="nvidia-dra-driver")
+
+    assert "ml/upstream (DaemonSet in nvidia-dra-driver-gpu)" in refusal
+    assert preflight.check(cluster, **DRIVER, namespace="nvidia-dra-driver-gpu") == ""
 
 
 # ---------------------------------------------------------------- claims still prepared
@@ -213,3 +252,16 @@ def test_the_preflight_command_refuses_over_the_api_and_passes_once_cleared(
     assert "Traceback" not in refused.stderr
     assert passed.returncode == 0, passed.stderr
     assert passed.stdout.startswith("ok:")
+
+
+def test_an_adoption_refusal_also_points_to_the_upstream_section_that_exists() -> None:
+    cluster = memory_cluster.InMemoryCluster()
+    _cd(cluster, "upstream", finalizers=[names.COMPUTE_DOMAIN_FINALIZER])
+
+    refusal = preflight.check(cluster, **DRIVER)
+
+    docs, section = modeswitch.ADOPTION_DOCS_SECTION
+    assert f"{docs}, '{section}'" in refusal
+    headings = [line.lstrip("#").strip()
+                for line in (REPO_ROOT / docs).read_text().splitlines() if line.startswith("#")]
+    assert section in headings

@@ -505,6 +505,7 @@ def test_preflight_hook_checks_mode_and_isolation_before_upgrade(
          "verbs": ["get", "list"]},
         {"apiGroups": ["resource.k8s.io"], "resources": ["resourceclaims", "resourceslices"],
          "verbs": ["list"]},
+        {"apiGroups": ["apps"], "resources": ["daemonsets"], "verbs": ["list"]},
     ]
     # The hook's RBAC exists before the Job runs.
     for obj in (binding, role, cr.one(objects, "ServiceAccount", account)):

@@ -197,7 +197,14 @@ def _controller_needs(mode: str) -> set[Need]:
 
 def _preflight_needs() -> set[Need]:
     cluster = RecordingCluster()
-    preflight.check(cluster, mode="driverManaged", isolation="", feature_gates="")
+    with cluster.as_user():
+        # One the upstream driver made (finalizer, no stamp): preflight then looks for the
+        # namespace of its IMEX DaemonSet.
+        upstream = _cd("upstream")
+        upstream["metadata"]["finalizers"] = [names.COMPUTE_DOMAIN_FINALIZER]
+        cluster.create(kinds.COMPUTE_DOMAIN.kind, upstream)
+    preflight.check(cluster, mode="driverManaged", isolation="", feature_gates="",
+                    namespace=cr.NAMESPACE)
     return cluster.needs
 
 
@@ -297,6 +304,7 @@ def test_preflight_service_account_may_list_compute_domains_everywhere() -> None
         ("list", names.API_GROUP, "computedomains", ""),
         ("list", "resource.k8s.io", "resourceclaims", ""),
         ("list", "resource.k8s.io", "resourceslices", ""),
+        ("list", "apps", "daemonsets", ""),
     }
     assert _missing(objects, f"{cr.RELEASE}-compute-domain-dra-driver-preflight", needs) == []
 

@@ -13,7 +13,8 @@ DRIVER = models.IMEXMode.DRIVER_MANAGED
 NONE = models.Isolation.NONE
 
 
-def _cd(name: str, *, admitted: str = "", finalizer: bool = True) -> models.ComputeDomain:
+def _cd(name: str, *, admitted: str = "", finalizer: bool = True,
+        uid: str = "") -> models.ComputeDomain:
     annotations = {}
     if admitted:
         mode, isolation = admitted.split("/")
@@ -21,7 +22,7 @@ def _cd(name: str, *, admitted: str = "", finalizer: bool = True) -> models.Comp
                        names.ADMITTED_ISOLATION_ANNOTATION: isolation}
     return models.ComputeDomain(
         meta=models.ObjectMeta(
-            name=name, namespace="ml", annotations=annotations,
+            name=name, namespace="ml", annotations=annotations, uid=uid or f"uid-{name}",
             finalizers=(names.COMPUTE_DOMAIN_FINALIZER,) if finalizer else ()),
         spec=models.ComputeDomainSpec(
             channel=models.ChannelSpec(resource_claim_template_name=f"{name}-ch")),
@@ -94,4 +95,95 @@ def test_the_refusal_lists_twenty_and_counts_the_rest(count: int) -> None:
     assert message.count("ml/cd") == min(count, 20)
     assert (f"and {count - 20} more" in message) == (count > 20)
     docs, section = modeswitch.DOCS_SECTION
-    assert message.endswith(f"see {docs}, '{section}'")
+    adoption_docs, adoption_section = modeswitch.ADOPTION_DOCS_SECTION
+    assert message.endswith(f"see {docs}, '{section}' (the upstream driver's: "
+                            f"{adoption_docs}, '{adoption_section}')")
+
+
+# ---------------------------------------------------------------- adopting upstream's CDs
+
+DOMAIN = models.Isolation.DOMAIN
+CHANNEL = models.Isolation.CHANNEL
+UPSTREAM_DRIVER = [_slice("channel", "daemon")]  # upstream's driverManaged plugins
+UPSTREAM_HOST = [_slice("channel")]  # upstream's hostManaged plugins: channel-0 only
+
+
+def _blockers(slices: list[modeswitch.PublishedSlice], *, mode: models.IMEXMode,
+              isolation: models.Isolation, **kw: object) -> tuple[modeswitch.Blocker, ...]:
+    return modeswitch.find_blockers(
+        [_cd("up")], mode=mode, isolation=isolation, claims=[_claim("job")],
+        installed=modeswitch.installed_modes(slices),
+        installed_isolation=modeswitch.installed_isolations(slices), **kw)  # type: ignore[arg-type]
+
+
+def test_upstream_compute_domains_are_adopted_when_the_plugins_run_the_requested_mode() -> None:
+    # Neither the CD nor its workload's claim blocks: same mode, adopted in place.
+    assert _blockers(UPSTREAM_DRIVER, mode=DRIVER, isolation=DOMAIN) == ()
+    assert _blockers(UPSTREAM_HOST, mode=HOST, isolation=NONE) == ()
+    assert _blockers(UPSTREAM_DRIVER, mode=DRIVER, isolation=DOMAIN, namespace="nv",
+                     daemonsets=[modeswitch.DaemonSetSeen(namespace="nv", cd_uid="uid-up")]) == ()
+
+
+def test_upstream_compute_domains_block_when_the_plugins_run_another_mode() -> None:
+    for slices, mode, isolation in ((UPSTREAM_DRIVER, HOST, NONE), (UPSTREAM_HOST, DRIVER, DOMAIN)):
+        blockers = _blockers(slices, mode=mode, isolation=isolation)
+        assert [(b.name, b.reason) for b in blockers] == [
+            ("up", modeswitch.Reason.UNSTAMPED), ("job", modeswitch.Reason.CLAIM_IN_USE)]
+        message = modeswitch.refusal_message(blockers, wanted=f"{mode.value}/{isolation.value}")
+        installed = "driverManaged/domain" if slices is UPSTREAM_DRIVER else "hostManaged/none"
+        assert f"the node plugins run {installed}: ml/up" in message
+        assert "Install with the IMEX mode the node plugins run" in message
+        assert "or delete them" in message
+
+
+def test_upstream_compute_domains_block_when_the_installed_mode_cannot_be_told() -> None:
+    (blocker, _claim_blocker) = _blockers([], mode=DRIVER, isolation=DOMAIN)
+    assert blocker.reason is modeswitch.Reason.UNSTAMPED and blocker.admitted == ""
+
+    message = modeswitch.refusal_message((blocker,), wanted="driverManaged/domain")
+
+    assert "no node plugin publishes a ResourceSlice" in message
+
+
+def test_upstream_compute_domains_block_when_the_plugins_run_a_mix_of_modes() -> None:
+    blockers = _blockers([*UPSTREAM_DRIVER, *UPSTREAM_HOST], mode=DRIVER, isolation=DOMAIN)
+
+    assert blockers[0].reason is modeswitch.Reason.UNSTAMPED
+    message = modeswitch.refusal_message(blockers[:1], wanted="driverManaged/domain")
+    assert "a mix of driverManaged and hostManaged" in message
+
+
+def test_upstream_compute_domains_are_never_adopted_under_channel_isolation() -> None:
+    # Even where the plugins already run channel isolation (ours): upstream's RCTs hand out
+    # channel 0 and an RCT's spec cannot change.
+    for slices in (UPSTREAM_HOST, [_slice("slot")]):
+        blockers = _blockers(slices, mode=HOST, isolation=CHANNEL)
+        assert blockers[0].reason is modeswitch.Reason.UNSTAMPED_CHANNEL
+        message = modeswitch.refusal_message(blockers[:1], wanted="hostManaged/channel")
+        assert "cannot be adopted under channel isolation" in message
+        assert "Install with isolation domain" in message
+
+
+def test_upstream_daemons_in_another_namespace_block_a_driver_managed_adoption() -> None:
+    seen = [modeswitch.DaemonSetSeen(namespace="upstream-ns", cd_uid="uid-up"),
+            modeswitch.DaemonSetSeen(namespace="upstream-ns", cd_uid="uid-other")]
+
+    blockers = _blockers(UPSTREAM_DRIVER, mode=DRIVER, isolation=DOMAIN, namespace="ours",
+                         daemonsets=seen)
+
+    assert blockers == (modeswitch.Blocker(namespace="ml", name="up", admitted="upstream-ns",
+                                           reason=modeswitch.Reason.DAEMONS_ELSEWHERE),)
+    message = modeswitch.refusal_message(blockers, wanted="driverManaged/domain")
+    assert "ml/up (DaemonSet in upstream-ns)" in message
+    assert "Install into the namespace their DaemonSets run in" in message
+    # Without the namespace being installed, where they run cannot be judged: not a blocker.
+    assert _blockers(UPSTREAM_DRIVER, mode=DRIVER, isolation=DOMAIN, daemonsets=seen) == ()
+
+
+def test_only_compute_domains_another_driver_made_are_judged_for_adoption() -> None:
+    ours = _cd("ours", admitted="driverManaged/domain")
+    fresh = _cd("fresh", finalizer=False)
+    assert not modeswitch.made_by_another_driver(ours)
+    assert not modeswitch.made_by_another_driver(fresh)
+    assert modeswitch.made_by_another_driver(_cd("up"))
+    assert modeswitch.find_blockers([ours, fresh], mode=DRIVER, isolation=DOMAIN) == ()
