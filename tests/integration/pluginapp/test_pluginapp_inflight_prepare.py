@@ -13,6 +13,7 @@ import contextlib
 import shutil
 import tempfile
 import threading
+import time
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -127,10 +128,13 @@ class ObservedService:
         self._inner = inner
         self.unprepare_arrived = threading.Event()
         self.prepare_returned = threading.Event()
+        self.prepare_calls: list[ports.KubeletCall] = []
 
     def node_prepare(
         self, claims: tuple[models.ClaimRef, ...], *, call: ports.KubeletCall | None = None
     ) -> Mapping[names.ClaimUID, models.ClaimResult]:
+        if call is not None:
+            self.prepare_calls.append(call)
         try:
             return self._inner.node_prepare(claims, call=call)
         finally:
@@ -242,6 +246,14 @@ def test_a_prepare_the_kubelet_gave_up_on_leaves_nothing_and_the_retry_prepares(
             pytest.raises(grpc_client.PluginCallError, match="DEADLINE_EXCEEDED"),
         ):
             impatient.prepare((ref,))
+        # NB: the server's deadline for the call runs from when the call arrived, so on a
+        # loaded machine it passes a moment after the client's: release the held prepare
+        # only once the server, too, has given the call up.
+        (call,) = service.prepare_calls
+        deadline = time.monotonic() + HOLD_TIMEOUT_S
+        while call.is_active():
+            assert time.monotonic() < deadline, "the server never saw the deadline pass"
+            time.sleep(0.01)
         hold.release()
         assert service.prepare_returned.wait(HOLD_TIMEOUT_S)
         assert ref.uid not in holding_entries(env)
