@@ -63,6 +63,10 @@ def main() -> int:
                 os.path.join(tmp, "gpu"), samples=samples)
             print("GPU half: gpu-kubelet-plugin spawn -> ResourceSlice present ...", flush=True)
             results["gpu_start_to_slice"] = gpu.start_to_slice(runs=5 if args.quick else 20)
+            print("GPU half: consumable-share prepare vs full-GPU prepare (interleaved) ...",
+                  flush=True)
+            results["gpu_consumable_share_vs_full_gpu"] = gpu.consumable_share_vs_full_gpu(
+                samples=samples)
     if args.only_gpu:
         return _write(results, started, args.out)
     with tempfile.TemporaryDirectory(prefix="cd-bench-", dir=os.getcwd()) as tmp:

@@ -6,6 +6,10 @@
 - `start_to_slice`: a fresh `gpu-kubelet-plugin` process on the simulated 8-GPU node
   (hgx-h100) until its ResourceSlice is present in the embedded API server (the kubelet
   emulator registers it, as the kubelet would); goal: <= 1 s.
+- `consumable_share_vs_full_gpu` (issue 20): prepare of one consumable share of gpu-0 (a node
+  published with `--consumable-shares=unlimited`; another share of gpu-0 held throughout, so
+  every prepare runs the equal-config overlap check) against a full-GPU prepare on a node
+  without shares, interleaved in the same run; reported as p50/p99/n and their ratios.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ import signal
 import subprocess
 import sys
 import time
+import uuid
 from typing import Any
 
 from adapters.grpc import kubelet_emulator
@@ -31,12 +36,15 @@ RATIO_GOAL = 1.5
 START_GOAL_S = 1.0
 
 
-def _gpu_claims(node: gpu_demo.GpuNode, count: int, *, device: str) -> list[models.ClaimRef]:
-    """`count` claims allocated `device` (as the scheduler would) and reserved for a pod."""
+def _gpu_claims(
+    node: gpu_demo.GpuNode, count: int, *, device: str, shared: bool = False, first: int = 0,
+) -> list[models.ClaimRef]:
+    """`count` claims allocated `device` (as the scheduler would) and reserved for a pod; with
+    `shared`, each result is a consumable share (a shareID, one share consumed)."""
     cluster = node.cluster
     node_name = node.settings.node_name
     refs = []
-    for i in range(count):
+    for i in range(first, first + count):
         name = f"bench-gpu-{i}"
         created = cluster.create(
             kinds.RESOURCE_CLAIM.kind, gpu_demo.claim_object(name, "gpu.nvidia.com"))
@@ -45,9 +53,12 @@ def _gpu_claims(node: gpu_demo.GpuNode, count: int, *, device: str) -> list[mode
             "metadata": {"name": f"{name}-pod", "namespace": gpu_demo.NAMESPACE},
             "spec": {"nodeName": node_name, "containers": [{"name": "main", "image": "busybox"}]},
         })
-        allocation = {"devices": {"results": [
-            {"request": "gpu", "driver": GPU_DRIVER, "pool": node_name, "device": device}],
-            "config": []}}
+        result: dict[str, Any] = {
+            "request": "gpu", "driver": GPU_DRIVER, "pool": node_name, "device": device}
+        if shared:
+            result["shareID"] = str(uuid.uuid4())
+            result["consumedCapacity"] = {"memory": "0"}
+        allocation = {"devices": {"results": [result], "config": []}}
         reserved = [{"resource": "pods", "name": f"{name}-pod", "uid": pod["metadata"]["uid"]}]
         cluster.patch(kinds.RESOURCE_CLAIM.kind, namespace=gpu_demo.NAMESPACE, name=name,
                       patch={"status": {"allocation": allocation, "reservedFor": reserved}},
@@ -169,3 +180,46 @@ def start_to_slice(*, runs: int) -> dict[str, Any]:
         "p99_over_goal_1s": scenarios._ratio(summary["p99_ms"], START_GOAL_S * 1000),
         "goal_met": summary["p99_ms"] <= START_GOAL_S * 1000,
     }}
+
+
+def consumable_share_vs_full_gpu(*, samples: int) -> dict[str, Any]:
+    """One consumable share of gpu-0 (another share held) vs one full GPU: prepare and
+    unprepare, interleaved sample by sample."""
+    full_node: gpu_demo.GpuNode | None = None
+    share_node: gpu_demo.GpuNode | None = None
+    try:
+        full_node = gpu_demo.start_gpu_node("", profile=PROFILE)
+        share_node = gpu_demo.start_gpu_node("", profile=PROFILE, consumable_shares="unlimited")
+        holder = _gpu_claims(share_node, 1, device="gpu-0", shared=True)
+        scenarios._checked(share_node.kubelet.prepare(GPU_DRIVER, holder))
+        full_refs = _gpu_claims(full_node, samples, device="gpu-0")
+        share_refs = _gpu_claims(share_node, samples, device="gpu-0", shared=True, first=1)
+        timings: dict[str, list[float]] = {
+            "full_gpu_prepare": [], "share_prepare": [], "full_gpu_unprepare": [],
+            "share_unprepare": [],
+        }
+        sides = (("full_gpu", full_node.kubelet, full_refs),
+                 ("share", share_node.kubelet, share_refs))
+        for i in range(samples):
+            for side, kubelet, refs in sides if i % 2 == 0 else sides[::-1]:
+                for step, call in (("prepare", kubelet.prepare), ("unprepare", kubelet.unprepare)):
+                    started = time.perf_counter()
+                    result = call(GPU_DRIVER, (refs[i],))
+                    timings[f"{side}_{step}"].append(time.perf_counter() - started)
+                    scenarios._checked(result)
+        summary = {name: stats.summarize(values) for name, values in timings.items()}
+        return {
+            "samples": samples,
+            "profile": PROFILE,
+            "consumable_shares": "unlimited",
+            "shares_held_beside": 1,
+            **summary,
+            "share_prepare_p50_over_full_gpu_prepare_p50": scenarios._ratio(
+                summary["share_prepare"]["p50_ms"], summary["full_gpu_prepare"]["p50_ms"]),
+            "share_prepare_p99_over_full_gpu_prepare_p99": scenarios._ratio(
+                summary["share_prepare"]["p99_ms"], summary["full_gpu_prepare"]["p99_ms"]),
+        }
+    finally:
+        for node in (share_node, full_node):
+            if node is not None:
+                node.stop()

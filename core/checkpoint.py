@@ -220,12 +220,15 @@ def _entry_to_json(
 
 
 def _device_to_json(device: models.PreparedDevice) -> dict[str, Any]:
-    return {
+    raw: dict[str, Any] = {
         "requestNames": list(device.request_names),
         "poolName": device.pool_name,
         "deviceName": device.device_name,
         "cdiDeviceIDs": list(device.cdi_device_ids),
     }
+    if device.share_id:
+        raw["shareID"] = device.share_id  # NB: only when set: entries without stay byte-identical
+    return raw
 
 
 def _checkpoint_from_json(
@@ -307,6 +310,7 @@ def _device_from_json(raw: Any) -> models.PreparedDevice:
         pool_name=_str(raw, "poolName"),
         device_name=_str(raw, "deviceName"),
         cdi_device_ids=_strs(raw, "cdiDeviceIDs"),
+        share_id=str(raw.get("shareID") or ""),
     )
 
 

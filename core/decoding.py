@@ -460,6 +460,7 @@ def _device_result(item: Mapping[Any, Any], path: str) -> models.DeviceResult:
         pool=_required_str(item, "pool", path),
         device=_required_str(item, "device", path),
         admin_access=_optional_bool(item, "adminAccess", path),
+        share_id=_optional_str(item, "shareID", path),
     )
 
 

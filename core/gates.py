@@ -128,11 +128,7 @@ REGISTRY: Final[Mapping[str, Gate]] = {
                 name=DRA_LIST_TYPE_ATTRIBUTES, default=False, stage=Stage.ALPHA,
                 unbuilt_in=_GPU_PLUGIN, feature="list-valued device attributes in ResourceSlices",
             ),
-            Gate(
-                name=CONSUMABLE_SHARES, default=False, stage=Stage.ALPHA,
-                unbuilt_in=_GPU_PLUGIN,
-                feature="consumable capacity and shared allocation of one GPU by several claims",
-            ),
+            Gate(name=CONSUMABLE_SHARES, default=False, stage=Stage.ALPHA),
             Gate(name=CONTEXTUAL_LOGGING, default=True, stage=Stage.BETA),
             Gate(name=LOGGING_ALPHA_OPTIONS, default=False, stage=Stage.ALPHA),
             Gate(name=LOGGING_BETA_OPTIONS, default=True, stage=Stage.BETA),

@@ -217,6 +217,9 @@ class DeviceResult:
     # `adminAccess: true`: monitoring or debugging access beside whoever else holds the
     # device (the namespace must allow it, the API server checks); never exclusive.
     admin_access: bool = False
+    # `shareID`: set by the scheduler on each allocation of a device that allows several
+    # (consumable capacity, KEP-5075); one claim may hold several shares of one device.
+    share_id: str = ""
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -304,6 +307,8 @@ class PreparedDevice:
     pool_name: str
     device_name: str
     cdi_device_ids: tuple[str, ...]
+    # The allocation result's `shareID`, echoed to the kubelet (DRA v1 `share_id`); "" none.
+    share_id: str = ""
 
 
 # A half's own record of one prepared claim (what it must remember beyond the shared fields):

@@ -64,12 +64,15 @@ def unprepare_request_to_pb(
 
 
 def device_to_pb(device: models.PreparedDevice) -> dra_v1_pb2.Device:
-    return dra_v1_pb2.Device(
+    pb = dra_v1_pb2.Device(
         request_names=list(device.request_names),
         pool_name=device.pool_name,
         device_name=device.device_name,
         cdi_device_ids=list(device.cdi_device_ids),
     )
+    if device.share_id:  # NB: optional: absent, not "", for a device that is no share
+        pb.share_id = device.share_id
+    return pb
 
 
 def device_from_pb(device: dra_v1_pb2.Device) -> models.PreparedDevice:
@@ -78,6 +81,7 @@ def device_from_pb(device: dra_v1_pb2.Device) -> models.PreparedDevice:
         pool_name=device.pool_name,
         device_name=device.device_name,
         cdi_device_ids=tuple(device.cdi_device_ids),
+        share_id=device.share_id if device.HasField("share_id") else "",
     )
 
 

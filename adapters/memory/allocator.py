@@ -4,7 +4,9 @@ It plays the parts of kube-scheduler's DRA plugin and the resourceclaim controll
 the embedded cluster get allocated claims the kubelet plugin can prepare: it creates each pod's
 claims from their ResourceClaimTemplates, picks devices from published ResourceSlices whose
 DeviceClass and request CEL selectors hold (real CEL, via cel-python), keeps one claim per
-device, puts all of a pod's claims on one node and writes `status.allocation`/`reservedFor`.
+device (several on a device with `allowMultipleAllocations`, each result a share with its
+`shareID` and `consumedCapacity`, while its capacities last: `_capacity`), puts all of a pod's
+claims on one node and writes `status.allocation`/`reservedFor`.
 
 NB: device choice is first-fit without backtracking, over nodes and devices in a stable order.
 """
@@ -15,12 +17,14 @@ import contextlib
 import dataclasses
 import logging
 import threading
+import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import celpy
 from celpy import adapter, celparser, celtypes, evaluation
 
+from adapters.memory import _capacity
 from core import errors, kinds, models, ports
 
 log = logging.getLogger(__name__)
@@ -50,6 +54,9 @@ class _Device:
     name: str
     node_name: str  # "" when the slice serves all nodes
     cel_value: Any  # celtypes.MapType bound to `device`
+    # `allowMultipleAllocations`: several claims, each consuming part of `capacities`.
+    allow_multiple: bool = False
+    capacities: Mapping[str, _capacity.Capacity] = dataclasses.field(default_factory=dict)
 
     @property
     def id(self) -> _DeviceId:
@@ -64,6 +71,13 @@ class _Request:
     selectors: tuple[str, ...]
     mode: str
     count: int
+    # `capacity.requests`, by capacity name.
+    capacity: Mapping[str, int] = dataclasses.field(default_factory=dict)
+
+
+# What one allocated share consumes, by capacity name (None: an exclusive allocation).
+_Consumed = Mapping[str, int] | None
+_Pick = tuple[_Device, _Consumed]
 
 
 def device_cel_value(*, driver: str, device: Mapping[str, Any]) -> Any:
@@ -180,12 +194,12 @@ class Allocator:
         requests = [r for claim in pending for r in _requests_of(claim)]
         classes = {r.class_name: self._device_class(r) for r in requests}
         devices = self._published_devices()
-        taken = self._allocated_device_ids()
+        taken, shared = self._allocated_device_ids()
         chosen_node = ""
-        picks: dict[tuple[tuple[str, str], str], list[_Device]] = {}
+        picks: dict[tuple[tuple[str, str], str], list[_Pick]] = {}
         failure = ""
         for node in nodes:
-            attempt = self._fit(node, requests, classes, devices, taken)
+            attempt = self._fit(node, requests, classes, devices, taken, shared)
             if isinstance(attempt, str):
                 failure = failure or attempt
                 continue
@@ -350,17 +364,27 @@ class Allocator:
                         name=str(device["name"]),
                         node_name=node_name,
                         cel_value=device_cel_value(driver=driver, device=device),
+                        allow_multiple=device.get("allowMultipleAllocations") is True,
+                        capacities=_capacity.capacities_of(device),
                     )
                 )
         return devices
 
-    def _allocated_device_ids(self) -> set[_DeviceId]:
+    def _allocated_device_ids(self) -> tuple[set[_DeviceId], dict[_DeviceId, dict[str, int]]]:
+        """Devices allocated whole, and what the shares of the others consume."""
         taken: set[_DeviceId] = set()
+        shared: dict[_DeviceId, dict[str, int]] = {}
         for claim in self._cluster.list(kinds.RESOURCE_CLAIM.kind).items:
             allocation = (claim.get("status") or {}).get("allocation") or {}
             for result in (allocation.get("devices") or {}).get("results") or ():
-                taken.add((str(result["driver"]), str(result["pool"]), str(result["device"])))
-        return taken
+                key = (str(result["driver"]), str(result["pool"]), str(result["device"]))
+                if not result.get("shareID"):
+                    taken.add(key)
+                    continue
+                used = shared.setdefault(key, {})
+                for name, amount in (result.get("consumedCapacity") or {}).items():
+                    used[name] = used.get(name, 0) + _capacity.parse_quantity(amount)
+        return taken, shared
 
     def _fit(
         self,
@@ -369,16 +393,22 @@ class Allocator:
         classes: Mapping[str, Mapping[str, Any]],
         devices: Sequence[_Device],
         taken: set[_DeviceId],
-    ) -> dict[tuple[tuple[str, str], str], list[_Device]] | str:
+        shared: Mapping[_DeviceId, Mapping[str, int]],
+    ) -> dict[tuple[tuple[str, str], str], list[_Pick]] | str:
         """Devices per (claim, request) on `node`, or why some request does not fit there."""
         used = set(taken)
-        picks: dict[tuple[tuple[str, str], str], list[_Device]] = {}
+        consumption = {key: dict(amounts) for key, amounts in shared.items()}
+        picks: dict[tuple[tuple[str, str], str], list[_Pick]] = {}
         local = [d for d in devices if d.node_name in ("", node)]
         for request in requests:
             class_selectors = _selectors_of(classes[request.class_name].get("spec") or {})
             expressions = (*class_selectors, *request.selectors)
             matching = [d for d in local if self._matches(d, expressions)]
-            free = [d for d in matching if d.id not in used]
+            free: list[_Pick] = []
+            for device in matching:
+                fits, share = _share_of(device, request, consumption)
+                if fits and device.id not in used:
+                    free.append((device, share))
             label = f"request {request.name!r} of claim {_claim_label(request.claim_key)}"
             if not matching:
                 shown = " && ".join(f"({e})" for e in expressions) or "true"
@@ -399,11 +429,21 @@ class Allocator:
                     return (
                         f"{label}: needs {request.count} device(s) of DeviceClass"
                         f" {request.class_name!r} on node {node!r}; {len(matching)} match but"
-                        f" only {len(free)} are free (one claim per device)"
+                        f" only {len(free)} are free (one claim per device, or not enough of"
+                        " a shareable device's capacity left)"
                     )
                 chosen = free[: request.count]
-            used.update(d.id for d in chosen)
-            picks[(request.claim_key, request.name)] = chosen
+            picked: list[_Pick] = []
+            for device, share in chosen:
+                if share is None:
+                    used.add(device.id)
+                    picked.append((device, None))
+                    continue
+                total = consumption.setdefault(device.id, {})
+                for name, amount in share.items():
+                    total[name] = total.get(name, 0) + amount
+                picked.append((device, share))
+            picks[(request.claim_key, request.name)] = picked
         return picks
 
     def _matches(self, device: _Device, expressions: Sequence[str]) -> bool:
@@ -435,16 +475,14 @@ class Allocator:
         self,
         claim: Mapping[str, Any],
         node: str,
-        picks: Mapping[tuple[tuple[str, str], str], Sequence[_Device]],
+        picks: Mapping[tuple[tuple[str, str], str], Sequence[_Pick]],
         classes: Mapping[str, Mapping[str, Any]],
     ) -> Mapping[str, Any]:
         meta = claim["metadata"]
         key = (str(meta["namespace"]), str(meta["name"]))
         requests = _requests_of(claim)
         results = [
-            {"request": r.name, "driver": d.driver, "pool": d.pool, "device": d.name}
-            for r in requests
-            for d in picks[(key, r.name)]
+            _result(r.name, d, share) for r in requests for d, share in picks[(key, r.name)]
         ]
         config: list[dict[str, Any]] = []
         for r in requests:
@@ -509,6 +547,13 @@ def _requests_of(claim: Mapping[str, Any]) -> list[_Request]:
                 " 'exactly' requests are supported by the embedded scheduler (not firstAvailable)"
             )
         mode = str(exactly.get("allocationMode") or "ExactCount")
+        asked = (exactly.get("capacity") or {}).get("requests") or {}
+        try:
+            capacity = {str(n): _capacity.parse_quantity(v) for n, v in asked.items()}
+        except ValueError as exc:
+            raise AllocationError(
+                f"request {request.get('name')!r} of claim {_claim_label(key)}: capacity: {exc}"
+            ) from None
         out.append(
             _Request(
                 claim_key=key,
@@ -517,9 +562,50 @@ def _requests_of(claim: Mapping[str, Any]) -> list[_Request]:
                 selectors=_selectors_of(exactly),
                 mode=mode,
                 count=int(exactly.get("count") or 1),
+                capacity=capacity,
             )
         )
     return out
+
+
+def _share_of(
+    device: _Device, request: _Request, consumption: Mapping[_DeviceId, Mapping[str, int]]
+) -> tuple[bool, _Consumed]:
+    """Whether `request` fits `device` and what it would consume of it (None: the whole,
+    exclusive device). No fit: capacity asked of an exclusive device or of a capacity the
+    device lacks, a policy refusing the amount, or not enough left."""
+    if not device.allow_multiple:
+        return not request.capacity, None
+    if not set(request.capacity) <= set(device.capacities):
+        return False, None
+    used = consumption.get(device.id, {})
+    share: dict[str, int] = {}
+    for name, capacity in device.capacities.items():
+        amount = _capacity.consumed(request.capacity.get(name), capacity)
+        if amount is None or used.get(name, 0) + amount > capacity.value:
+            return False, None
+        share[name] = amount
+    return True, share
+
+
+def _result(request: str, device: _Device, share: _Consumed) -> dict[str, Any]:
+    result: dict[str, Any] = {
+        "request": request, "driver": device.driver, "pool": device.pool, "device": device.name,
+    }
+    if share is not None:
+        result["shareID"] = str(uuid.uuid4())
+        result["consumedCapacity"] = {
+            name: _quantity(amount) for name, amount in sorted(share.items())
+        }
+    return result
+
+
+def _quantity(amount: int) -> str:
+    for suffix, factor in (("Ei", 2**60), ("Pi", 2**50), ("Ti", 2**40), ("Gi", 2**30),
+                           ("Mi", 2**20), ("Ki", 2**10)):
+        if amount >= factor and amount % factor == 0:
+            return f"{amount // factor}{suffix}"
+    return str(amount)
 
 
 def _selectors_of(spec: Mapping[str, Any]) -> tuple[str, ...]:

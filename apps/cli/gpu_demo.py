@@ -28,15 +28,18 @@ from adapters.nvml import gpu_simulation
 from adapters.nvml import simulated as nvml_simulated
 from adapters.nvsmi import simulated as nvsmi_simulated
 from adapters.nvsmi import timeslice
-from apps.cli import embedded
+from apps.cli import embedded, gpu_shares_demo
 from apps.gpuplugin import settings as gpu_settings
 from apps.gpuplugin import wiring as gpu_wiring
 from core import errors, gates, kinds, models, names
 from core.gpu import cdi as gpu_cdi
 from core.gpu import checkpoint_records as gpu_records
 from core.gpu import deviceclasses
+from core.gpu import shares as gpu_shares
 
 DRIVER = gpu_settings.DRIVER_NAME
+# The demo's `--consumable-shares`: each GPU split into two shares.
+SHARES_PER_GPU = "2"
 NAMESPACE = "gpu-demo"
 NODE_NAME = "gpu-node-0"
 Say = Callable[[str], None]
@@ -103,13 +106,15 @@ def lay_out_node_files(root: str, *, profile: str, node_name: str) -> NodeFiles:
 
 
 def plugin_settings(
-    root: str, *, node_name: str, profile: str, files: NodeFiles
+    root: str, *, node_name: str, profile: str, files: NodeFiles, consumable_shares: str = ""
 ) -> gpu_settings.Settings:
-    """The GPU plugin's settings for a simulated node whose state lives under `root`."""
+    """The GPU plugin's settings for a simulated node whose state lives under `root`; with
+    `consumable_shares` (a `--consumable-shares` value), gate ConsumableShares on too."""
     return gpu_settings.Settings(
         node_name=node_name,
         namespace="nvidia-dra-driver",
-        feature_gates="",
+        feature_gates=f"{gates.CONSUMABLE_SHARES}=true" if consumable_shares else "",
+        consumable_shares=consumable_shares or "disabled",
         cdi_root=os.path.join(root, "cdi"),
         plugin_dir=os.path.join(root, "plugin"),
         registry_dir=os.path.join(root, "registry"),
@@ -180,11 +185,15 @@ def start_plugin(
         gates=resolved,
         boot_id=boot_id,
         time_slicer=timeslice.NvidiaSmiTimeSlicer(files.nvidia_smi),
+        consumable=gpu_shares.parse_consumable_shares(settings.consumable_shares, gates=resolved),
     )
 
 
-def start_gpu_node(workdir: str, *, profile: str, node_name: str = NODE_NAME) -> GpuNode:
-    """Bring up the in-memory cluster and one registered GPU plugin with its slice published.
+def start_gpu_node(
+    workdir: str, *, profile: str, node_name: str = NODE_NAME, consumable_shares: str = ""
+) -> GpuNode:
+    """Bring up the in-memory cluster and one registered GPU plugin with its slice published
+    (GPUs shared by consumable capacity when `consumable_shares` is given, e.g. "2").
 
     ConfigError listing the profiles for an unknown one.
     """
@@ -196,7 +205,8 @@ def start_gpu_node(workdir: str, *, profile: str, node_name: str = NODE_NAME) ->
     cluster = memory_cluster.InMemoryCluster()
     try:
         files = lay_out_node_files(root, profile=profile, node_name=node_name)
-        settings = plugin_settings(root, node_name=node_name, profile=profile, files=files)
+        settings = plugin_settings(root, node_name=node_name, profile=profile, files=files,
+                                   consumable_shares=consumable_shares)
         cluster.create(kinds.NODE.kind, node_object(node_name))
         for device_class in device_class_objects():
             cluster.create(kinds.DEVICE_CLASS.kind, device_class)
@@ -360,12 +370,22 @@ def run(profile: str, *, workdir: str) -> int:
     except (errors.DriverError, OSError) as exc:
         print(f"error: {getattr(exc, 'message', str(exc))}", file=sys.stderr)
         return 1
+    shares_node: GpuNode | None = None
     try:
-        stand_in = " (stand-in device nodes: not root)" if node.files.stand_in_device_nodes else ""
-        say(f"started in-memory cluster and the GPU kubelet plugin for {node.settings.node_name} "
-            f"(real gRPC over unix sockets; simulated driver root under "
-            f"{node.files.driver_root}{stand_in})")
-        report = run_story(node, say=say)
+        try:
+            stand_in = (" (stand-in device nodes: not root)"
+                        if node.files.stand_in_device_nodes else "")
+            say(f"started in-memory cluster and the GPU kubelet plugin for "
+                f"{node.settings.node_name} (real gRPC over unix sockets; simulated driver root "
+                f"under {node.files.driver_root}{stand_in})")
+            report = run_story(node, say=say)
+        finally:
+            node.stop()
+        shares_node = start_gpu_node(os.path.join(workdir, "shares") if workdir else "",
+                                     profile=profile, consumable_shares=SHARES_PER_GPU)
+        say(f"restarted the GPU plugin with --consumable-shares={SHARES_PER_GPU} "
+            f"(gate {gates.CONSUMABLE_SHARES})")
+        shared = gpu_shares_demo.run_shares_story(shares_node, say=say)
     except (errors.DriverError, memory_allocator.AllocationError) as exc:
         print(f"error: {exc.message}", file=sys.stderr)
         return 1
@@ -373,8 +393,11 @@ def run(profile: str, *, workdir: str) -> int:
         print(f"error: {errno.errorcode.get(exc.errno or 0, '?')}: {exc}", file=sys.stderr)
         return 1
     finally:
-        node.stop()
-    ok = report.leftover_cdi_files == 0 and report.leftover_checkpoint_entries == 0
-    print(f"done in {time.monotonic() - started:.1f}s: {len(report.cdi_ids)} claim(s) prepared "
+        if shares_node is not None:
+            shares_node.stop()
+    ok = (report.leftover_cdi_files == 0 and report.leftover_checkpoint_entries == 0
+          and shared.clean and len(set(shared.allocated.values())) == 1)
+    prepared = len(report.cdi_ids) + len(shared.allocated)
+    print(f"done in {time.monotonic() - started:.1f}s: {prepared} claim(s) prepared "
           f"and unprepared, {'clean' if ok else 'NOT clean'}", flush=True)
     return 0 if ok else 1

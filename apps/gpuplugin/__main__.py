@@ -17,6 +17,7 @@ from apps.pluginkit import process
 from apps.shell import logs, signals
 from core import errors, gates, models, ports
 from core.gpu import devices
+from core.gpu import shares as gpu_shares
 
 log = logging.getLogger("gpu-kubelet-plugin")
 
@@ -63,6 +64,8 @@ def _gates(settings: gpu_settings.Settings) -> models.FeatureGates:
     resolved = gates.resolve_gates(gates.parse_feature_gates(settings.feature_gates))
     gates.validate_gate_dependencies(resolved)
     gates.refuse_unbuilt(resolved, gates.Component.GPU_PLUGIN)
+    # NB: checked here, beside the gates it needs, so a bad value stops the start at once.
+    gpu_shares.parse_consumable_shares(settings.consumable_shares, gates=resolved)
     return resolved
 
 
@@ -102,6 +105,8 @@ def _start(
         time_slicer=timeslice.NvidiaSmiTimeSlicer(nvidia_smi),
         vfio=vfio,
         vfio_nodes=(lambda: _vfio_nodes(vfio)) if vfio is not None else None,
+        consumable=gpu_shares.parse_consumable_shares(
+            settings.consumable_shares, gates=resolved_gates),
     )
 
 

@@ -42,6 +42,9 @@ class Settings:
     stale_claim_cleanup_interval_s: float = 30.0
     # Host path of nvidia-cdi-hook for the specs' hooks; empty: found, else none (cdihook).
     nvidia_cdi_hook_path: str = ""
+    # `disabled`, `memory`, `unlimited` or N, as given (checked against the gates at start:
+    # `gpu.shares.parse_consumable_shares`).
+    consumable_shares: str = "disabled"
 
     @property
     def checkpoint_path(self) -> str:
@@ -74,6 +77,10 @@ COMMAND = flags.command(
                      help="absolute host path of nvidia-cdi-hook, named in the CDI specs' "
                      "hooks (empty: the image's copy, else the driver root's "
                      "/usr/bin/nvidia-cdi-hook, else no hooks)"),
+        flags.option("--consumable-shares", env="CONSUMABLE_SHARES", default="disabled",
+                     help="share GPUs by consumable capacity (gate ConsumableShares): "
+                     "'disabled', 'memory', 'unlimited' or a positive whole number of shares "
+                     "per GPU"),
     ],
 )
 
@@ -105,4 +112,5 @@ def parse(argv: Sequence[str] | None, env: Mapping[str, str]) -> Settings:
         log_verbosity=values["log_verbosity"],
         stale_claim_cleanup_interval_s=values["stale_claim_cleanup_interval_seconds"],
         nvidia_cdi_hook_path=values["nvidia_cdi_hook_path"],
+        consumable_shares=values["consumable_shares"],
     )

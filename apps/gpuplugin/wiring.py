@@ -21,6 +21,7 @@ __all__ = ["DeviceCache", "Plugin", "start_gpu_plugin"]
 from core import models, names, ports
 from core.gpu import cdi as gpu_cdi
 from core.gpu import checkpoint_records, devices
+from core.gpu import shares as gpu_shares
 from core.gpu import slices as gpu_slices
 
 log = logging.getLogger(__name__)
@@ -69,11 +70,13 @@ def start_gpu_plugin(
     vfio_nodes: Callable[[], Mapping[str, Sequence[devices.DeviceNode]]] | None = None,
     clock: Callable[[], float] = time.time,
     cdi_hook_path: str = "",
+    consumable: gpu_shares.ConsumableShares = gpu_shares.DISABLED,
 ) -> Plugin[models.NodeFacts]:
     """Discover, recover state and start serving the kubelet; slices follow registration.
 
     `cdi_hook_path` (a host path of nvidia-cdi-hook) puts the toolkit's hooks into every
-    claim's CDI spec; empty, none.
+    claim's CDI spec; empty, none. `consumable` (`--consumable-shares`) publishes full GPUs
+    and MIG devices for several claims at once.
     """
     os.makedirs(settings.plugin_dir, exist_ok=True)
     node = models.NodeFacts(node_name=names.NodeName(settings.node_name), boot_id=boot_id)
@@ -110,7 +113,8 @@ def start_gpu_plugin(
     )
 
     def publish() -> None:
-        publisher.publish(gpu_slices.plan_gpu_devices(found.refresh(), gates=gates))
+        publisher.publish(gpu_slices.plan_gpu_devices(
+            found.refresh(), gates=gates, consumable=consumable))
 
     plugin = serving.serve(
         driver, settings, driver_name=gpu_settings.DRIVER_NAME, publish=publish,
@@ -119,8 +123,8 @@ def start_gpu_plugin(
     inventory = found.current()
     log.info(
         "event=gpu_plugin_started node=%s gpus=%d migs=%d vfios=%d prepared_claims=%d "
-        "dra_socket=%s",
+        "consumable_shares=%s dra_socket=%s",
         node.node_name, len(inventory.gpus), len(inventory.migs), len(inventory.vfios),
-        len(recovered.entries), plugin.server.dra_socket_path,
+        len(recovered.entries), consumable, plugin.server.dra_socket_path,
     )
     return plugin

@@ -11,6 +11,7 @@ the device names of the entry, each held exclusively: the safe reading for confl
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections.abc import Hashable, Mapping, Sequence
 from typing import Any, Final
 
@@ -41,6 +42,11 @@ class HeldDevice:
     # Held with admin access (monitoring, debugging): beside any other holder, and the claim
     # changed nothing on the device (see `gpu.overlap`).
     admin_access: bool = False
+    # Held as a consumable share (the allocation result has a shareID): beside other shares
+    # of the device whose `config` is equal (see `gpu.overlap`).
+    consumable: bool = False
+    # A share's normalized config (`gpu.shares.normalized_config`); "" for other devices.
+    config: str = ""
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -145,6 +151,10 @@ def _held_to_json(held: HeldDevice) -> dict[str, Any]:
         raw["pciBusID"] = held.pci_bus_id
     if held.admin_access:
         raw["adminAccess"] = True  # NB: only when set: records without it stay byte-identical
+    if held.consumable:
+        raw["consumableShare"] = True  # NB: likewise
+    if held.config:
+        raw["config"] = json.loads(held.config)
     return raw
 
 
@@ -162,7 +172,17 @@ def _held_from_json(raw: Any) -> HeldDevice | None:
         pci_bus_id=str(raw.get("pciBusID") or ""),
         shared=raw.get("shared") is True,
         admin_access=raw.get("adminAccess") is True,
+        consumable=raw.get("consumableShare") is True,
+        config=_canonical(raw.get("config")),
     )
+
+
+def _canonical(config: Any) -> str:
+    """A stored share config as canonical JSON; "" when absent or not an object (a hand-edited
+    record: the share then equals no other config, the safe reading)."""
+    if not isinstance(config, Mapping):
+        return ""
+    return json.dumps(config, sort_keys=True, separators=(",", ":"))
 
 
 # The `device_type` label of `nvidia_dra_prepared_devices` (upstream's values).

@@ -6,6 +6,10 @@ Checked at prepare against every claim the checkpoint says holds devices, rule b
 | mine / theirs                          | verdict                                   |
 |----------------------------------------|-------------------------------------------|
 | either has admin access                | never a conflict (as upstream)            |
+| same device, both consumable shares,   | no conflict (as upstream: the scheduler   |
+| equal normalized configs               | counted the capacity each consumes)       |
+| same device, both consumable shares,   | conflict: one device runs one config      |
+| configs differ                         |                                           |
 | same device, both shared (TimeSlicing) | no conflict                               |
 | same device, otherwise                 | conflict: exclusive by default            |
 | same physical GPU, one side VFIO       | conflict: a GPU given to a VM serves no   |
@@ -14,8 +18,6 @@ Checked at prepare against every claim the checkpoint says holds devices, rule b
 | GPU                                    | of it cannot both be in use               |
 | two MIG devices of one GPU, or         | no conflict                               |
 | different GPUs                         |                                           |
-
-Consumable shares (issue 20) will add "same device, both shares, equal configs".
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ class Conflict(enum.Enum):
     EXCLUSIVE = "exclusive"
     PASSTHROUGH = "passthrough"
     WHOLE_AND_PART = "whole and part"
+    CONFIG_DIFFERS = "config differs"
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -50,6 +53,8 @@ def conflict(mine: records.HeldDevice, theirs: records.HeldDevice) -> Conflict |
     if mine.admin_access or theirs.admin_access:
         return None
     if mine.name == theirs.name:
+        if mine.consumable and theirs.consumable:
+            return None if mine.config == theirs.config else Conflict.CONFIG_DIFFERS
         return None if mine.shared and theirs.shared else Conflict.EXCLUSIVE
     if mine.gpu_minor is None or mine.gpu_minor != theirs.gpu_minor:
         return None
@@ -67,6 +72,14 @@ def message(overlap: Overlap, *, holder: str) -> str:
         f"device {mine.name}" if mine.name == theirs.name
         else f"device {mine.name} (the same physical GPU as {theirs.name})"
     )
+    if overlap.conflict is Conflict.CONFIG_DIFFERS:
+        return (
+            f"{what} is already prepared on this node for {holder} as a consumable share "
+            f"with another config ({theirs.config or 'unknown'}; this claim's: "
+            f"{mine.config}); two claims share a device only with equal configs: give this "
+            "claim the same opaque config (or none on both), or wait until that claim is "
+            "unprepared"
+        )
     if overlap.conflict is Conflict.EXCLUSIVE and mine.kind != devices.VFIO_TYPE:
         fix = (
             "to share it, give both claims a config with sharing (strategy TimeSlicing); "

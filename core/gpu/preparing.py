@@ -21,7 +21,7 @@ from typing import Any, Final
 from core import checkpoint as checkpoints
 from core import errors, models, names
 from core import gates as feature_gates
-from core.gpu import actions, configs, devices, overlap
+from core.gpu import actions, configs, devices, overlap, shares
 from core.gpu import cdi as gpu_cdi
 from core.gpu import checkpoint_records as records
 
@@ -69,15 +69,18 @@ class _Planned:
     def held(self) -> records.HeldDevice:
         shared = self.vfio is None and configs.allows_sharing(self.config)
         admin = self.result.admin_access
+        share = self.vfio is None and bool(self.result.share_id)
+        config = shares.normalized_config(self.config) if share else ""
         if self.gpu is not None:
             return records.HeldDevice(
                 name=self.gpu.name, kind=self.kind, gpu_minor=self.gpu.minor,
                 uuid=self.gpu.uuid, shared=shared, admin_access=admin,
+                consumable=share, config=config,
             )
         if self.mig is not None:
             return records.HeldDevice(
                 name=self.mig.name, kind=self.kind, gpu_minor=self.mig.parent_minor,
-                shared=shared, admin_access=admin,
+                shared=shared, admin_access=admin, consumable=share, config=config,
             )
         assert self.vfio is not None
         return records.HeldDevice(
@@ -116,8 +119,10 @@ def plan_gpu_prepare(
     except errors.PermanentError as err:
         return GpuClaimOutcome(steps=(), checkpoint=checkpoint, error=err)
     gpu_steps, sliced = _gpu_steps(planned, gates=gates)
+    # NB: one record per device, however many shares of it the claim holds.
+    held = {h.name: h for h in (p.held() for p in planned)}
     record = records.GpuClaimRecord(
-        held=tuple(p.held() for p in planned), time_sliced=sliced, vfio_api=vfio_api
+        held=tuple(held.values()), time_sliced=sliced, vfio_api=vfio_api
     )
     prepared = tuple(
         models.PreparedDevice(
@@ -125,6 +130,7 @@ def plan_gpu_prepare(
             pool_name=p.result.pool,
             device_name=p.result.device,
             cdi_device_ids=(gpu_cdi.qualified_name(claim.uid, p.result.device),),
+            share_id=p.result.share_id,
         )
         for p in planned
     )
@@ -206,6 +212,7 @@ def _planned(
                 "instead, or drop adminAccess"
             )
         config = _config_for(result, kind=kind, decoded=decoded)
+        shares.check_share_config(result, config, claim=f"{claim.namespace}/{claim.name}")
         planned.append(_Planned(
             result=result,
             config=config,
@@ -213,6 +220,9 @@ def _planned(
             mig=found if isinstance(found, devices.MigDeviceInfo) else None,
             vfio=found if isinstance(found, devices.VfioDeviceInfo) else None,
         ))
+    shares.check_one_config_per_device(
+        [(p.result, p.config) for p in planned], claim=f"{claim.namespace}/{claim.name}"
+    )
     return tuple(planned)
 
 
@@ -388,7 +398,9 @@ def _spec_of(
 ) -> models.JSONObject:
     listed: list[models.JSONObject] = []
     driver_files = False
-    for device in found:
+    # NB: one CDI device per device, however many shares of it the claim holds.
+    unique = {device.name: device for device in found if device is not None}
+    for device in unique.values():
         if isinstance(device, devices.GpuInfo):
             listed.append(gpu_cdi.gpu_device(claim_uid, device, files=files))
             driver_files = True

@@ -9,7 +9,9 @@ devices here. Shapes are those of `resource.k8s.io/v1`: attributes as `{"string"
 What is published (upstream without DynamicMIG):
 - every GPU not in MIG mode as `gpu-<minor>`;
 - a GPU in MIG mode as its existing MIG devices instead (static MIG);
-- under gate PassthroughSupport, the VFIO functions (`gpu-vfio-<index>`) too.
+- under gate PassthroughSupport, the VFIO functions (`gpu-vfio-<index>`) too;
+- with consumable shares on, full GPUs and MIG devices allow several allocations, with the
+  capacities and request policies of `gpu.shares`.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from typing import Final
 
 from core import errors, models, names, slices
 from core import gates as feature_gates
-from core.gpu import devices
+from core.gpu import devices, shares
 
 DRIVER_NAME: Final = names.GPU_DRIVER_NAME
 
@@ -55,7 +57,10 @@ _BINARY_SUFFIXES: Final = ("", "Ki", "Mi", "Gi", "Ti", "Pi", "Ei")
 
 
 def plan_gpu_devices(
-    inventory: devices.GpuInventory, *, gates: models.FeatureGates
+    inventory: devices.GpuInventory,
+    *,
+    gates: models.FeatureGates,
+    consumable: shares.ConsumableShares = shares.DISABLED,
 ) -> tuple[models.JSONObject, ...]:
     """The node's `gpu.nvidia.com` devices as `resource.k8s.io/v1` Device objects.
 
@@ -64,17 +69,19 @@ def plan_gpu_devices(
     match, so a GPU's MIG devices come smallest profile first (the profile leads the name).
     Raises `errors.PermanentError` when discovery reported something the API would refuse or
     that contradicts itself (a malformed version or PCI address, a MIG device without its
-    parent GPU, two devices with one name).
+    parent GPU, two devices with one name). `consumable` (`--consumable-shares`) makes full
+    GPUs and MIG devices shareable; VFIO functions never are.
     """
     # (GPU address, device name, how to build it): names are checked before anything is built,
     # so a bad name is reported as such rather than as whatever else is wrong with the device.
     keyed: list[tuple[str, str, Callable[[], models.JSONObject]]] = []
     for gpu in inventory.gpus:
         if not gpu.mig_enabled:
-            keyed.append((_bus_id(gpu.pci_bus_id, gpu.name), gpu.name, partial(gpu_device, gpu)))
+            build = partial(gpu_device, gpu, consumable=consumable)
+            keyed.append((_bus_id(gpu.pci_bus_id, gpu.name), gpu.name, build))
     for mig in inventory.migs:
         parent = _mig_parent(inventory, mig)
-        build = partial(mig_device, mig, parent=parent)
+        build = partial(mig_device, mig, parent=parent, consumable=consumable)
         keyed.append((_bus_id(parent.pci_bus_id, parent.name), mig.name, build))
     if gates.enabled(feature_gates.PASSTHROUGH_SUPPORT):
         for vfio in _published_vfios(inventory):
@@ -92,6 +99,7 @@ def build_gpu_resource_slices(
     gates: models.FeatureGates,
     generation: int,
     node_uid: str = "",
+    consumable: shares.ConsumableShares = shares.DISABLED,
 ) -> tuple[models.JSONObject, ...]:
     """The node's `gpu.nvidia.com` pool (pool name = node name) as ResourceSlice objects,
     owned by the Node when its `node_uid` is known.
@@ -102,13 +110,15 @@ def build_gpu_resource_slices(
     return slices.build_resource_slices(
         node_name=node_name,
         driver=DRIVER_NAME,
-        devices=plan_gpu_devices(inventory, gates=gates),
+        devices=plan_gpu_devices(inventory, gates=gates, consumable=consumable),
         generation=generation,
         node_uid=node_uid,
     )
 
 
-def gpu_device(gpu: devices.GpuInfo) -> models.JSONObject:
+def gpu_device(
+    gpu: devices.GpuInfo, *, consumable: shares.ConsumableShares = shares.DISABLED
+) -> models.JSONObject:
     """One full GPU as upstream's GpuInfo.GetDevice publishes it."""
     attributes = {
         "type": _string(devices.GPU_TYPE, device=gpu.name, field="type"),
@@ -116,10 +126,18 @@ def gpu_device(gpu: devices.GpuInfo) -> models.JSONObject:
         **_gpu_common_attributes(gpu),
     }
     capacity = {"memory": _quantity(gpu.memory_bytes, device=gpu.name, field="memory")}
-    return _device(gpu.name, attributes, capacity)
+    return shares.shareable(
+        _device(gpu.name, attributes, capacity), consumable, memory_bytes=gpu.memory_bytes,
+        quantity=partial(_quantity_text, device=gpu.name),
+    )
 
 
-def mig_device(mig: devices.MigDeviceInfo, *, parent: devices.GpuInfo) -> models.JSONObject:
+def mig_device(
+    mig: devices.MigDeviceInfo,
+    *,
+    parent: devices.GpuInfo,
+    consumable: shares.ConsumableShares = shares.DISABLED,
+) -> models.JSONObject:
     """One existing MIG device as upstream's MigDeviceInfo.GetDevice publishes it.
 
     Attributes are the parent's (less its `uuid`) plus `parentUUID`, `profile` and the MIG
@@ -147,7 +165,10 @@ def mig_device(mig: devices.MigDeviceInfo, *, parent: devices.GpuInfo) -> models
     capacity = {
         name: _quantity(amount, device=mig.name, field=name) for name, amount in amounts.items()
     }
-    return _device(mig.name, attributes, capacity)
+    return shares.shareable(
+        _device(mig.name, attributes, capacity), consumable, memory_bytes=mig.memory_bytes,
+        quantity=partial(_quantity_text, device=mig.name),
+    )
 
 
 def vfio_device(vfio: devices.VfioDeviceInfo) -> models.JSONObject:
@@ -376,6 +397,10 @@ def _quantity(value: int, *, device: str, field: str) -> models.JSONObject:
         return {"value": format_binary_si_quantity(value)}
     except ValueError as error:
         raise errors.PermanentError(f"device {device}: capacity {field}: {error}") from error
+
+
+def _quantity_text(value: int, *, device: str) -> str:
+    return str(_quantity(value, device=device, field="memory")["value"])
 
 
 def _device(

@@ -365,6 +365,10 @@ The GPU container shares the pod's network namespace with the ComputeDomain cont
 two must not listen on the same port.
 */}}
 {{- define "cdd.validateGPUs" -}}
+{{- $shares := include "cdd.consumableShares" . -}}
+{{- if and $shares (ne $shares "disabled") (not (index (include "cdd.effectiveGates" . | fromJson) "ConsumableShares")) -}}
+{{- fail (printf "--consumable-shares=%s (CONSUMABLE_SHARES, Helm consumableShares) requires feature gate ConsumableShares=true; enable it (featureGates.ConsumableShares=true) or set --consumable-shares=disabled" $shares) -}}
+{{- end -}}
 {{- if include "cdd.computeDomains" . -}}
 {{- $gpuHealth := include "cdd.gpuPluginHealthPort" . -}}
 {{- if and (ne $gpuHealth "0") (eq $gpuHealth (include "cdd.pluginHealthPort" .)) -}}
@@ -375,6 +379,11 @@ two must not listen on the same port.
 {{- fail (printf "the GPU plugin's metrics port %s is the ComputeDomain plugin's too (both containers share the pod's network): set kubeletPlugin.gpus.metricsPort to another port" $gpuMetrics) -}}
 {{- end -}}
 {{- end -}}
+{{- end -}}
+
+{{/* Upstream's consumableShares as the GPU plugin's CONSUMABLE_SHARES ("" when unset). */}}
+{{- define "cdd.consumableShares" -}}
+{{- if not (kindIs "invalid" .Values.consumableShares) -}}{{ .Values.consumableShares | toString }}{{- end -}}
 {{- end -}}
 
 {{/*

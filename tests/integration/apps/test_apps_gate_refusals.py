@@ -17,8 +17,9 @@ import pytest
 REPO = pathlib.Path(__file__).resolve().parents[3]
 
 
-def _run(module: str, tmp_path: pathlib.Path, gates: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "PYTHONPATH": str(REPO), "FEATURE_GATES": gates}
+def _run(module: str, tmp_path: pathlib.Path, gates: str,
+         **extra_env: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": str(REPO), "FEATURE_GATES": gates, **extra_env}
     return subprocess.run(
         [
             sys.executable, "-m", module, "--node-name", "node-a",
@@ -38,7 +39,6 @@ def _error_lines(done: subprocess.CompletedProcess[str]) -> list[str]:
     ("module", "gate", "binary"),
     [
         ("apps.gpuplugin", "DynamicMIG", "gpu-kubelet-plugin"),
-        ("apps.gpuplugin", "ConsumableShares", "gpu-kubelet-plugin"),
         ("apps.kubeletplugin", "FabricManagerPartitioning", "compute-domain-kubelet-plugin"),
     ],
 )
@@ -60,3 +60,23 @@ def test_gpu_plugin_refuses_a_broken_upstream_gate_rule(tmp_path: pathlib.Path) 
         "error: feature gate DynamicMIG=true cannot be combined with MPSSupport=true "
         "(the two are mutually exclusive, as upstream): set one of them to false"
     ]
+
+
+@pytest.mark.parametrize(
+    ("gates", "value", "expected"),
+    [
+        ("", "4", "error: --consumable-shares=4 (CONSUMABLE_SHARES, Helm consumableShares) "
+         "requires feature gate ConsumableShares=true; enable it "
+         "(featureGates.ConsumableShares=true) or set --consumable-shares=disabled"),
+        ("ConsumableShares=true", "half", "error: invalid value for --consumable-shares "
+         "(CONSUMABLE_SHARES, Helm consumableShares): 'half'; it must be 'disabled', 'memory', "
+         "'unlimited' or a positive whole number (the shares each GPU is split into)"),
+    ],
+)
+def test_gpu_plugin_refuses_consumable_shares_it_cannot_serve(
+    tmp_path: pathlib.Path, gates: str, value: str, expected: str
+) -> None:
+    done = _run("apps.gpuplugin", tmp_path, gates, CONSUMABLE_SHARES=value)
+    assert done.returncode == 2, done.stderr
+    assert _error_lines(done) == [expected]
+    assert not (tmp_path / "plugin").exists()

@@ -2,8 +2,10 @@
 
 The GPU plugin runs for one simulated node, registers with the kubelet emulator, publishes its
 slice; claims allocated by the chart's DeviceClass selectors (full GPU; MIG device on the
-A100 MIG profile) are prepared and unprepared over the DRA socket. The CDI specs written are
-valid against the reference CDI schema; an unknown profile is refused with the known ones.
+A100 MIG profile) are prepared and unprepared over the DRA socket; then, with consumable
+shares on, two one-share claims are given the same GPU and prepared beside each other. The
+CDI specs written are valid against the reference CDI schema; an unknown profile is refused
+with the known ones.
 """
 
 from __future__ import annotations
@@ -52,7 +54,15 @@ def test_hgx_h100_demo_publishes_eight_gpus_and_prepares_gpu_0() -> None:
         "deviceNodes=['/dev/nvidiactl', '/dev/nvidia-uvm', '/dev/nvidia-uvm-tools']",
         "env=['NVIDIA_VISIBLE_DEVICES=void']",
         "left: 0 CDI spec files, 0 checkpoint entries",
-        "1 claim(s) prepared and unprepared, clean",
+        # The consumable-shares chapter: two pods on one GPU.
+        "restarted the GPU plugin with --consumable-shares=2 (gate ConsumableShares)",
+        "gpu-0 published with allowMultipleAllocations: shares=2 (each claim takes 1 by default)",
+        "claim gpu-demo/share-a (capacity.requests shares=1) allocated gpu-0 shareID=",
+        "claim gpu-demo/share-b (capacity.requests shares=1) allocated gpu-0 shareID=",
+        "NodePrepareResources for share-b: gpu-0 share_id=",
+        "2 pods share gpu-0: both claims prepared beside each other",
+        "NodeUnprepareResources for the 2 shares; left: 0 CDI spec files, 0 checkpoint entries",
+        "3 claim(s) prepared and unprepared, clean",
     ):
         assert expected in out, f"{expected!r} missing from:\n{out}"
     assert "mig.nvidia.com" not in out
@@ -72,7 +82,8 @@ def test_a100_mig_demo_prepares_a_full_gpu_and_a_mig_device() -> None:
         "claim gpu-demo/mig-slice (DeviceClass mig.nvidia.com) allocated gpu-0-mig-",
         "NodePrepareResources for mig-slice: k8s.gpu.nvidia.com/claim=",
         "/dev/nvidia-caps/nvidia-cap",
-        "2 claim(s) prepared and unprepared, clean",
+        "2 pods share gpu-1: both claims prepared beside each other",
+        "4 claim(s) prepared and unprepared, clean",
     ):
         assert expected in out, f"{expected!r} missing from:\n{out}"
 

@@ -45,6 +45,7 @@ CD_PROFILE = "gb200-nvl72"
 DEFAULT_GPU_PROFILE = "hgx-h100"
 NODE = str(simulated.profile_nodes(CD_PROFILE)[0])
 VENV_BIN = pathlib.Path(sys.executable).parent
+REPO = pathlib.Path(__file__).resolve().parents[3]
 HOOK_ANNOTATION = "helm.sh/hook"
 
 Obj = dict[str, Any]
@@ -102,7 +103,8 @@ class Cluster:
     """One node (`NODE`) with its kubelet and runtime, the control plane, the chart installed."""
 
     def __init__(self, mode: str, *, values: Mapping[str, Any] | None = None,
-                 gpu_profile: str = DEFAULT_GPU_PROFILE) -> None:
+                 gpu_profile: str = DEFAULT_GPU_PROFILE,
+                 kube_gates: Mapping[str, bool] | None = None) -> None:
         bin_dir = control_plane.binaries_dir()
         if bin_dir is None:
             if os.environ.get("CI") == "true":
@@ -111,7 +113,11 @@ class Cluster:
         self.mode = mode
         # Short: unix socket paths are limited to 107 bytes.
         self.workdir = pathlib.Path(tempfile.mkdtemp(prefix="cp-", dir="/tmp"))
-        self.plane = ControlPlane(self.workdir / "plane", bin_dir=bin_dir, nodes=(NODE,))
+        # Kubernetes feature gates of every component (API server, scheduler, controllers,
+        # kubelet), e.g. an alpha DRA feature a test needs.
+        self.kube_gates = dict(kube_gates or {})
+        self.plane = ControlPlane(self.workdir / "plane", bin_dir=bin_dir, nodes=(NODE,),
+                                  feature_gates=self.kube_gates)
         self.node_root = self.workdir / "n"
         self.cdi_root = self.node_root / "cdi"
         self.cdi_root.mkdir(parents=True)
@@ -144,7 +150,8 @@ class Cluster:
             api_server=self.plane.kube.url, recipes=recipes, cdi_dirs=(self.cdi_root,),
             status_info=status_info,
         )
-        self.kubelet = Kubelet(NODE, root=self.node_root, plane=self.plane, runtime=self.runtime)
+        self.kubelet = Kubelet(NODE, root=self.node_root, plane=self.plane, runtime=self.runtime,
+                               feature_gates=self.kube_gates)
         wait_for(self.kubelet.healthy, what="the kubelet's /healthz", timeout_s=120)
         wait_for(self.node_ready, what=f"node {NODE} Ready", timeout_s=120)
 
@@ -232,7 +239,9 @@ class Cluster:
     def recipes(self) -> list[Obj]:
         """How the runtime runs our containers: the container's command with the node's files."""
         path = [str(VENV_BIN)]
-        common = {"PYTHONUNBUFFERED": "1", "LOG_VERBOSITY": "4"}
+        # NB: the checkout under test first: the venv's entry points may belong to an editable
+        # install of another checkout (a worktree's tests would run that one's plugins).
+        common = {"PYTHONUNBUFFERED": "1", "LOG_VERBOSITY": "4", "PYTHONPATH": str(REPO)}
         return [
             {"match": {"command0": "compute-domain-controller"}, "path": path,
              "env": {**common}},
@@ -306,9 +315,10 @@ class Cluster:
 
 
 def started(mode: str, *, values: Mapping[str, Any] | None = None,
-            gpu_profile: str = DEFAULT_GPU_PROFILE) -> Iterator[Cluster]:
+            gpu_profile: str = DEFAULT_GPU_PROFILE,
+            kube_gates: Mapping[str, bool] | None = None) -> Iterator[Cluster]:
     """A started `Cluster` for a fixture; stopped and removed afterwards."""
-    cluster = Cluster(mode, values=values, gpu_profile=gpu_profile)
+    cluster = Cluster(mode, values=values, gpu_profile=gpu_profile, kube_gates=kube_gates)
     try:
         yield cluster.start()
     finally:

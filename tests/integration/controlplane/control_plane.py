@@ -65,8 +65,12 @@ class ControlPlane:
     """The API server (via `RealKube`), the scheduler and the controller-manager."""
 
     def __init__(self, workdir: pathlib.Path, *, bin_dir: pathlib.Path, nodes: Sequence[str],
-                 static_users: Sequence[str] = ()) -> None:
+                 static_users: Sequence[str] = (),
+                 feature_gates: Mapping[str, bool] | None = None) -> None:
+        """`feature_gates` go to the API server, the scheduler and the controller-manager
+        (the kubelet takes its own: `Kubelet(feature_gates=...)`)."""
         self.workdir = workdir
+        self.feature_gates = dict(feature_gates or {})
         self.bin_dir = bin_dir
         self.nodes = tuple(nodes)
         self.kube = RealKube(
@@ -74,6 +78,7 @@ class ControlPlane:
             static_groups={node_user(n): "system:nodes" for n in self.nodes},
             authorization_modes=("Node", "RBAC"),
             admission_plugins=("NodeRestriction",),
+            feature_gates=self.feature_gates,
         )
         self._components: list[ChildProcess] = []
 
@@ -86,6 +91,7 @@ class ControlPlane:
                 "--authentication-kubeconfig", admin, "--authorization-kubeconfig", admin,
                 "--leader-elect=false",
                 "--bind-address", "127.0.0.1", "--secure-port", str(free_port()),
+                *realkube_server.feature_gates_args(self.feature_gates),
                 "--v=2",
             ]))
             self._components.append(self._start_component("kube-controller-manager", [
@@ -99,6 +105,7 @@ class ControlPlane:
                 # Every default controller; node IPAM stays idle (no --allocate-node-cidrs):
                 # pods get their IPs from the stand-in runtime.
                 "--controllers=*",
+                *realkube_server.feature_gates_args(self.feature_gates),
                 "--v=2",
             ]))
         except BaseException:

@@ -523,3 +523,22 @@ def test_nvidia_cdi_hook_path_reaches_the_gpu_plugin_only_when_set() -> None:
     # A host path the runtime can exec: absolute, or the schema refuses it.
     refused = cr.render_error({**gpus, "nvidiaCDIHookPath": "nvidia-cdi-hook"})
     assert "/nvidiaCDIHookPath" in refused and "does not match pattern" in refused
+
+
+@pytest.mark.parametrize("value", ["memory", "unlimited", 4, "4"])
+def test_consumable_shares_reach_the_gpu_plugin_as_upstream_passes_them(value: Any) -> None:
+    values = {"resources": {"gpus": {"enabled": True}}, "consumableShares": value,
+              "featureGates": {"ConsumableShares": True}}
+    plugin = cr.one(cr.render(values), "DaemonSet")
+    assert _env(plugin, "gpu-kubelet-plugin")["CONSUMABLE_SHARES"] == str(value)
+    assert "CONSUMABLE_SHARES" not in _env(plugin, "compute-domain-kubelet-plugin")
+    unset = cr.one(cr.render({"resources": {"gpus": {"enabled": True}}}), "DaemonSet")
+    assert "CONSUMABLE_SHARES" not in _env(unset, "gpu-kubelet-plugin")
+
+
+def test_consumable_shares_without_their_gate_fail_with_the_plugins_message() -> None:
+    values = {"resources": {"gpus": {"enabled": True}}, "consumableShares": 4}
+    assert ("--consumable-shares=4 (CONSUMABLE_SHARES, Helm consumableShares) requires feature "
+            "gate ConsumableShares=true; enable it (featureGates.ConsumableShares=true) or set "
+            "--consumable-shares=disabled") in cr.render_error(values)
+    cr.render({**values, "consumableShares": "disabled"})

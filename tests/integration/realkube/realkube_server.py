@@ -73,6 +73,14 @@ def wait_for(probe: Callable[[], T | None], *, what: str, timeout_s: float = 60.
         time.sleep(0.05)
 
 
+def feature_gates_args(gates: Mapping[str, bool]) -> list[str]:
+    """`--feature-gates=A=true,B=false` for a Kubernetes component; nothing when none is set."""
+    if not gates:
+        return []
+    pairs = (f"{name}={str(on).lower()}" for name, on in sorted(gates.items()))
+    return ["--feature-gates=" + ",".join(pairs)]
+
+
 class ChildProcess:
     """A child process whose output goes to a file (a full pipe would stall it)."""
 
@@ -140,8 +148,10 @@ class RealKube:
         static_groups: Mapping[str, str] = {},  # NB: never mutated
         authorization_modes: Sequence[str] = ("RBAC",),
         admission_plugins: Sequence[str] = (),
+        feature_gates: Mapping[str, bool] = {},  # NB: never mutated
     ) -> None:
         self.workdir = workdir
+        self.feature_gates = dict(feature_gates)
         # username -> the group a static token carries (e.g. system:nodes for a kubelet).
         self.static_groups = dict(static_groups)
         self.authorization_modes = tuple(authorization_modes)
@@ -269,6 +279,7 @@ class RealKube:
                 "--service-cluster-ip-range", "10.96.0.0/24",
                 "--enable-priority-and-fairness=false",
                 "--profiling=false",
+                *feature_gates_args(self.feature_gates),
                 "--v=1",
             ],
             log_path=self.workdir / "kube-apiserver.log",

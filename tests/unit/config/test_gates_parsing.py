@@ -198,7 +198,6 @@ def test_allowed_combinations_pass_dependency_validation() -> None:
         "DeviceMetadata",
         "FabricManagerPartitioning",
         "DRAListTypeAttributes",
-        "ConsumableShares",
     ],
 )
 def test_gpu_plugin_refuses_a_gate_whose_feature_is_not_built(gate: str) -> None:

@@ -24,6 +24,16 @@ def admin(held: records.HeldDevice) -> records.HeldDevice:
     return records.HeldDevice(**{**held.__dict__, "admin_access": True})
 
 
+PLAIN = '{"apiVersion":"resource.nvidia.com/v1beta1","kind":"GpuConfig"}'
+SLICED = ('{"apiVersion":"resource.nvidia.com/v1beta1","kind":"GpuConfig","sharing":'
+          '{"strategy":"TimeSlicing","timeSlicingConfig":{"interval":"Long"}}}')
+
+
+def share(held: records.HeldDevice, config: str = PLAIN) -> records.HeldDevice:
+    """`held` as a consumable share (its result had a shareID) under `config`."""
+    return records.HeldDevice(**{**held.__dict__, "consumable": True, "config": config})
+
+
 TABLE = [
     # (mine, theirs, verdict)
     (GPU0, GPU0, Conflict.EXCLUSIVE),
@@ -44,13 +54,31 @@ TABLE = [
     (GPU0, GPU1, None),
     (UNKNOWN, GPU0, None),
     (UNKNOWN, UNKNOWN, Conflict.EXCLUSIVE),
+    # consumable shares: equal normalized configs share, others do not
+    (share(GPU0), share(GPU0), None),
+    (share(MIG0A), share(MIG0A), None),
+    (share(shared(GPU0), SLICED), share(shared(GPU0), SLICED), None),
+    (share(GPU0), share(GPU0, SLICED), Conflict.CONFIG_DIFFERS),
+    (share(shared(GPU0), SLICED), share(shared(GPU0), SLICED.replace("Long", "Short")),
+     Conflict.CONFIG_DIFFERS),
+    (share(GPU0), GPU0, Conflict.EXCLUSIVE),
+    (GPU0, share(GPU0), Conflict.EXCLUSIVE),
+    (share(shared(GPU0), SLICED), shared(GPU0), None),
+    (admin(GPU0), share(GPU0), None),
+    (share(GPU0), share(GPU1), None),
+    (share(GPU0), share(MIG0A), Conflict.WHOLE_AND_PART),
+    (share(MIG0A), share(MIG0B), None),
+    (share(MIG0A), VFIO0, Conflict.PASSTHROUGH),
 ]
 
 
+def label(held: records.HeldDevice) -> str:
+    return (f"{held.name}{'+s' if held.shared else ''}{'+a' if held.admin_access else ''}"
+            f"{'+c' + str(len(held.config)) if held.consumable else ''}")
+
+
 @pytest.mark.parametrize(("mine", "theirs", "verdict"), TABLE,
-                         ids=[f"{m.name}{'+s' if m.shared else ''}{'+a' if m.admin_access else ''}"
-                              f"-vs-{t.name}{'+s' if t.shared else ''}"
-                              f"{'+a' if t.admin_access else ''}" for m, t, _ in TABLE])
+                         ids=[f"{label(m)}-vs-{label(t)}" for m, t, _ in TABLE])
 def test_overlap_rules(mine: records.HeldDevice, theirs: records.HeldDevice,
                        verdict: Conflict | None) -> None:
     assert overlap.conflict(mine, theirs) is verdict
@@ -70,3 +98,17 @@ def test_the_message_names_the_holder_and_the_fix() -> None:
     text = overlap.message(overlap.Overlap(mine=MIG0A, theirs=VFIO0,
                                            conflict=Conflict.PASSTHROUGH), holder="claim ml/vm")
     assert "the same physical GPU as gpu-vfio-0" in text and "cannot be shared" in text
+
+
+def test_every_conflict_the_rules_know_appears_in_the_table() -> None:
+    assert {verdict for _, _, verdict in TABLE} == {*Conflict, None}
+
+
+def test_the_message_for_shares_with_different_configs_names_both_and_the_fix() -> None:
+    text = overlap.message(overlap.Overlap(mine=share(GPU0), theirs=share(GPU0, SLICED),
+                                           conflict=Conflict.CONFIG_DIFFERS),
+                           holder="claim ml/first")
+    assert text.startswith("device gpu-0 is already prepared on this node for claim ml/first "
+                           "as a consumable share with another config (")
+    assert SLICED in text and f"this claim's: {PLAIN}" in text
+    assert "give this claim the same opaque config" in text

@@ -7,6 +7,8 @@ make the method paths and wire format of Kubernetes 1.34+.
 
 from __future__ import annotations
 
+import dataclasses
+
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -141,11 +143,13 @@ def test_dra_services_have_the_kubelet_method_paths() -> None:
 def test_dra_messages_have_the_upstream_field_numbers() -> None:
     for module in (dra_v1_pb2, dra_v1beta1_pb2):
         assert _fields(module.Claim.DESCRIPTOR) == {"namespace": 1, "uid": 2, "name": 3}
+        shares = {"share_id": 5} if module is dra_v1_pb2 else {}  # v1 only, as upstream
         assert _fields(module.Device.DESCRIPTOR) == {
             "request_names": 1,
             "pool_name": 2,
             "device_name": 3,
             "cdi_device_ids": 4,
+            **shares,
         }
         assert _fields(module.NodePrepareResourceResponse.DESCRIPTOR) == {"devices": 1, "error": 2}
         assert _fields(module.NodeUnprepareResourceResponse.DESCRIPTOR) == {"error": 1}
@@ -176,3 +180,16 @@ def test_registration_and_health_have_the_upstream_names_and_numbers() -> None:
         "health": 2,
         "last_updated_time": 3,
     }
+
+
+def test_a_shares_id_goes_to_the_kubelet_and_an_unshared_device_sends_none() -> None:
+    shared = models.PreparedDevice(request_names=("gpu",), pool_name="node-a",
+                                   device_name="gpu-0", cdi_device_ids=("k8s.x/claim=u-gpu-0",),
+                                   share_id="7f3c0b5e-share")
+    pb = _codec.device_to_pb(shared)
+    assert pb.HasField("share_id") and pb.share_id == "7f3c0b5e-share"
+    assert _codec.device_from_pb(pb) == shared
+    plain = _codec.device_to_pb(dataclasses.replace(shared, share_id=""))
+    assert not plain.HasField("share_id")
+    # NB: a v1beta1 kubelet (no share_id) reads the same bytes without the field.
+    assert _codec.convert(pb, dra_v1beta1_pb2.Device).device_name == "gpu-0"
