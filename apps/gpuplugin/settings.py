@@ -42,6 +42,20 @@ class Settings:
     stale_claim_cleanup_interval_s: float = 30.0
     # Host path of nvidia-cdi-hook for the specs' hooks; empty: found, else none (cdihook).
     nvidia_cdi_hook_path: str = ""
+    # MPS (gate MPSSupport): what the control daemons' Deployments run (apps/gpuplugin/mps_daemon).
+    mps_image: str = ""
+    mps_image_pull_policy: str = ""
+    mps_image_pull_secrets: tuple[str, ...] = ()
+    mps_service_account: str = ""
+    # Mount a tmpfs on each daemon's shm directory (needs CAP_SYS_ADMIN; off in tests).
+    mps_shm_tmpfs: bool = True
+    # How long one prepare attempt waits for a daemon to turn Ready (then it is retried).
+    mps_ready_timeout_s: float = 10.0
+
+    @property
+    def mps_control_root(self) -> str:
+        """Where the MPS daemons' directories are (`<plugin dir>/mps`, as upstream)."""
+        return f"{self.plugin_dir}/mps"
 
     @property
     def checkpoint_path(self) -> str:
@@ -74,6 +88,20 @@ COMMAND = flags.command(
                      help="absolute host path of nvidia-cdi-hook, named in the CDI specs' "
                      "hooks (empty: the image's copy, else the driver root's "
                      "/usr/bin/nvidia-cdi-hook, else no hooks)"),
+        flags.option("--mps-image", env="MPS_IMAGE", default="",
+                     help="image of the MPS control daemons' Deployments (gate MPSSupport; "
+                     "the chart sets the plugin's own)"),
+        flags.option("--mps-image-pull-policy", env="MPS_IMAGE_PULL_POLICY", default="",
+                     help="their imagePullPolicy (empty: the cluster's default)"),
+        flags.option("--mps-image-pull-secrets", env="MPS_IMAGE_PULL_SECRETS", default="",
+                     help="their imagePullSecrets, comma-separated names"),
+        flags.option("--mps-service-account", env="MPS_SERVICE_ACCOUNT", default="",
+                     help="their ServiceAccount (empty: the namespace's default)"),
+        flags.option("--mps-shm-tmpfs", env="MPS_SHM_TMPFS", type=flags.BOOLEAN, default="true",
+                     help="mount a tmpfs on each MPS daemon's shm directory (as upstream)"),
+        flags.option("--mps-ready-timeout-seconds", env="MPS_READY_TIMEOUT_SECONDS",
+                     type=flags.SECONDS, default="10",
+                     help="how long one prepare attempt waits for an MPS daemon to be Ready"),
     ],
 )
 
@@ -105,4 +133,12 @@ def parse(argv: Sequence[str] | None, env: Mapping[str, str]) -> Settings:
         log_verbosity=values["log_verbosity"],
         stale_claim_cleanup_interval_s=values["stale_claim_cleanup_interval_seconds"],
         nvidia_cdi_hook_path=values["nvidia_cdi_hook_path"],
+        mps_image=values["mps_image"],
+        mps_image_pull_policy=values["mps_image_pull_policy"],
+        mps_image_pull_secrets=tuple(
+            n.strip() for n in values["mps_image_pull_secrets"].split(",") if n.strip()
+        ),
+        mps_service_account=values["mps_service_account"],
+        mps_shm_tmpfs=values["mps_shm_tmpfs"],
+        mps_ready_timeout_s=values["mps_ready_timeout_seconds"],
     )

@@ -615,6 +615,15 @@ def plan_gpu_unprepare(
     return GpuClaimOutcome(steps=steps, checkpoint=after)
 
 
+def plan_gpu_undo(
+    entry: records.Entry, *, after: records.Checkpoint, inventory: devices.GpuInventory
+) -> tuple[actions.GpuAction, ...]:
+    """The GPU actions that undo what `entry` records (MPS daemons stopped and compute mode
+    restored, vfio functions given back, time-slices reset where no claim in `after` holds
+    the GPU): unprepare's undo, for the stale-claim sweep to run before it drops the entry."""
+    return _undo_steps(entry, after=after, inventory=inventory)
+
+
 def _undo_steps(
     entry: records.Entry,
     *,
