@@ -46,7 +46,9 @@ def log(line):
 def connect():
     client = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
-        client.connect(control)
+        # NB: relative to the pipe directory: deep test directories exceed sun_path's 108 bytes.
+        os.chdir(pipe_dir)
+        client.connect("control")
     except OSError:
         client.close()
         return None
@@ -89,7 +91,8 @@ def serve(multi_user):
     if os.path.exists(control):
         os.unlink(control)
     server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    server.bind(control)
+    os.chdir(pipe_dir)
+    server.bind("control")
     server.listen(8)
     state = {"pid": os.getpid(), "multiUser": multi_user, "activeThreadPercentage": 100,
              "visibleDevices": os.environ.get("CUDA_VISIBLE_DEVICES", ""),
