@@ -111,6 +111,8 @@ def execute_gpu_actions(
     *,
     time_slicer: ports.TimeSlicer | None,
     vfio: ports.VfioBinder | None,
+    compute_mode: ports.ComputeModeSetter | None = None,
+    mps_daemons: ports.MpsDaemons | None = None,
 ) -> None:
     """Carry out the GPU half's device actions in order through their ports.
 
@@ -130,5 +132,21 @@ def execute_gpu_actions(
                 if vfio is None:
                     raise TypeError("a vfio step was planned but no vfio binder is wired")
                 vfio.unbind_vfio(bus_id)
+            case gpu_actions.SetComputeMode(gpu_uuids=uuids, mode=mode):
+                if compute_mode is None:
+                    raise TypeError("a compute-mode step was planned but no setter is wired")
+                compute_mode.set_compute_mode(uuids, mode)
+            case gpu_actions.StartMpsDaemon(daemon=daemon):
+                _daemons(mps_daemons).start(daemon)
+            case gpu_actions.AwaitMpsDaemon(daemon_id=daemon_id):
+                _daemons(mps_daemons).await_ready(daemon_id)
+            case gpu_actions.StopMpsDaemon(daemon_id=daemon_id):
+                _daemons(mps_daemons).stop(daemon_id)
             case _:
                 typing.assert_never(action)
+
+
+def _daemons(mps_daemons: ports.MpsDaemons | None) -> ports.MpsDaemons:
+    if mps_daemons is None:
+        raise TypeError("an MPS daemon step was planned but no MPS daemons port is wired")
+    return mps_daemons

@@ -48,6 +48,9 @@ DEVICE_CLASS: Final = ResourceKind(
 DAEMON_SET: Final = ResourceKind(
     kind="DaemonSet", group="apps", version="v1", plural="daemonsets", namespaced=True,
 )
+DEPLOYMENT: Final = ResourceKind(
+    kind="Deployment", group="apps", version="v1", plural="deployments", namespaced=True,
+)
 NODE: Final = ResourceKind(kind="Node", group="", version="v1", plural="nodes", namespaced=False)
 POD: Final = ResourceKind(kind="Pod", group="", version="v1", plural="pods", namespaced=True)
 EVENT: Final = ResourceKind(kind="Event", group="", version="v1", plural="events", namespaced=True)
@@ -57,7 +60,7 @@ LEASE: Final = ResourceKind(
 
 ALL: Final = (
     COMPUTE_DOMAIN, COMPUTE_DOMAIN_CLIQUE, RESOURCE_CLAIM_TEMPLATE, RESOURCE_CLAIM,
-    RESOURCE_SLICE, DEVICE_CLASS, DAEMON_SET, NODE, POD, EVENT, LEASE,
+    RESOURCE_SLICE, DEVICE_CLASS, DAEMON_SET, NODE, POD, EVENT, LEASE, DEPLOYMENT,
 )
 BY_KIND: Final = {k.kind: k for k in ALL}
 

@@ -16,6 +16,7 @@ from typing import Any, Protocol, TypeVar
 from core import models, names
 from core.gpu import configs as gpu_configs
 from core.gpu import devices as gpu_devices
+from core.gpu import mps as gpu_mps
 
 # The half's checkpoint record (`models.RecordCodec`).
 RecordT = TypeVar("RecordT")
@@ -255,6 +256,31 @@ class VfioBinder(Protocol):
 
     def unbind_vfio(self, pci_bus_id: str) -> None:
         """Give the function back to the nvidia driver (idempotent)."""
+        ...
+
+
+class ComputeModeSetter(Protocol):
+    """Sets the compute mode of full GPUs through the driver's own tool (nvidia-smi)."""
+
+    def set_compute_mode(self, gpu_uuids: tuple[str, ...], mode: gpu_mps.ComputeMode) -> None:
+        """Set `mode` on each GPU (idempotent); errors.RetryableError when the tool fails."""
+        ...
+
+
+class MpsDaemons(Protocol):
+    """Runs the MPS control daemons of GPU claims on this node (gate MPSSupport)."""
+
+    def start(self, daemon: gpu_mps.MpsDaemon) -> None:
+        """Create its directories and start it, unless it already runs (idempotent)."""
+        ...
+
+    def await_ready(self, daemon_id: str) -> None:
+        """Return once it is Ready; errors.RetryableError when it is not, within a bound."""
+        ...
+
+    def stop(self, daemon_id: str) -> None:
+        """Stop it, wait until it is gone, remove its directories (idempotent: a daemon
+        never started, or already stopped, is fine)."""
         ...
 
 

@@ -38,6 +38,7 @@ STATUS_SUBRESOURCE_KINDS = frozenset(
         kinds.POD.kind,
         kinds.NODE.kind,
         kinds.DAEMON_SET.kind,
+        kinds.DEPLOYMENT.kind,
     }
 )
 #: Kinds whose create strategy discards a client-supplied status (Node keeps it, as kubelets do).

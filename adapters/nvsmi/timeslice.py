@@ -3,7 +3,8 @@
 For each claim's GPUs the compute mode is first set to DEFAULT (`nvidia-smi -i <uuid> -c
 DEFAULT`: a GPU left in EXCLUSIVE_PROCESS by MPS would refuse other clients), then the
 interval (`nvidia-smi compute-policy -i <uuid> --set-timeslice <n>`). One child process per
-GPU and step, each with a timeout.
+GPU and step, each with a timeout. The same tool sets the compute mode MPS needs
+(`set_compute_mode`: EXCLUSIVE_PROCESS while a claim's control daemon runs, DEFAULT after).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import os
 import subprocess
 
 from core import errors
-from core.gpu import configs
+from core.gpu import configs, mps
 
 log = logging.getLogger(__name__)
 
@@ -28,7 +29,7 @@ COMPUTE_MODE_DEFAULT = "DEFAULT"
 
 
 class NvidiaSmiTimeSlicer:
-    """`core.ports.TimeSlicer` running the driver's nvidia-smi.
+    """`core.ports.TimeSlicer` and `core.ports.ComputeModeSetter` running the driver's nvidia-smi.
 
     `driver_library_path` (libnvidia-ml.so.1 under the driver root) is preloaded, as upstream
     does, so that an nvidia-smi taken from the driver root finds its NVML in the container.
@@ -70,6 +71,16 @@ class NvidiaSmiTimeSlicer:
             interval.value,
             number,
         )
+
+    def set_compute_mode(self, gpu_uuids: tuple[str, ...], mode: mps.ComputeMode) -> None:
+        """`nvidia-smi -i <uuid> -c <mode>` on every GPU, in the order given (idempotent).
+
+        RetryableError with the tool's output when it fails or times out; PermanentError when
+        nvidia-smi cannot be run at all.
+        """
+        for uuid in gpu_uuids:
+            self._run(("-i", uuid, "-c", mode.value), purpose=f"set compute mode {mode.value}")
+        log.info("event=compute_mode_set gpus=%s mode=%s", ",".join(gpu_uuids), mode.value)
 
     def _run(self, args: tuple[str, ...], *, purpose: str) -> None:
         argv = [self._nvidia_smi, *args]

@@ -24,6 +24,7 @@ from adapters.fs import driverroot, simulated_driverroot
 from adapters.grpc import kubelet_emulator
 from adapters.memory import allocator as memory_allocator
 from adapters.memory import cluster as memory_cluster
+from adapters.mps import simulated as mps_simulated
 from adapters.nvml import gpu_simulation
 from adapters.nvml import simulated as nvml_simulated
 from adapters.nvsmi import simulated as nvsmi_simulated
@@ -99,6 +100,8 @@ def lay_out_node_files(root: str, *, profile: str, node_name: str) -> NodeFiles:
     nvidia_smi = nvsmi_simulated.install(
         os.path.join(driver_root, "usr", "bin"), gpu_uuids=tuple(gpu.uuid for gpu in inventory.gpus)
     )
+    # Likewise the stand-in nvidia-cuda-mps-control that MPS daemons run from the driver root.
+    mps_simulated.install(os.path.join(driver_root, "usr", "bin"))
     return NodeFiles(
         driver_root=driver_root, dev_root=dev_root, proc_devices=proc_devices,
         boot_id_path=boot_id_path, nvidia_smi=nvidia_smi, stand_in_device_nodes=stand_in,

@@ -9,14 +9,16 @@ from collections.abc import Sequence
 
 from adapters.fs import cdihook, driverroot, procfs
 from adapters.fs import vfio as fs_vfio
+from adapters.mps import daemons as mps_daemons
+from adapters.mps import hostdirs as mps_hostdirs
 from adapters.nvml import inventory as nvml_inventory
 from adapters.nvsmi import timeslice
+from apps.gpuplugin import mps_daemon, wiring
 from apps.gpuplugin import settings as gpu_settings
-from apps.gpuplugin import wiring
 from apps.pluginkit import process
 from apps.shell import logs, signals
 from core import errors, gates, models, ports
-from core.gpu import devices
+from core.gpu import devices, mps
 from core.gpu import shares as gpu_shares
 
 log = logging.getLogger("gpu-kubelet-plugin")
@@ -50,6 +52,9 @@ def _vfio_nodes(vfio: fs_vfio.SysfsVfio) -> dict[str, tuple[devices.DeviceNode, 
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    if args[:1] == [mps_daemon.SUBCOMMAND]:
+        return mps_daemon.main(args[1:])
     settings = gpu_settings.parse(argv, os.environ)
     logs.configure(settings.log_verbosity)
     stop = signals.stop_on_signals(log)
@@ -94,6 +99,7 @@ def _start(
     )
     log.info("event=cdi_hook path=%s source=%s hooks=%s", hook.path or "-", hook.source.value,
              "on" if hook.path else "off")
+    smi = timeslice.NvidiaSmiTimeSlicer(nvidia_smi)
     return wiring.start_gpu_plugin(
         settings,
         cluster=cluster,
@@ -102,11 +108,49 @@ def _start(
         cdi_hook_path=hook.path,
         gates=resolved_gates,
         boot_id=boot_id,
-        time_slicer=timeslice.NvidiaSmiTimeSlicer(nvidia_smi),
+        time_slicer=smi,
         vfio=vfio,
         vfio_nodes=(lambda: _vfio_nodes(vfio)) if vfio is not None else None,
         consumable=gpu_shares.parse_consumable_shares(
             settings.consumable_shares, gates=resolved_gates),
+        compute_mode=smi,
+        mps_daemons=(
+            _mps_daemons(settings, cluster) if resolved_gates.enabled(gates.MPS_SUPPORT) else None
+        ),
+    )
+
+
+def _mps_daemons(
+    settings: gpu_settings.Settings, cluster: ports.Cluster
+) -> mps_daemons.DeploymentMpsDaemons:
+    """MPS control daemons as Deployments of the plugin's image (gate MPSSupport)."""
+    if not settings.mps_image:
+        raise errors.ConfigError(
+            "feature gate MPSSupport is on but --mps-image (env MPS_IMAGE) is empty: set it to "
+            "this driver's image (the Helm chart does), so MPS daemons can be started"
+        )
+    # Upstream's rule: the daemon runs chrooted into a driver root with its own /dev/shm.
+    chrooted_shm = os.path.isdir(os.path.join(settings.container_driver_root, "dev/shm"))
+    host = mps.DaemonHost(
+        namespace=settings.namespace,
+        node_name=settings.node_name,
+        image=settings.mps_image,
+        command=("gpu-kubelet-plugin", mps_daemon.SUBCOMMAND),
+        host_driver_root=settings.nvidia_driver_root,
+        control_root=settings.mps_control_root,
+        shm_mount_path=(
+            f"{mps.DRIVER_ROOT_MOUNT}/dev/shm" if chrooted_shm else mps.SHM_CONTAINER_PATH
+        ),
+        image_pull_policy=settings.mps_image_pull_policy,
+        image_pull_secrets=settings.mps_image_pull_secrets,
+        service_account=settings.mps_service_account,
+    )
+    log.info("event=mps_enabled image=%s namespace=%s control_root=%s shm_tmpfs=%s",
+             host.image, host.namespace, host.control_root, settings.mps_shm_tmpfs)
+    return mps_daemons.DeploymentMpsDaemons(
+        cluster, host=host,
+        dirs=mps_hostdirs.MpsHostDirs(settings.mps_control_root, tmpfs=settings.mps_shm_tmpfs),
+        ready_timeout_s=settings.mps_ready_timeout_s,
     )
 
 

@@ -1,9 +1,9 @@
 """The GPU half's device logic, plugged into the shared claim driver (`apps.pluginkit`).
 
 `GpuHalf` plans with `core.gpu.preparing` against the node's discovered devices and the
-driver's host files. Its own device actions (time-slices, vfio binding) are carried out by
-`core.executing.execute_gpu_actions` through their ports. `new_driver` builds the claim driver
-with it.
+driver's host files. Its own device actions (time-slices, vfio binding, compute modes, MPS
+control daemons) are carried out by `core.executing.execute_gpu_actions` through their ports.
+`new_driver` builds the claim driver with it.
 """
 
 from __future__ import annotations
@@ -43,8 +43,15 @@ def new_driver(
     clock: claim_driver.Clock = time.time,
     metrics: plugin_metrics.PluginMetrics | None = None,
     retry_budget_s: float = 30.0,
+    compute_mode: ports.ComputeModeSetter | None = None,
+    mps_daemons: ports.MpsDaemons | None = None,
+    mps_root: str | None = None,
 ) -> GpuPluginDriver:
-    """The claim driver that prepares and unprepares `gpu.nvidia.com` claims on one node."""
+    """The claim driver that prepares and unprepares `gpu.nvidia.com` claims on one node.
+
+    `mps_daemons` and `mps_root` (the host directory of their files) wire MPS; without them
+    MPS claims are refused with the reason.
+    """
     half = GpuHalf(
         gates=gates, inventory=inventory, files=files,
         time_slicer=(
@@ -56,6 +63,9 @@ def new_driver(
             if vfio is not None else None
         ),
         vfio_nodes=vfio_nodes or (lambda: {}),
+        compute_mode=compute_mode,
+        mps_daemons=mps_daemons,
+        mps_root=mps_root if mps_daemons is not None else None,
     )
     return claim_driver.ClaimDriver(
         half=half, ports=ports, node=node, clock=clock, metrics=metrics,
@@ -80,6 +90,9 @@ class GpuHalf:
         time_slicer: ports.TimeSlicer | None,
         vfio: ports.VfioBinder | None,
         vfio_nodes: VfioNodes,
+        compute_mode: ports.ComputeModeSetter | None = None,
+        mps_daemons: ports.MpsDaemons | None = None,
+        mps_root: str | None = None,
     ) -> None:
         self._gates = gates
         self._inventory = inventory
@@ -87,6 +100,9 @@ class GpuHalf:
         self._time_slicer = time_slicer
         self._vfio = vfio
         self._vfio_nodes = vfio_nodes
+        self._compute_mode = compute_mode
+        self._mps_daemons = mps_daemons
+        self._mps_root = mps_root
 
     # ------------------------------------------------------------ its checkpoint
 
@@ -119,7 +135,7 @@ class GpuHalf:
         """The spec a completed entry proves, from the devices discovered now."""
         return gpu_preparing.plan_gpu_restore_spec(
             entry, inventory=self._inventory(), files=self._files(),
-            vfio_nodes=self._vfio_nodes(),
+            vfio_nodes=self._vfio_nodes(), mps_root=self._mps_root,
         )
 
     def freed_by(self, entry: gpu_records.Entry) -> str:
@@ -152,6 +168,7 @@ class GpuHalf:
             now=now,
             pool=node.node_name,
             vfio_nodes=self._vfio_nodes(),
+            mps_root=self._mps_root,
         )
 
     def check_before_steps(
@@ -163,7 +180,7 @@ class GpuHalf:
     def plan_unprepare(
         self, ref: models.ClaimRef, *, checkpoint: gpu_records.Checkpoint, now: float
     ) -> gpu_preparing.GpuClaimOutcome:
-        """Undo the claim's GPU changes (vfio functions, time-slices) and its entry."""
+        """Undo the claim's GPU changes (MPS daemons, vfio functions, time-slices), its entry."""
         return gpu_preparing.plan_gpu_unprepare(
             ref, checkpoint=checkpoint, inventory=self._inventory(), now=now
         )
@@ -175,9 +192,10 @@ class GpuHalf:
     # ------------------------------------------------------------ its device actions
 
     def apply(self, action: actions.GpuAction) -> None:
-        """Carry out a time-slice or vfio action through its port."""
+        """Carry out a time-slice, vfio, compute-mode or MPS daemon action through its port."""
         executing.execute_gpu_actions(
-            (action,), time_slicer=self._time_slicer, vfio=self._vfio
+            (action,), time_slicer=self._time_slicer, vfio=self._vfio,
+            compute_mode=self._compute_mode, mps_daemons=self._mps_daemons,
         )
 
     def plan_rollback(
@@ -187,8 +205,15 @@ class GpuHalf:
         claim_uid: names.ClaimUID,
         rollback_to: gpu_records.Checkpoint,
     ) -> tuple[actions.GpuAction, ...]:
-        """Unbind what the prepare bound; reset time-slices no claim in `rollback_to` holds."""
+        """Unbind what the prepare bound; reset time-slices no claim in `rollback_to` holds;
+        stop MPS daemons it started and restore the compute mode it changed."""
         return gpu_preparing.plan_gpu_rollback(claim_uid, done=done, rollback_to=rollback_to)
+
+    def plan_stale_undo(
+        self, entry: gpu_records.Entry, *, after: gpu_records.Checkpoint
+    ) -> tuple[actions.GpuAction, ...]:
+        """What unprepare would undo for the entry: MPS daemons, vfio binds, time-slices."""
+        return gpu_preparing.plan_gpu_undo(entry, after=after, inventory=self._inventory())
 
     # ------------------------------------------------------------ follow-ups (none)
 

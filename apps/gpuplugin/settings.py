@@ -45,6 +45,20 @@ class Settings:
     # `disabled`, `memory`, `unlimited` or N, as given (checked against the gates at start:
     # `gpu.shares.parse_consumable_shares`).
     consumable_shares: str = "disabled"
+    # MPS (gate MPSSupport): what the control daemons' Deployments run (apps/gpuplugin/mps_daemon).
+    mps_image: str = ""
+    mps_image_pull_policy: str = ""
+    mps_image_pull_secrets: tuple[str, ...] = ()
+    mps_service_account: str = ""
+    # Mount a tmpfs on each daemon's shm directory (needs CAP_SYS_ADMIN; off in tests).
+    mps_shm_tmpfs: bool = True
+    # How long one prepare attempt waits for a daemon to turn Ready (then it is retried).
+    mps_ready_timeout_s: float = 10.0
+
+    @property
+    def mps_control_root(self) -> str:
+        """Where the MPS daemons' directories are (`<plugin dir>/mps`, as upstream)."""
+        return f"{self.plugin_dir}/mps"
 
     @property
     def checkpoint_path(self) -> str:
@@ -81,6 +95,20 @@ COMMAND = flags.command(
                      help="share GPUs by consumable capacity (gate ConsumableShares): "
                      "'disabled', 'memory', 'unlimited' or a positive whole number of shares "
                      "per GPU"),
+        flags.option("--mps-image", env="MPS_IMAGE", default="",
+                     help="image of the MPS control daemons' Deployments (gate MPSSupport; "
+                     "the chart sets the plugin's own)"),
+        flags.option("--mps-image-pull-policy", env="MPS_IMAGE_PULL_POLICY", default="",
+                     help="their imagePullPolicy (empty: the cluster's default)"),
+        flags.option("--mps-image-pull-secrets", env="MPS_IMAGE_PULL_SECRETS", default="",
+                     help="their imagePullSecrets, comma-separated names"),
+        flags.option("--mps-service-account", env="MPS_SERVICE_ACCOUNT", default="",
+                     help="their ServiceAccount (empty: the namespace's default)"),
+        flags.option("--mps-shm-tmpfs", env="MPS_SHM_TMPFS", type=flags.BOOLEAN, default="true",
+                     help="mount a tmpfs on each MPS daemon's shm directory (as upstream)"),
+        flags.option("--mps-ready-timeout-seconds", env="MPS_READY_TIMEOUT_SECONDS",
+                     type=flags.SECONDS, default="10",
+                     help="how long one prepare attempt waits for an MPS daemon to be Ready"),
     ],
 )
 
@@ -113,4 +141,12 @@ def parse(argv: Sequence[str] | None, env: Mapping[str, str]) -> Settings:
         stale_claim_cleanup_interval_s=values["stale_claim_cleanup_interval_seconds"],
         nvidia_cdi_hook_path=values["nvidia_cdi_hook_path"],
         consumable_shares=values["consumable_shares"],
+        mps_image=values["mps_image"],
+        mps_image_pull_policy=values["mps_image_pull_policy"],
+        mps_image_pull_secrets=tuple(
+            n.strip() for n in values["mps_image_pull_secrets"].split(",") if n.strip()
+        ),
+        mps_service_account=values["mps_service_account"],
+        mps_shm_tmpfs=values["mps_shm_tmpfs"],
+        mps_ready_timeout_s=values["mps_ready_timeout_seconds"],
     )

@@ -71,12 +71,16 @@ def start_gpu_plugin(
     clock: Callable[[], float] = time.time,
     cdi_hook_path: str = "",
     consumable: gpu_shares.ConsumableShares = gpu_shares.DISABLED,
+    compute_mode: ports.ComputeModeSetter | None = None,
+    mps_daemons: ports.MpsDaemons | None = None,
 ) -> Plugin[models.NodeFacts]:
     """Discover, recover state and start serving the kubelet; slices follow registration.
 
     `cdi_hook_path` (a host path of nvidia-cdi-hook) puts the toolkit's hooks into every
     claim's CDI spec; empty, none. `consumable` (`--consumable-shares`) publishes full GPUs
-    and MIG devices for several claims at once.
+    and MIG devices for several claims at once. `mps_daemons` (gate MPSSupport) runs MPS
+    claims' control daemons, their files under `settings.mps_control_root`; None refuses MPS
+    claims.
     """
     os.makedirs(settings.plugin_dir, exist_ok=True)
     node = models.NodeFacts(node_name=names.NodeName(settings.node_name), boot_id=boot_id)
@@ -106,6 +110,9 @@ def start_gpu_plugin(
         clock=clock,
         metrics=metrics,
         retry_budget_s=settings.retry_budget_s,
+        compute_mode=compute_mode,
+        mps_daemons=mps_daemons,
+        mps_root=settings.mps_control_root,
     )
     recovered = driver.recover()
     publisher = kube_slices.SlicePublisher(

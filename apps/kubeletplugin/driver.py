@@ -198,6 +198,12 @@ class ComputeDomainHalf:
         """Nothing of its own to undo."""
         return ()
 
+    def plan_stale_undo(
+        self, entry: cd_records.Entry, *, after: cd_records.Checkpoint
+    ) -> tuple[Never, ...]:
+        """Nothing of its own to undo (channels are only files and API state)."""
+        return ()
+
     # ------------------------------------------------------------ follow-ups
 
     def after_recover(

@@ -114,6 +114,16 @@ class HalfActions(Protocol[RecordT, ActionT]):
         going back to `rollback_to`), as the half's core planner decides them."""
         ...
 
+    def plan_stale_undo(
+        self,
+        entry: models.CheckpointEntry[RecordT],
+        *,
+        after: models.Checkpoint[RecordT],
+    ) -> tuple[ActionT, ...]:
+        """Device actions that undo what a stale entry (its claim gone) says was done, run
+        before the entry is dropped (`after` is the checkpoint without it)."""
+        ...
+
 
 class ClaimHalf(
     HalfCheckpoint[RecordT],

@@ -3,15 +3,18 @@
 A PrepareStarted or PrepareCompleted entry whose ResourceClaim was deleted, recreated under
 another UID or deallocated holds its devices for nobody (a crash mid-prepare, or a claim
 deleted while the plugin was down); it goes with its CDI file, a Warning Event on the Node and
-a metric. What counts as gone is `core.checkpoint.stale_reason`'s to decide, and a claim that
-does not decode counts as present (`core.stale_claims`).
+a metric, after the half's device actions undo what the entry says was done (an MPS daemon
+stopped, a GPU's compute mode restored; the entry stays on disk until they ran, so a crash in
+between leaves it for the next round). What counts as gone is
+`core.checkpoint.stale_reason`'s to decide, and a claim that does not decode counts as present
+(`core.stale_claims`).
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
-from typing import Generic, TypeVar
+from typing import Generic, Protocol, TypeVar
 
 from apps.pluginkit import checkpoint_keeper, claim_half, node_events
 from apps.pluginkit import metrics as plugin_metrics
@@ -24,20 +27,29 @@ RecordT = TypeVar("RecordT")
 
 log = logging.getLogger(__name__)
 
-# Runs planned plugin steps in order under the node lock (the claim driver's executor).
-StepExecutor = Callable[[Sequence[models.PluginAction[RecordT]]], None]
+# Runs planned plugin steps and the half's device actions in order under the node lock (the
+# claim driver's executor).
+StepExecutor = Callable[[Sequence[models.PluginAction[RecordT] | claim_half.ActionT]], None]
 
 
-class StaleSweeper(Generic[RecordT]):
+class _StaleHalf(
+    claim_half.HalfCheckpoint[RecordT],
+    claim_half.HalfActions[RecordT, claim_half.ActionT],
+    Protocol[RecordT, claim_half.ActionT],
+):
+    """What the sweep needs of a half: its checkpoint's meaning and its device undo."""
+
+
+class StaleSweeper(Generic[RecordT, claim_half.ActionT]):
     """One clean-up round per `sweep()` call (the plugin's clean-up thread calls it)."""
 
     def __init__(
         self,
         *,
-        half: claim_half.HalfCheckpoint[RecordT],
+        half: _StaleHalf[RecordT, claim_half.ActionT],
         keeper: checkpoint_keeper.CheckpointKeeper[RecordT],
         cluster: ports.Cluster,
-        execute: StepExecutor[RecordT],
+        execute: StepExecutor[RecordT, claim_half.ActionT],
         events: node_events.NodeEvents,
         metrics: plugin_metrics.PluginMetrics | None,
         node_name: str,
@@ -75,7 +87,14 @@ class StaleSweeper(Generic[RecordT]):
             return ()
         with self._keeper.locked():
             plan = checkpoint_codec.plan_stale_cleanup(self._keeper.load(), stale=stale)
-            self._execute(plan.steps)
+            after = next(
+                (s.checkpoint for s in plan.steps if isinstance(s, models.WriteCheckpoint)), None
+            )
+            undo = tuple(
+                action for item in plan.removed if after is not None
+                for action in self._half.plan_stale_undo(item.entry, after=after)
+            )
+            self._execute((*undo, *plan.steps))
             after = self._keeper.load()
         for item in plan.removed:
             self._report(item)

@@ -2,7 +2,8 @@
 
 The planner in `core.gpu.preparing` returns these beside the shared plugin steps
 (`models.WriteCheckpoint`, `models.WriteCDISpec`, ...), in the order they must run; the
-driver carries each out through a port (`TimeSlicer`, `VfioBinder`). Each is idempotent:
+driver carries each out through a port (`TimeSlicer`, `VfioBinder`, `ComputeModeSetter`,
+`MpsDaemons`). Each is idempotent:
 running it again after a crash between it and the next step changes nothing.
 """
 
@@ -10,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from core.gpu import configs
+from core.gpu import configs, mps
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -35,4 +36,36 @@ class UnbindVfio:
     pci_bus_id: str
 
 
-GpuAction = SetTimeSlice | BindVfio | UnbindVfio
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class SetComputeMode:
+    """Set the compute mode of these full GPUs (EXCLUSIVE_PROCESS for MPS, DEFAULT after)."""
+
+    gpu_uuids: tuple[str, ...]
+    mode: mps.ComputeMode
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class StartMpsDaemon:
+    """Create the daemon's directories (shm a tmpfs) and its Deployment, if not there yet."""
+
+    daemon: mps.MpsDaemon
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class AwaitMpsDaemon:
+    """Wait until the daemon is Ready (it took its settings); RetryableError if not yet."""
+
+    daemon_id: str
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class StopMpsDaemon:
+    """Delete the daemon's Deployment, wait until it is gone, then remove its directories."""
+
+    daemon_id: str
+
+
+GpuAction = (
+    SetTimeSlice | BindVfio | UnbindVfio | SetComputeMode | StartMpsDaemon | AwaitMpsDaemon
+    | StopMpsDaemon
+)

@@ -2,7 +2,9 @@
 
 An entry of the GPU plugin's checkpoint holds the shared fields (`core.checkpoint`) and a
 `GpuClaimRecord`: which devices the claim holds (and whether they may be shared), what was
-done to the GPUs (time-slices set, the IOMMU API device given). Entry member `gpu` (format
+done to the GPUs (time-slices set, the IOMMU API device given, MPS control daemons started and
+the GPUs they put in EXCLUSIVE_PROCESS). Member `mpsDaemons` is written only when a claim has
+one, so records without MPS encode byte for byte as before. Entry member `gpu` (format
 version 2). Version 1 kept the same JSON under the entry's `gpu` member beside ComputeDomain
 fields that meant nothing for GPU claims; a missing or malformed one (hand-edited) reads as
 the device names of the entry, each held exclusively: the safe reading for conflict checks.
@@ -50,6 +52,17 @@ class HeldDevice:
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
+class MpsRecord:
+    """An MPS control daemon a claim started (or was starting): what undoing it needs."""
+
+    daemon_id: str
+    # Full GPUs it put in EXCLUSIVE_PROCESS (DEFAULT again once it is gone).
+    gpu_uuids: tuple[str, ...] = ()
+    # The claim's slice devices whose CDI devices reach it.
+    devices: tuple[str, ...] = ()
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class GpuClaimRecord:
     """The GPU half's part of a checkpoint entry."""
 
@@ -58,6 +71,8 @@ class GpuClaimRecord:
     time_sliced: tuple[str, ...] = ()
     # The IOMMU API device the claim's spec gives ("" none, /dev/vfio/vfio or /dev/iommu).
     vfio_api: str = ""
+    # MPS control daemons, recorded before any is started (PrepareStarted).
+    mps: tuple[MpsRecord, ...] = ()
 
 
 Entry = models.CheckpointEntry[GpuClaimRecord]
@@ -76,11 +91,14 @@ class _Codec:
     legacy_fields: Final = frozenset({"mode", "isolation", "domainID", "channelIDs", KEY})
 
     def encode(self, record: GpuClaimRecord) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "devices": [_held_to_json(h) for h in record.held],
             "timeSliced": list(record.time_sliced),
             "vfioAPIDevice": record.vfio_api,
         }
+        if record.mps:  # NB: only when set: records without MPS stay byte-identical
+            out["mpsDaemons"] = [_mps_to_json(m) for m in record.mps]
+        return out
 
     def decode(self, raw: Any) -> GpuClaimRecord:
         if not isinstance(raw, dict):
@@ -95,8 +113,15 @@ class _Codec:
         held = tuple(_held_from_json(item) for item in listed)
         if any(h is None for h in held):
             raise ValueError(f"'{KEY}.devices' holds an item without a name")
+        daemons = raw.get("mpsDaemons", [])
+        if not isinstance(daemons, list):
+            raise ValueError(f"'{KEY}.mpsDaemons' is not a list")
+        mps = tuple(_mps_from_json(item) for item in daemons)
+        if any(m is None for m in mps):
+            raise ValueError(f"'{KEY}.mpsDaemons' holds an item without an id")
         return GpuClaimRecord(
-            held=tuple(h for h in held if h is not None), time_sliced=tuple(sliced), vfio_api=api
+            held=tuple(h for h in held if h is not None), time_sliced=tuple(sliced), vfio_api=api,
+            mps=tuple(m for m in mps if m is not None),
         )
 
     def decode_legacy(self, entry: Mapping[str, Any]) -> GpuClaimRecord:
@@ -111,6 +136,7 @@ class _Codec:
                         str(u) for u in sliced if isinstance(u, str)
                     ) if isinstance(sliced, list) else (),
                     vfio_api=str(raw.get("vfioAPIDevice") or ""),
+                    mps=_tolerant_mps(raw.get("mpsDaemons")),
                 )
         named = entry.get("devices")
         return GpuClaimRecord(held=tuple(
@@ -156,6 +182,33 @@ def _held_to_json(held: HeldDevice) -> dict[str, Any]:
     if held.config:
         raw["config"] = json.loads(held.config)
     return raw
+
+
+def _mps_to_json(record: MpsRecord) -> dict[str, Any]:
+    return {
+        "id": record.daemon_id,
+        "gpuUUIDs": list(record.gpu_uuids),
+        "devices": list(record.devices),
+    }
+
+
+def _mps_from_json(raw: Any) -> MpsRecord | None:
+    if not isinstance(raw, Mapping) or not isinstance(raw.get("id"), str) or not raw["id"]:
+        return None
+    return MpsRecord(
+        daemon_id=raw["id"],
+        gpu_uuids=_strings(raw.get("gpuUUIDs")),
+        devices=_strings(raw.get("devices")),
+    )
+
+
+def _tolerant_mps(raw: Any) -> tuple[MpsRecord, ...]:
+    items = raw if isinstance(raw, list) else ()
+    return tuple(m for m in (_mps_from_json(i) for i in items) if m is not None)
+
+
+def _strings(raw: Any) -> tuple[str, ...]:
+    return tuple(str(v) for v in raw if isinstance(v, str)) if isinstance(raw, list) else ()
 
 
 def _held_from_json(raw: Any) -> HeldDevice | None:

@@ -3,8 +3,8 @@
 `GpuConfig`, `MigDeviceConfig` and `VfioDeviceConfig`, with the defaulting (upstream's
 `Normalize()`) and validation (upstream's `Validate()`) of the upstream driver applied at
 decode time, so a decoded value is always the normalized, valid config. Sharing: TimeSlicing
-is supported (gate TimeSlicingSettings); MPS is refused with a clear error whatever the
-MPSSupport gate says, until this driver runs MPS control daemons.
+(gate TimeSlicingSettings) and MPS (gate MPSSupport: a control daemon per claim, see
+`core.gpu.mps`), whose `mpsConfig` limits are checked as quantities here already.
 
 The prepare planner and the admission webhook both decode through `decode_device_config`, so
 a config the webhook admits is one prepare accepts, with the same message when it does not.
@@ -22,7 +22,7 @@ from typing import Any, Final
 from core import decoding, errors, models, names
 from core import gates as feature_gates
 from core.decoding import fail, show_value
-from core.gpu import devices
+from core.gpu import devices, pinned_memory
 
 API_VERSION: Final = "resource.nvidia.com/v1beta1"
 # The DRA driver name of the GPU half; opaque configs with this `driver` are ours.
@@ -44,16 +44,16 @@ VFIO_DEVICE_CONFIG_FIELDS: Final = ("apiVersion", "kind", "iommu")
 GPU_SHARING_FIELDS: Final = ("strategy", "timeSlicingConfig", "mpsConfig")
 MIG_SHARING_FIELDS: Final = ("strategy", "mpsConfig")
 TIME_SLICING_FIELDS: Final = ("interval",)
+MPS_CONFIG_FIELDS: Final = (
+    "defaultActiveThreadPercentage", "defaultPinnedDeviceMemoryLimit",
+    "defaultPerDevicePinnedMemoryLimit", "multiUser",
+)
 IOMMU_FIELDS: Final = ("backendPolicy", "enableAPIDevice")
 
-MPS_REFUSED: Final = (
-    "MPS sharing is not supported by this driver yet; use strategy TimeSlicing or remove sharing"
-)
 
 
 class SharingStrategy(enum.StrEnum):
     TIME_SLICING = "TimeSlicing"
-    # Known so that it can be named in errors; the decoder never returns it (refused).
     MPS = "MPS"
 
 
@@ -77,11 +77,28 @@ class TimeSlicing:
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
+class MpsConfig:
+    """Settings of a claim's MPS control daemon (upstream `MpsConfig`); None: the daemon's own.
+
+    Limits are kept as the quantity strings given (validated, at least 1Mi); which device a
+    per-device key names is known only once devices are allocated (`pinned_memory.normalize`).
+    """
+
+    default_active_thread_percentage: int | None = None
+    default_pinned_device_memory_limit: str | None = None
+    # (UUID or index, quantity), sorted by key.
+    default_per_device_pinned_memory_limit: tuple[tuple[str, str], ...] = ()
+    multi_user: bool | None = None
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class Sharing:
     strategy: SharingStrategy
     # Set (defaulted to Default) when a GpuConfig's strategy is TimeSlicing; always None for
     # a MigDeviceConfig (the interval cannot be set per MIG device).
     time_slicing: TimeSlicing | None = None
+    # Set (all fields optional) when the strategy is MPS.
+    mps: MpsConfig | None = None
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -127,7 +144,8 @@ def decode_device_config(
     Rules (upstream api/nvidia.com/resource/v1beta1): apiVersion resource.nvidia.com/v1beta1;
     kind GpuConfig, MigDeviceConfig or VfioDeviceConfig; VfioDeviceConfig only with gate
     PassthroughSupport; sharing.strategy TimeSlicing only with gate TimeSlicingSettings, its
-    interval defaulted to Default; MPS always refused; iommu defaulted to LegacyOnly and
+    interval defaulted to Default; MPS only with gate MPSSupport, its mpsConfig's thread
+    percentage 0-100 and limits quantities of at least 1Mi; iommu defaulted to LegacyOnly and
     enableAPIDevice false. Deterministic; raises only errors.DecodeError, for any JSON value.
     """
     if not isinstance(parameters, Mapping):
@@ -227,13 +245,21 @@ def check_applies(config: DeviceConfig, *, device_type: str, request: str) -> No
 def allows_sharing(config: DeviceConfig) -> bool:
     """Whether several claims may be prepared on the same device with this config.
 
-    True for a GpuConfig or MigDeviceConfig with a sharing strategy (only TimeSlicing ever
-    decodes); False without sharing and for VFIO passthrough, which hands the whole
-    function to one VM.
+    True for a GpuConfig or MigDeviceConfig with strategy TimeSlicing; False without sharing,
+    for MPS (its control daemon belongs to one claim: the pods of that claim share the GPU
+    through it, and a second claim's daemon could not run on an EXCLUSIVE_PROCESS GPU) and
+    for VFIO passthrough, which hands the whole function to one VM.
     """
-    if isinstance(config, VfioDeviceConfig):
+    if isinstance(config, VfioDeviceConfig) or config.sharing is None:
         return False
-    return config.sharing is not None
+    return config.sharing.strategy is SharingStrategy.TIME_SLICING
+
+
+def mps_of(config: DeviceConfig) -> MpsConfig | None:
+    """The MPS settings of a config whose sharing strategy is MPS, else None."""
+    if isinstance(config, VfioDeviceConfig) or config.sharing is None:
+        return None
+    return config.sharing.mps
 
 
 def kind_of(config: DeviceConfig) -> str:
@@ -262,7 +288,22 @@ def device_config_to_k8s(config: DeviceConfig) -> dict[str, Any]:
         sharing: dict[str, Any] = {"strategy": config.sharing.strategy.value}
         if config.sharing.time_slicing is not None:
             sharing["timeSlicingConfig"] = {"interval": config.sharing.time_slicing.interval.value}
+        if config.sharing.mps is not None:
+            sharing["mpsConfig"] = _mps_to_k8s(config.sharing.mps)
         out["sharing"] = sharing
+    return out
+
+
+def _mps_to_k8s(mps: MpsConfig) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    if mps.default_active_thread_percentage is not None:
+        out["defaultActiveThreadPercentage"] = mps.default_active_thread_percentage
+    if mps.default_pinned_device_memory_limit is not None:
+        out["defaultPinnedDeviceMemoryLimit"] = mps.default_pinned_device_memory_limit
+    if mps.default_per_device_pinned_memory_limit:
+        out["defaultPerDevicePinnedMemoryLimit"] = dict(mps.default_per_device_pinned_memory_limit)
+    if mps.multi_user is not None:
+        out["multiUser"] = mps.multi_user
     return out
 
 
@@ -281,20 +322,13 @@ def _sharing(
     )
     strategy = obj.get("strategy")
     field = "sharing.strategy"
-    if strategy == SharingStrategy.MPS.value:
-        fail(field, f"{kind}.{field} 'MPS': {MPS_REFUSED}")
+    known = " or ".join(member.value for member in SharingStrategy)
     if strategy is None or strategy == "":
-        fail(
-            field,
-            f"{kind}.{field} is required: use {SharingStrategy.TIME_SLICING.value}, "
-            "or remove sharing",
-        )
+        fail(field, f"{kind}.{field} is required: use {known}, or remove sharing")
+    if strategy == SharingStrategy.MPS.value:
+        return _mps_sharing(obj, kind=kind, gpu=gpu, gates=gates, strict=strict)
     if strategy != SharingStrategy.TIME_SLICING.value:
-        fail(
-            field,
-            f"{kind}.{field} {show_value(strategy)} is not valid: use "
-            f"{SharingStrategy.TIME_SLICING.value} (MPS is not supported by this driver yet)",
-        )
+        fail(field, f"{kind}.{field} {show_value(strategy)} is not valid: use {known}")
     # NB: upstream refuses the TimeSlicing strategy as a whole without this gate (Validate),
     # whatever the interval, so the default interval is refused as well.
     gate = feature_gates.TIME_SLICING_SETTINGS
@@ -315,6 +349,80 @@ def _sharing(
         strategy=SharingStrategy.TIME_SLICING,
         time_slicing=_time_slicing(obj.get("timeSlicingConfig"), kind=kind, strict=strict),
     )
+
+
+def _mps_sharing(
+    obj: Mapping[Any, Any], *, kind: str, gpu: bool, gates: models.FeatureGates, strict: bool
+) -> Sharing:
+    gate = feature_gates.MPS_SUPPORT
+    if not gates.enabled(gate):
+        fail(
+            "sharing.strategy",
+            f"{kind}.sharing.strategy 'MPS' needs feature gate {gate}, which is off: enable it "
+            f"(Helm featureGates.{gate}=true) or use strategy TimeSlicing",
+        )
+    if gpu and obj.get("timeSlicingConfig") is not None:
+        fail(
+            "sharing.timeSlicingConfig",
+            f"{kind}.sharing.timeSlicingConfig cannot be used with strategy MPS: remove it, "
+            "or use strategy TimeSlicing",
+        )
+    return Sharing(
+        strategy=SharingStrategy.MPS,
+        mps=_mps_config(obj.get("mpsConfig"), kind=kind, strict=strict),
+    )
+
+
+def _mps_config(value: object, *, kind: str, strict: bool) -> MpsConfig:
+    path = "sharing.mpsConfig"
+    if value is None:
+        return MpsConfig()
+    obj = _object(value, path, kind)
+    _check_fields(obj, MPS_CONFIG_FIELDS, path=path, what=kind, strict=strict)
+    percentage = obj.get("defaultActiveThreadPercentage")
+    if percentage is not None:
+        field = f"{path}.defaultActiveThreadPercentage"
+        if type(percentage) is not int or not 0 <= percentage <= 100:
+            shown = str(percentage) if type(percentage) is int else show_value(percentage)
+            fail(
+                field,
+                f"{kind}.{field} {shown} is not valid: use a whole number "
+                "from 0 to 100 (the percentage of the GPU's threads each client may use)",
+            )
+    default = obj.get("defaultPinnedDeviceMemoryLimit")
+    if default is not None:
+        default = _limit(default, field=f"{path}.defaultPinnedDeviceMemoryLimit", kind=kind)
+    per_device: list[tuple[str, str]] = []
+    raw_per_device = obj.get("defaultPerDevicePinnedMemoryLimit")
+    if raw_per_device is not None:
+        field = f"{path}.defaultPerDevicePinnedMemoryLimit"
+        entries = _object(raw_per_device, field, kind)
+        for key, limit in sorted(entries.items(), key=lambda item: str(item[0])):
+            per_device.append((str(key), _limit(limit, field=f"{field}.{key}", kind=kind)))
+    multi_user = obj.get("multiUser")
+    if multi_user is not None and not isinstance(multi_user, bool):
+        field = f"{path}.multiUser"
+        fail(field, f"{kind}.{field} must be true or false, got "
+             f"{decoding.json_type_name(multi_user)}")
+    return MpsConfig(
+        default_active_thread_percentage=percentage,
+        default_pinned_device_memory_limit=default,
+        default_per_device_pinned_memory_limit=tuple(per_device),
+        multi_user=multi_user,
+    )
+
+
+def _limit(value: object, *, field: str, kind: str) -> str:
+    """A pinned memory limit: a quantity (string, or JSON number) of at least 1Mi."""
+    if isinstance(value, bool) or not isinstance(value, str | int | float):
+        fail(field, f"{kind}.{field} must be a quantity such as \"10Gi\", got "
+             f"{decoding.json_type_name(value)}")
+    text = value if isinstance(value, str) else str(value)
+    try:
+        pinned_memory.limit_value(text)
+    except ValueError as exc:
+        fail(field, f"{kind}.{field}: {exc}")
+    return text
 
 
 def _time_slicing(value: object, *, kind: str, strict: bool) -> TimeSlicing:

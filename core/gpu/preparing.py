@@ -21,7 +21,7 @@ from typing import Any, Final
 from core import checkpoint as checkpoints
 from core import errors, models, names
 from core import gates as feature_gates
-from core.gpu import actions, configs, devices, overlap, shares
+from core.gpu import actions, configs, devices, mps, overlap, pinned_memory, shares
 from core.gpu import cdi as gpu_cdi
 from core.gpu import checkpoint_records as records
 
@@ -99,14 +99,18 @@ def plan_gpu_prepare(
     now: float,
     pool: str = "",
     vfio_nodes: Mapping[str, Sequence[devices.DeviceNode]] | None = None,
+    mps_root: str | None = None,
 ) -> GpuClaimOutcome:
     """Decide how to prepare `claim` on this node; never raises for a bad claim.
 
     `pool` is the node's pool (its name); when given, a result of ours in another pool is
     refused. `vfio_nodes` are the vfio device nodes discovery found, by PCI address (else
-    the legacy group node by path). Idempotent: a completed claim gets the same devices and
-    no steps. Steps: PrepareStarted, GPU actions (vfio binds, then time-slices), the CDI
-    spec, PrepareCompleted. On error no step at all.
+    the legacy group node by path). `mps_root` is the host directory of the MPS control
+    daemons' files (`<plugin dir>/mps`); None: this plugin runs no daemons, and MPS claims
+    are refused. Idempotent: a completed claim gets the same devices and no steps. Steps:
+    PrepareStarted, GPU actions (vfio binds, time-slices, then for MPS: EXCLUSIVE_PROCESS,
+    each daemon started, each daemon Ready), the CDI spec, PrepareCompleted. On error no
+    step at all.
     """
     entry = checkpoint.entries.get(claim.uid)
     if entry is not None and checkpoints.is_reusable(entry):
@@ -115,14 +119,19 @@ def plan_gpu_prepare(
         checkpoints.check_not_aborted(entry, now=now)
         planned = _planned(claim, inventory=inventory, gates=gates, pool=pool)
         _check_conflicts(claim, planned, checkpoint=checkpoint)
-        spec, vfio_api = _spec(claim.uid, planned, files=files, vfio_nodes=vfio_nodes)
+        daemons = _mps_daemons(claim, planned, gates=gates, mps_root=mps_root)
+        spec, vfio_api = _spec(
+            claim.uid, planned, files=files, vfio_nodes=vfio_nodes,
+            mps_edits=_mps_edits(daemons, mps_root=mps_root),
+        )
     except errors.PermanentError as err:
         return GpuClaimOutcome(steps=(), checkpoint=checkpoint, error=err)
     gpu_steps, sliced = _gpu_steps(planned, gates=gates)
     # NB: one record per device, however many shares of it the claim holds.
     held = {h.name: h for h in (p.held() for p in planned)}
     record = records.GpuClaimRecord(
-        held=tuple(held.values()), time_sliced=sliced, vfio_api=vfio_api
+        held=tuple(held.values()), time_sliced=sliced, vfio_api=vfio_api,
+        mps=tuple(_mps_record(d) for d in daemons),
     )
     prepared = tuple(
         models.PreparedDevice(
@@ -154,6 +163,7 @@ def plan_gpu_prepare(
         # computedomain.preparing).
         models.WriteCheckpoint(checkpoint=writes.started, changed=writes.changed, durable=False),
         *gpu_steps,
+        *_mps_steps(daemons),
         models.WriteCDISpec(claim_uid=claim.uid, spec=spec),
         models.WriteCheckpoint(checkpoint=writes.completed, changed=writes.changed),
     )
@@ -328,6 +338,146 @@ def _check_conflicts(
                     ))
 
 
+# ---------------------------------------------------------------- MPS
+
+
+def _mps_daemons(
+    claim: models.ResourceClaim,
+    planned: Sequence[_Planned],
+    *,
+    gates: models.FeatureGates,
+    mps_root: str | None,
+) -> tuple[mps.MpsDaemon, ...]:
+    """One control daemon per distinct MPS config among the claim's results (as upstream:
+    per config group), none for results with admin access (they never reconfigure a GPU).
+
+    Refused as upstream refuses them: MPS with consumable shares or with DynamicMIG; and
+    here also where this plugin has no daemon wiring (`mps_root` None), and multiUser on a
+    GPU older than Volta.
+    """
+    groups: dict[configs.MpsConfig, list[_Planned]] = {}
+    for p in planned:
+        settings = configs.mps_of(p.config)
+        if settings is not None and not p.result.admin_access:
+            groups.setdefault(settings, []).append(p)
+    if not groups:
+        return ()
+    who = f"claim {claim.namespace}/{claim.name}"
+    if gates.enabled(feature_gates.CONSUMABLE_SHARES):
+        raise errors.PermanentError(
+            f"{who} asks for MPS sharing, which is not supported while feature gate "
+            f"{feature_gates.CONSUMABLE_SHARES} is on (as upstream): share the GPU with "
+            "consumable shares or TimeSlicing instead, or turn the gate off"
+        )
+    if gates.enabled(feature_gates.DYNAMIC_MIG):
+        raise errors.PermanentError(
+            f"{who} asks for MPS sharing, which is not supported with feature gate "
+            f"{feature_gates.DYNAMIC_MIG} (as upstream): use TimeSlicing, or turn the gate off"
+        )
+    if mps_root is None:
+        raise errors.PermanentError(
+            f"{who} asks for MPS sharing, but this GPU plugin was started without MPS control "
+            "daemons (feature gate MPSSupport off on the plugin?): enable MPSSupport on the "
+            "plugin (Helm featureGates.MPSSupport=true) or use TimeSlicing"
+        )
+    daemons: list[mps.MpsDaemon] = []
+    for settings, members in groups.items():
+        uuids = tuple(sorted(_uuid_of(p) for p in members))
+        gpus = [p.gpu for p in members if p.gpu is not None]
+        if settings.multi_user:
+            old = [g.name for g in gpus if not _at_least_volta(g.cuda_compute_capability)]
+            if old:
+                raise errors.PermanentError(
+                    f"{who} asks for an MPS daemon in multi-user mode (mpsConfig.multiUser), "
+                    f"which needs a Volta or newer GPU; {', '.join(old)} is older: drop "
+                    "multiUser, or request a newer GPU"
+                )
+        daemons.append(mps.MpsDaemon(
+            claim_uid=claim.uid,
+            daemon_id=mps.daemon_id(claim.uid, uuids),
+            device_uuids=uuids,
+            gpu_uuids=tuple(sorted(g.uuid for g in gpus)),
+            devices=tuple(sorted(p.result.device for p in members)),
+            active_thread_percentage=settings.default_active_thread_percentage,
+            pinned_limits=pinned_memory.normalize(
+                uuids,
+                default=settings.default_pinned_device_memory_limit,
+                per_device=settings.default_per_device_pinned_memory_limit,
+            ),
+            multi_user=bool(settings.multi_user),
+        ))
+    return tuple(sorted(daemons, key=lambda d: d.daemon_id))
+
+
+def _uuid_of(p: _Planned) -> str:
+    if p.gpu is not None:
+        return p.gpu.uuid
+    assert p.mig is not None  # NB: MPS decodes only from GpuConfig and MigDeviceConfig
+    return p.mig.uuid
+
+
+def _at_least_volta(capability: str) -> bool:
+    major = capability.partition(".")[0]
+    return not (major.isdigit() and int(major) < 7)
+
+
+def _mps_record(daemon: mps.MpsDaemon) -> records.MpsRecord:
+    return records.MpsRecord(
+        daemon_id=daemon.daemon_id, gpu_uuids=daemon.gpu_uuids, devices=daemon.devices
+    )
+
+
+def _mps_steps(daemons: Sequence[mps.MpsDaemon]) -> tuple[actions.GpuAction, ...]:
+    """EXCLUSIVE_PROCESS on the daemons' full GPUs, every daemon started, then each awaited
+    (they start in parallel on the node; waiting comes last)."""
+    if not daemons:
+        return ()
+    gpus = tuple(sorted({u for d in daemons for u in d.gpu_uuids}))
+    exclusive: tuple[actions.GpuAction, ...] = (
+        (actions.SetComputeMode(gpu_uuids=gpus, mode=mps.ComputeMode.EXCLUSIVE_PROCESS),)
+        if gpus else ()
+    )
+    return (
+        *exclusive,
+        *(actions.StartMpsDaemon(daemon=d) for d in daemons),
+        *(actions.AwaitMpsDaemon(daemon_id=d.daemon_id) for d in daemons),
+    )
+
+
+def _mps_edits(
+    daemons: Sequence[mps.MpsDaemon] | Sequence[records.MpsRecord], *, mps_root: str | None
+) -> dict[str, models.JSONObject]:
+    """The CDI edits of each slice device served by a daemon (by device name)."""
+    if mps_root is None:
+        return {}
+    edits: dict[str, models.JSONObject] = {}
+    for daemon in daemons:
+        dirs = mps.daemon_dirs(mps_root, daemon.daemon_id)
+        for device in daemon.devices:
+            edits[device] = mps.claim_edits(dirs)
+    return edits
+
+
+def _mps_undo(
+    record: records.GpuClaimRecord, *, inventory: devices.GpuInventory
+) -> tuple[actions.GpuAction, ...]:
+    """Stop every daemon of the record, then DEFAULT compute mode on its GPUs (looked up by
+    device name where a record rebuilt from a CDI spec does not know their UUIDs)."""
+    if not record.mps:
+        return ()
+    by_name = {g.name: g.uuid for g in inventory.gpus}
+    gpus: set[str] = set()
+    for daemon in record.mps:
+        gpus.update(daemon.gpu_uuids or (by_name[d] for d in daemon.devices if d in by_name))
+    stops = tuple(actions.StopMpsDaemon(daemon_id=d.daemon_id) for d in record.mps)
+    if not gpus:
+        return stops
+    return (
+        *stops,
+        actions.SetComputeMode(gpu_uuids=tuple(sorted(gpus)), mode=mps.ComputeMode.DEFAULT),
+    )
+
+
 # ---------------------------------------------------------------- GPU actions and CDI
 
 
@@ -369,6 +519,7 @@ def _spec(
     *,
     files: devices.DriverFiles,
     vfio_nodes: Mapping[str, Sequence[devices.DeviceNode]] | None,
+    mps_edits: Mapping[str, models.JSONObject],
 ) -> tuple[models.JSONObject, str]:
     vfio_api = next((
         _api_node(p.vfio, p.config) for p in planned
@@ -378,7 +529,7 @@ def _spec(
     return _spec_of(
         claim_uid,
         [p.gpu or p.mig or p.vfio for p in planned if (p.gpu or p.mig or p.vfio) is not None],
-        files=files, vfio_nodes=vfio_nodes, vfio_api=vfio_api,
+        files=files, vfio_nodes=vfio_nodes, vfio_api=vfio_api, mps_edits=mps_edits,
     ), vfio_api
 
 
@@ -395,6 +546,7 @@ def _spec_of(
     files: devices.DriverFiles,
     vfio_nodes: Mapping[str, Sequence[devices.DeviceNode]] | None,
     vfio_api: str,
+    mps_edits: Mapping[str, models.JSONObject] | None = None,
 ) -> models.JSONObject:
     listed: list[models.JSONObject] = []
     driver_files = False
@@ -402,16 +554,34 @@ def _spec_of(
     unique = {device.name: device for device in found if device is not None}
     for device in unique.values():
         if isinstance(device, devices.GpuInfo):
-            listed.append(gpu_cdi.gpu_device(claim_uid, device, files=files))
+            listed.append(_with_edits(
+                gpu_cdi.gpu_device(claim_uid, device, files=files), (mps_edits or {}).get(
+                    device.name)
+            ))
             driver_files = True
         elif isinstance(device, devices.MigDeviceInfo):
-            listed.append(gpu_cdi.mig_device(claim_uid, device, files=files))
+            listed.append(_with_edits(
+                gpu_cdi.mig_device(claim_uid, device, files=files), (mps_edits or {}).get(
+                    device.name)
+            ))
             driver_files = True
         elif isinstance(device, devices.VfioDeviceInfo):
             nodes = None if vfio_nodes is None else vfio_nodes.get(device.pci_bus_id)
             listed.append(gpu_cdi.vfio_device(claim_uid, device, nodes=nodes))
     edits = gpu_cdi.common_edits(files, driver_files=driver_files, vfio_api=vfio_api)
     return gpu_cdi.claim_spec(devices_json=listed, edits=edits)
+
+
+def _with_edits(
+    device: models.JSONObject, extra: models.JSONObject | None
+) -> models.JSONObject:
+    """A CDI device with `extra` containerEdits (env, mounts) added beside its own."""
+    if not extra:
+        return device
+    edits = dict(device.get("containerEdits") or {})
+    for key, values in extra.items():
+        edits[key] = [*edits.get(key, []), *values]
+    return {**device, "containerEdits": edits}
 
 
 # ---------------------------------------------------------------- unprepare
@@ -428,9 +598,10 @@ def plan_gpu_unprepare(
 
     An unknown claim succeeds with only the (idempotent) deletion of its CDI spec; a
     tombstone is a no-op. A claim whose entry records nothing done to its GPUs is dropped
-    before its spec is deleted, as in the ComputeDomain half. One that bound vfio functions
-    or set time-slices is undone first: spec deleted, functions given back to nvidia,
-    time-slices reset to Default (on GPUs no other claim still holds), and the entry goes
+    before its spec is deleted, as in the ComputeDomain half. One that bound vfio functions,
+    set time-slices or started MPS daemons is undone first: spec deleted, daemons stopped and
+    their GPUs back to DEFAULT compute mode, functions given back to nvidia, time-slices
+    reset to Default (on GPUs no other claim still holds), and the entry goes
     last: it is the only record of what to undo, so a kill part-way leaves it for the
     kubelet's retried unprepare (every step is idempotent).
     """
@@ -456,6 +627,15 @@ def plan_gpu_unprepare(
     return GpuClaimOutcome(steps=steps, checkpoint=after)
 
 
+def plan_gpu_undo(
+    entry: records.Entry, *, after: records.Checkpoint, inventory: devices.GpuInventory
+) -> tuple[actions.GpuAction, ...]:
+    """The GPU actions that undo what `entry` records (MPS daemons stopped and compute mode
+    restored, vfio functions given back, time-slices reset where no claim in `after` holds
+    the GPU): unprepare's undo, for the stale-claim sweep to run before it drops the entry."""
+    return _undo_steps(entry, after=after, inventory=inventory)
+
+
 def _undo_steps(
     entry: records.Entry,
     *,
@@ -473,7 +653,8 @@ def _undo_steps(
         )
         if bus_id:
             unbinds.add(bus_id)
-    steps: list[actions.GpuAction] = [actions.UnbindVfio(pci_bus_id=b) for b in sorted(unbinds)]
+    steps: list[actions.GpuAction] = list(_mps_undo(record, inventory=inventory))
+    steps.extend(actions.UnbindVfio(pci_bus_id=b) for b in sorted(unbinds))
     steps.extend(_time_slice_resets(record.time_sliced, claim_uid=entry.claim_uid, after=after))
     return tuple(steps)
 
@@ -503,17 +684,27 @@ def plan_gpu_rollback(
     (`done`, in the order run), before the checkpoint goes back to `rollback_to`.
 
     The same rule as unprepare's undo: vfio functions it bound are given back (never shared),
-    and time-slices it set are reset to Default only on GPUs no claim in `rollback_to` holds.
-    Reverse order of `done`; deterministic.
+    and time-slices it set are reset to Default only on GPUs no claim in `rollback_to` holds;
+    MPS daemons it started are stopped and GPUs it put in EXCLUSIVE_PROCESS go back to
+    DEFAULT. Reverse order of `done`; deterministic.
     """
-    unbinds: list[actions.GpuAction] = []
+    undone: list[actions.GpuAction] = []
     sliced: list[str] = []
     for step in reversed(done):
         if isinstance(step, actions.BindVfio):
-            unbinds.append(actions.UnbindVfio(pci_bus_id=step.pci_bus_id))
+            undone.append(actions.UnbindVfio(pci_bus_id=step.pci_bus_id))
         elif isinstance(step, actions.SetTimeSlice):
             sliced.extend(step.gpu_uuids)
-    return (*unbinds, *_time_slice_resets(sliced, claim_uid=claim_uid, after=rollback_to))
+        elif isinstance(step, actions.StartMpsDaemon):
+            undone.append(actions.StopMpsDaemon(daemon_id=step.daemon.daemon_id))
+        elif (
+            isinstance(step, actions.SetComputeMode)
+            and step.mode is mps.ComputeMode.EXCLUSIVE_PROCESS
+        ):
+            undone.append(
+                actions.SetComputeMode(gpu_uuids=step.gpu_uuids, mode=mps.ComputeMode.DEFAULT)
+            )
+    return (*undone, *_time_slice_resets(sliced, claim_uid=claim_uid, after=rollback_to))
 
 
 # ---------------------------------------------------------------- recovery
@@ -525,6 +716,7 @@ def plan_gpu_restore_spec(
     inventory: devices.GpuInventory,
     files: devices.DriverFiles,
     vfio_nodes: Mapping[str, Sequence[devices.DeviceNode]] | None = None,
+    mps_root: str | None = None,
 ) -> models.WriteCDISpec | None:
     """The CDI spec a completed entry proves, to write back if its file was lost.
 
@@ -544,7 +736,7 @@ def plan_gpu_restore_spec(
     try:
         spec = _spec_of(
             entry.claim_uid, found, files=files, vfio_nodes=vfio_nodes,
-            vfio_api=record.vfio_api,
+            vfio_api=record.vfio_api, mps_edits=_mps_edits(record.mps, mps_root=mps_root),
         )
     except errors.PermanentError:
         return None
@@ -563,8 +755,9 @@ def gpu_checkpoint_from_cdi(
     gave the vfio API device). What a spec cannot prove stays empty or takes the safe
     reading: namespace, name and allocation are unknown (a repeated prepare is planned
     afresh), no device is shareable (other claims wait until the kubelet unprepares it), no
-    time-slice is known to have been set (none is reset). A VFIO function's address is
-    looked up in the inventory at unprepare.
+    time-slice is known to have been set (none is reset). A VFIO function's address, and the
+    GPUs of an MPS daemon (proved by a device's pipe mount), are looked up in the inventory
+    at unprepare.
     """
     entries: dict[names.ClaimUID, records.Entry] = {}
     for uid, spec in sorted(specs.items()):
@@ -583,10 +776,30 @@ def gpu_checkpoint_from_cdi(
         )
         entries[uid] = models.CheckpointEntry(
             claim_uid=uid, namespace="", name="", state=models.ClaimState.PREPARE_COMPLETED,
-            record=records.GpuClaimRecord(held=held, vfio_api=_gives_vfio_api(spec)),
+            record=records.GpuClaimRecord(
+                held=held, vfio_api=_gives_vfio_api(spec), mps=_mps_of_spec(uid, spec)
+            ),
             devices=prepared, updated_at=now,
         )
     return models.Checkpoint(boot_id=boot_id, codec=records.CODEC, entries=entries)
+
+
+def _mps_of_spec(uid: names.ClaimUID, spec: Mapping[str, Any]) -> tuple[records.MpsRecord, ...]:
+    """The daemons a spec's devices mount the pipe directory of (their GPUs not known)."""
+    served: dict[str, list[str]] = {}
+    listed = spec.get("devices")
+    for item in listed if isinstance(listed, list) else ():
+        if not isinstance(item, Mapping) or not isinstance(item.get("name"), str):
+            continue
+        edits = item.get("containerEdits")
+        found = mps.daemon_id_of_edits(dict(edits)) if isinstance(edits, Mapping) else None
+        device = gpu_cdi.slice_device_of(uid, item["name"])
+        if found is not None and device is not None:
+            served.setdefault(found, []).append(device)
+    return tuple(
+        records.MpsRecord(daemon_id=d, devices=tuple(sorted(names_)))
+        for d, names_ in sorted(served.items())
+    )
 
 
 def _gives_vfio_api(spec: Mapping[str, Any]) -> str:

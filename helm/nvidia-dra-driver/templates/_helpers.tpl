@@ -118,6 +118,10 @@ upstream's own default (enabled, unlocked by that override) does. Off otherwise.
 {{- end -}}
 
 {{/* "true" when gate PassthroughSupport is on (VFIO devices, their DeviceClass, /sys read-write). */}}
+{{- define "cdd.mps" -}}
+{{- if (include "cdd.effectiveGates" . | fromJson).MPSSupport -}}true{{- end -}}
+{{- end -}}
+
 {{- define "cdd.passthrough" -}}
 {{- if (include "cdd.effectiveGates" . | fromJson).PassthroughSupport -}}true{{- end -}}
 {{- end -}}

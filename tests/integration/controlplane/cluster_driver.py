@@ -45,7 +45,7 @@ CD_PROFILE = "gb200-nvl72"
 DEFAULT_GPU_PROFILE = "hgx-h100"
 NODE = str(simulated.profile_nodes(CD_PROFILE)[0])
 VENV_BIN = pathlib.Path(sys.executable).parent
-REPO = pathlib.Path(__file__).resolve().parents[3]
+REPO_ROOT = pathlib.Path(__file__).resolve().parents[3]
 HOOK_ANNOTATION = "helm.sh/hook"
 
 Obj = dict[str, Any]
@@ -239,9 +239,9 @@ class Cluster:
     def recipes(self) -> list[Obj]:
         """How the runtime runs our containers: the container's command with the node's files."""
         path = [str(VENV_BIN)]
-        # NB: the checkout under test first: the venv's entry points may belong to an editable
-        # install of another checkout (a worktree's tests would run that one's plugins).
-        common = {"PYTHONUNBUFFERED": "1", "LOG_VERBOSITY": "4", "PYTHONPATH": str(REPO)}
+        # NB: PYTHONPATH: the venv's console scripts import the checkout under test, not the
+        # one the venv was installed from (a worktree's tier runs its own code).
+        common = {"PYTHONUNBUFFERED": "1", "LOG_VERBOSITY": "4", "PYTHONPATH": str(REPO_ROOT)}
         return [
             {"match": {"command0": "compute-domain-controller"}, "path": path,
              "env": {**common}},
@@ -251,8 +251,18 @@ class Cluster:
                      "PROC_DEVICES": self.files.proc_devices,
                      "BOOT_ID_PATH": self.files.boot_id,
                      "RETRY_BUDGET_SECONDS": "5"}},
+            # An MPS claim's control daemon (a Deployment the GPU plugin creates): the wrapper,
+            # its directories as the pod mounts them; it runs the stand-in
+            # nvidia-cuda-mps-control the simulated driver root holds (gpu_demo's layout).
+            {"match": {"command0": "gpu-kubelet-plugin", "arg1": "mps-control-daemon"},
+             "path": path,
+             "env": {**common, "MPS_DRIVER_ROOT": "{mount:/driver-root}",
+                     "MPS_PIPE_DIRECTORY": "{mount:/driver-root/tmp/nvidia-mps}",
+                     "MPS_LOG_DIRECTORY": "{mount:/driver-root/var/log/nvidia-mps}"}},
             {"match": {"command0": "gpu-kubelet-plugin"}, "path": path,
              "env": {**common, "NVML": f"simulated:{self.files.gpu_profile}",
+                     # No tmpfs: the plugin runs unprivileged here (shm a plain directory).
+                     "MPS_SHM_TMPFS": "false", "MPS_READY_TIMEOUT_SECONDS": "20",
                      "NVIDIA_DRIVER_ROOT": self.files.gpu.driver_root,
                      "CONTAINER_DRIVER_ROOT": self.files.gpu.driver_root,
                      "DEV_ROOT": self.files.gpu.dev_root,

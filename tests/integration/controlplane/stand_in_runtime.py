@@ -313,7 +313,7 @@ def cdi_device_names(config: Any) -> list[str]:
 
 
 RECIPE_KEYS = frozenset({"name", "match", "path", "env", "workdir"})
-MATCH_KEYS = frozenset({"command0", "image"})
+MATCH_KEYS = frozenset({"command0", "arg1", "image"})
 _TEMPLATE = re.compile(r"\{(mount:[^}]*|[a-z_]+)\}")
 TEMPLATE_NAMES = frozenset({"state", "pod_name", "pod_namespace", "pod_uid", "node_ip",
                             "api_server", "container_name", "container_id"})
@@ -339,12 +339,15 @@ def load_recipes(path: pathlib.Path | None) -> list[dict[str, Any]]:
 def match_recipe(recipes: Iterable[dict[str, Any]], *, command: Sequence[str],
                  images: Iterable[str]) -> dict[str, Any] | None:
     """The first recipe whose every `match` key holds: `command0` (command[0] or its base
-    name) and `image` (any name the container's image goes by)."""
+    name), `arg1` (the word after it: a subcommand) and `image` (any name the container's
+    image goes by)."""
     image_names = set(images)
     for recipe in recipes:
         match = recipe["match"]
         if "command0" in match and not (
                 command and match["command0"] in (command[0], posixpath.basename(command[0]))):
+            continue
+        if "arg1" in match and not (len(command) > 1 and command[1] == match["arg1"]):
             continue
         if "image" in match and match["image"] not in image_names:
             continue
@@ -868,7 +871,8 @@ class StandIn:
                      *(image.repo_tags if image is not None else [])}
             try:
                 recipe = match_recipe(load_recipes(self.settings.recipes),
-                                      command=list(container.config.command), images=names)
+                                      command=[*container.config.command,
+                                               *container.config.args], images=names)
                 if recipe is None:
                     self._start_sleeping(container)
                 else:

@@ -9,8 +9,8 @@ at what it leaves on disk (CDI specs, checkpoint) and in the cluster (ResourceSl
 Covered: registration; the node's slice with the eight `gpu-N` devices; prepare/unprepare of a
 full GPU through both DRA versions (CDI ids, a schema-valid spec with `/dev/nvidia0`, the
 control nodes, read-only host-path mounts of the driver's files, `NVIDIA_VISIBLE_DEVICES=void`),
-idempotent repeats; TimeSlicing through nvidia-smi; MPS refused; an unshared GPU refused to a
-second claim, naming the first.
+idempotent repeats; TimeSlicing through nvidia-smi; MPS refused without its gate; an unshared
+GPU refused to a second claim, naming the first.
 """
 
 from __future__ import annotations
@@ -182,7 +182,7 @@ def test_gpu_plugin_applies_a_time_slicing_config_through_the_drivers_nvidia_smi
     assert gpuplugin_env.unprepare(gpu.dra_socket, ref).error == ""
 
 
-def test_gpu_plugin_refuses_an_mps_config_as_not_supported_yet(plugin: RunningGpuPlugin) -> None:
+def test_gpu_plugin_refuses_an_mps_config_without_its_gate(plugin: RunningGpuPlugin) -> None:
     gpu = plugin.gpu
     ref = plugin.claim(
         "mps", devices=("gpu-2",), config=gpuplugin_env.gpu_config(sharing={"strategy": "MPS"})
@@ -192,7 +192,7 @@ def test_gpu_plugin_refuses_an_mps_config_as_not_supported_yet(plugin: RunningGp
 
     assert refused.devices == ()
     assert "MPS" in refused.error
-    assert "not supported by this driver yet" in refused.error
+    assert "needs feature gate MPSSupport" in refused.error
     assert not gpu.cdi_file(ref.uid).exists()
     assert str(ref.uid) not in gpuplugin_env.checkpoint_uids(gpu.checkpoint)
 

@@ -114,7 +114,9 @@ def time_slicing(interval: str = "Long") -> dict[str, Any]:
             "sharing": {"strategy": "TimeSlicing", "timeSlicingConfig": {"interval": interval}}}
 
 
-def test_webhook_with_time_slicing_gate_admits_time_slicing_and_refuses_mps(start: Any) -> None:
+def test_webhook_with_time_slicing_gate_admits_time_slicing_and_refuses_mps_without_its_gate(
+    start: Any,
+) -> None:
     hook = start(feature_gates="TimeSlicingSettings=true")
     assert hook.review("uid-ts", time_slicing()) == {"uid": "uid-ts", "allowed": True}
     mps = time_slicing()
@@ -125,9 +127,22 @@ def test_webhook_with_time_slicing_gate_admits_time_slicing_and_refuses_mps(star
     assert denied["status"]["message"] == (
         "ResourceClaim ml/infer has an invalid gpu.nvidia.com device config: "
         "spec.devices.config[0].opaque.parameters.sharing.strategy: GpuConfig.sharing.strategy "
-        "'MPS': MPS sharing is not supported by this driver yet; use strategy TimeSlicing or "
-        "remove sharing"
+        "'MPS' needs feature gate MPSSupport, which is off: enable it "
+        "(Helm featureGates.MPSSupport=true) or use strategy TimeSlicing"
     )
+    assert hook.stop() == 0
+
+
+def test_webhook_with_the_mps_gate_admits_mps_and_refuses_a_bad_limit(start: Any) -> None:
+    hook = start(feature_gates="MPSSupport=true")
+    mps = time_slicing()
+    mps["sharing"] = {"strategy": "MPS", "mpsConfig": {"defaultPinnedDeviceMemoryLimit": "4Gi"}}
+    assert hook.review("uid-mps", mps) == {"uid": "uid-mps", "allowed": True}
+    mps["sharing"]["mpsConfig"] = {"defaultPinnedDeviceMemoryLimit": "1Ki"}
+    denied = hook.review("uid-low", mps)
+    assert denied["allowed"] is False
+    assert "sharing.mpsConfig.defaultPinnedDeviceMemoryLimit: " in denied["status"]["message"]
+    assert "below 1Mi" in denied["status"]["message"]
     assert hook.stop() == 0
 
 

@@ -36,6 +36,7 @@ DEFAULT_GATES = driver_config(host_managed=False)
 SHARING_ON = driver_config(host_managed=False, gates="TimeSlicingSettings=true")
 SHARING_ON_HOST = driver_config(host_managed=True, gates="TimeSlicingSettings=true")
 PASSTHROUGH_ON = driver_config(host_managed=False, gates="PassthroughSupport=true")
+MPS_ON = driver_config(host_managed=False, gates="MPSSupport=true")
 BOTH_MODES = pytest.mark.parametrize(
     "config", [SHARING_ON, SHARING_ON_HOST], ids=["driverManaged", "hostManaged"]
 )
@@ -150,16 +151,36 @@ def test_review_allows_an_update_that_keeps_gpu_configs_as_they_were() -> None:
 
 @BOTH_MODES
 @pytest.mark.parametrize("kind", ["GpuConfig", "MigDeviceConfig"])
-def test_review_refuses_mps_with_the_decoders_message(
+def test_review_refuses_mps_without_its_gate_with_the_decoders_message(
     config: models.DriverConfig, kind: str
 ) -> None:
     text = denial(claim(opaque(gpu_params(kind, sharing={"strategy": "MPS"}))), config=config)
     assert text == (
         f"ResourceClaim ml/infer has an invalid {GPU} device config: "
         "spec.devices.config[0].opaque.parameters.sharing.strategy: "
-        f"{kind}.sharing.strategy 'MPS': MPS sharing is not supported by this driver yet; "
-        "use strategy TimeSlicing or remove sharing"
+        f"{kind}.sharing.strategy 'MPS' needs feature gate MPSSupport, which is off: enable it "
+        "(Helm featureGates.MPSSupport=true) or use strategy TimeSlicing"
     )
+
+
+def test_review_allows_mps_with_its_gate_and_valid_limits() -> None:
+    mps = {"strategy": "MPS", "mpsConfig": {
+        "defaultActiveThreadPercentage": 50, "defaultPinnedDeviceMemoryLimit": "10Gi",
+        "defaultPerDevicePinnedMemoryLimit": {"0": "4Gi"}}}
+    assert allowed(claim(opaque(gpu_params(sharing=mps))), config=MPS_ON)
+
+
+@pytest.mark.parametrize(("mps_config", "field"), [
+    ({"defaultActiveThreadPercentage": 150}, "defaultActiveThreadPercentage"),
+    ({"defaultPinnedDeviceMemoryLimit": "ten gigs"}, "defaultPinnedDeviceMemoryLimit"),
+    ({"defaultPerDevicePinnedMemoryLimit": {"0": "1Ki"}}, "defaultPerDevicePinnedMemoryLimit.0"),
+])
+def test_review_refuses_a_bad_mps_config_naming_the_field(
+    mps_config: dict[str, Any], field: str
+) -> None:
+    obj = claim(opaque(gpu_params(sharing={"strategy": "MPS", "mpsConfig": mps_config})))
+    text = denial(obj, config=MPS_ON)
+    assert f"spec.devices.config[0].opaque.parameters.sharing.mpsConfig.{field}: " in text
 
 
 def test_review_refuses_time_slicing_when_the_webhook_runs_without_its_gate() -> None:
@@ -232,7 +253,7 @@ def test_review_lists_bad_configs_of_both_drivers_naming_both() -> None:
 def test_review_denies_an_update_that_introduces_a_bad_gpu_config() -> None:
     old = claim(opaque(gpu_params()))
     new = claim(opaque(gpu_params(sharing={"strategy": "MPS"})))
-    assert "MPS sharing is not supported" in denial(
+    assert "needs feature gate MPSSupport" in denial(
         new, config=SHARING_ON, operation="UPDATE", old=old
     )
 

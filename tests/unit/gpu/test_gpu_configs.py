@@ -1,7 +1,7 @@
 """core.gpu.configs: strict decoding of GpuConfig, MigDeviceConfig and VfioDeviceConfig.
 
 Pins upstream's defaulting (Normalize) and validation (Validate), the gate-dependent rules
-(TimeSlicingSettings, PassthroughSupport), MPS refused whatever MPSSupport says, unknown
+(TimeSlicingSettings, MPSSupport, PassthroughSupport), MpsConfig's fields, unknown
 fields named by path at every level, and the helpers the prepare planner uses.
 """
 
@@ -154,9 +154,11 @@ def test_non_strict_decoding_ignores_unknown_fields_at_every_level() -> None:
 
 
 def test_non_strict_decoding_still_validates() -> None:
-    with pytest.raises(errors.DecodeError, match="MPS sharing is not supported"):
+    with pytest.raises(errors.DecodeError, match="defaultActiveThreadPercentage 101"):
         configs.decode_device_config(
-            params("GpuConfig", sharing={"strategy": "MPS"}), gates=ALL_ON, strict=False
+            params("GpuConfig", sharing={
+                "strategy": "MPS", "mpsConfig": {"defaultActiveThreadPercentage": 101}}),
+            gates=ALL_ON, strict=False,
         )
 
 
@@ -218,17 +220,94 @@ def test_mig_time_slicing_decodes_without_an_interval() -> None:
     )
 
 
+MPS_ON = models.FeatureGates(values={gates.MPS_SUPPORT: True})
+
+
+def mps(**fields: Any) -> configs.Sharing:
+    return configs.Sharing(strategy=configs.SharingStrategy.MPS, mps=configs.MpsConfig(**fields))
+
+
 @pytest.mark.parametrize("kind", ["GpuConfig", "MigDeviceConfig"])
-@pytest.mark.parametrize("gate_values", [ALL_ON, ALL_OFF], ids=["MPSSupport-on", "all-off"])
-def test_mps_is_refused_whatever_the_mps_gate_says(
-    kind: str, gate_values: models.FeatureGates
+@pytest.mark.parametrize("mps_config", [None, {}])
+def test_mps_with_its_gate_decodes_with_the_daemons_own_defaults(
+    kind: str, mps_config: Any
 ) -> None:
-    error = refused(params(kind, sharing={"strategy": "MPS", "mpsConfig": {}}), gates=gate_values)
+    decoded = configs.decode_device_config(
+        params(kind, sharing={"strategy": "MPS", "mpsConfig": mps_config}), gates=MPS_ON
+    )
+    assert configs.mps_of(decoded) == configs.MpsConfig()
+    # NB: an MPS daemon serves one claim; only TimeSlicing lets claims share a device.
+    assert not configs.allows_sharing(decoded)
+
+
+def test_every_mps_config_field_decodes_and_round_trips() -> None:
+    raw = {
+        "defaultActiveThreadPercentage": 40,
+        "defaultPinnedDeviceMemoryLimit": "10Gi",
+        "defaultPerDevicePinnedMemoryLimit": {"1": "2Gi", "GPU-b": 1073741824},
+        "multiUser": True,
+    }
+    decoded = configs.decode_device_config(
+        params("GpuConfig", sharing={"strategy": "MPS", "mpsConfig": raw}), gates=MPS_ON
+    )
+    assert decoded == configs.GpuConfig(sharing=mps(
+        default_active_thread_percentage=40,
+        default_pinned_device_memory_limit="10Gi",
+        default_per_device_pinned_memory_limit=(("1", "2Gi"), ("GPU-b", "1073741824")),
+        multi_user=True,
+    ))
+    again = configs.device_config_to_k8s(decoded)
+    assert configs.decode_device_config(again, gates=MPS_ON) == decoded
+
+
+@pytest.mark.parametrize("kind", ["GpuConfig", "MigDeviceConfig"])
+def test_mps_is_refused_without_its_gate_naming_the_gate(kind: str) -> None:
+    error = refused(params(kind, sharing={"strategy": "MPS", "mpsConfig": {}}), gates=ALL_OFF)
     assert error.field == "sharing.strategy"
     assert error.message == (
-        f"{kind}.sharing.strategy 'MPS': MPS sharing is not supported by this driver yet; "
-        "use strategy TimeSlicing or remove sharing"
+        f"{kind}.sharing.strategy 'MPS' needs feature gate MPSSupport, which is off: enable it "
+        "(Helm featureGates.MPSSupport=true) or use strategy TimeSlicing"
     )
+
+
+def test_a_time_slicing_config_with_mps_is_refused() -> None:
+    error = refused(params("GpuConfig", sharing={
+        "strategy": "MPS", "timeSlicingConfig": {"interval": "Long"}}))
+    assert error.field == "sharing.timeSlicingConfig"
+    assert "cannot be used with strategy MPS" in error.message
+
+
+@pytest.mark.parametrize(("mps_config", "field", "says"), [
+    ({"defaultActiveThreadPercentage": -1}, "defaultActiveThreadPercentage", "0 to 100"),
+    ({"defaultActiveThreadPercentage": 101}, "defaultActiveThreadPercentage", "0 to 100"),
+    ({"defaultActiveThreadPercentage": "50"}, "defaultActiveThreadPercentage", "0 to 100"),
+    ({"defaultActiveThreadPercentage": True}, "defaultActiveThreadPercentage", "0 to 100"),
+    ({"defaultPinnedDeviceMemoryLimit": "lots"}, "defaultPinnedDeviceMemoryLimit",
+     "is not a quantity"),
+    ({"defaultPinnedDeviceMemoryLimit": "512Ki"}, "defaultPinnedDeviceMemoryLimit",
+     "below 1Mi"),
+    ({"defaultPinnedDeviceMemoryLimit": ["1Gi"]}, "defaultPinnedDeviceMemoryLimit",
+     'a quantity such as "10Gi"'),
+    ({"defaultPerDevicePinnedMemoryLimit": {"0": "-1Gi"}},
+     "defaultPerDevicePinnedMemoryLimit.0", "below 1Mi"),
+    ({"defaultPerDevicePinnedMemoryLimit": ["0"]}, "defaultPerDevicePinnedMemoryLimit",
+     "must be an object"),
+    ({"multiUser": "yes"}, "multiUser", "must be true or false"),
+])
+def test_a_bad_mps_config_is_refused_naming_its_field(
+    mps_config: dict[str, Any], field: str, says: str
+) -> None:
+    error = refused(params("GpuConfig", sharing={"strategy": "MPS", "mpsConfig": mps_config}))
+    assert error.field == f"sharing.mpsConfig.{field}"
+    assert says in error.message
+    assert f"GpuConfig.sharing.mpsConfig.{field}" in error.message
+
+
+def test_an_unknown_mps_config_field_is_refused_listing_the_four() -> None:
+    error = refused(params("GpuConfig", sharing={"strategy": "MPS", "mpsConfig": {"pin": 1}}))
+    assert error.field == "sharing.mpsConfig.pin"
+    assert "accepted fields are defaultActiveThreadPercentage, defaultPinnedDeviceMemoryLimit, "\
+        "defaultPerDevicePinnedMemoryLimit, multiUser" in error.message
 
 
 @pytest.mark.parametrize("kind", ["GpuConfig", "MigDeviceConfig"])
@@ -255,14 +334,14 @@ def test_a_non_default_interval_is_refused_without_the_gate() -> None:
 def test_a_missing_strategy_is_refused_saying_what_to_use(strategy: Any) -> None:
     error = refused(params("GpuConfig", sharing={"strategy": strategy}))
     assert error.field == "sharing.strategy"
-    assert "is required: use TimeSlicing, or remove sharing" in error.message
+    assert "is required: use TimeSlicing or MPS, or remove sharing" in error.message
 
 
 @pytest.mark.parametrize("strategy", ["timeslicing", "Exclusive", 1, ["TimeSlicing"]])
 def test_an_unknown_strategy_is_refused(strategy: Any) -> None:
     error = refused(params("MigDeviceConfig", sharing={"strategy": strategy}))
     assert error.field == "sharing.strategy"
-    assert "is not valid: use TimeSlicing" in error.message
+    assert "is not valid: use TimeSlicing or MPS" in error.message
 
 
 def test_an_mps_config_with_time_slicing_is_refused() -> None:

@@ -219,9 +219,9 @@ def test_an_invalid_config_is_refused_naming_the_field_even_when_overridden() ->
     assert "bogus" in str(outcome.error) and outcome.steps == ()
 
 
-def test_mps_is_refused_as_not_supported_yet() -> None:
+def test_mps_is_refused_without_its_gate() -> None:
     cfg = f.config(f.gpu_config(sharing={"strategy": "MPS"}))
-    assert "not supported by this driver yet" in error_of(prepare(f.claim("gpu-0", configs=[cfg])))
+    assert "needs feature gate MPSSupport" in error_of(prepare(f.claim("gpu-0", configs=[cfg])))
 
 
 def test_a_prepare_retried_after_an_unprepare_overtook_it_is_refused() -> None:
