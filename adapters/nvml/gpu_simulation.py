@@ -10,9 +10,9 @@ Profiles (one node each):
 - `gb200`: a GB200 compute tray, 4 x "NVIDIA GB200" on two Grace sockets, coherent (ATS).
 
 The GPU instance profiles (ids, memory, engine counts, placements) are NVIDIA's for these
-GPUs as `nvidia-smi mig -lgip` / `-lgipp` list them. UUIDs derive from the node name
-(uuid5), the full GPUs' the same as `adapters.nvml.simulated` gives the fabric records of a
-node of that name, so both halves of a simulated node agree.
+GPUs as `nvidia-smi mig -lgip` / `-lgipp` list them (`core.gpu.migprofiles`). UUIDs derive
+from the node name (uuid5), the full GPUs' the same as `adapters.nvml.simulated` gives the
+fabric records of a node of that name, so both halves of a simulated node agree.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import uuid
 
 from adapters.nvml import simulated
 from core import errors
-from core.gpu import devices
+from core.gpu import devices, migprofiles
 
 DRIVER_VERSION = "580.65.06"
 CUDA_DRIVER_VERSION = "13.0"
@@ -31,22 +31,8 @@ _MIB = 1024 * 1024
 _BRAND = "Nvidia"  # what NVML reports for data-center GPUs on current drivers
 
 
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class MigProfile:
-    """One GPU instance profile of a GPU model, as `nvidia-smi mig -lgip` lists it."""
-
-    name: str
-    profile_id: int
-    memory_mib: int
-    multiprocessors: int
-    copy_engines: int
-    decoders: int = 0
-    encoders: int = 0
-    jpeg_engines: int = 0
-    ofa_engines: int = 0
-    # Memory slices one instance takes, and the starts it may be placed at.
-    placement_size: int = 1
-    placement_starts: tuple[int, ...] = (0,)
+# The GPU instance profile type lives in core (dynamic MIG publishes it); kept here by name.
+MigProfile = migprofiles.MigProfile
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -83,7 +69,8 @@ class GpuProfile:
     gpus: tuple[Gpu, ...]
     mig_capable: bool = True
     addressing_mode: str | None = None
-    # The model's GPU instance profiles (only those a simulated MIG device uses are needed).
+    # The model's GPU instance profiles (`core.gpu.migprofiles`), all of them: dynamic MIG
+    # publishes every profile x placement.
     mig_profiles: tuple[MigProfile, ...] = ()
     # Memory slices and compute slices of the whole GPU (8 and 7 on A100 and H100).
     memory_slices: int = 8
@@ -98,82 +85,7 @@ class GpuProfile:
         raise ValueError(f"{self.product_name} has no MIG profile {name!r} (it has: {known})")
 
 
-# NVIDIA's MIG user guide, A100-SXM4-40GB: `nvidia-smi mig -lgip` and `-lgipp`.
-A100_40GB_MIG_PROFILES = (
-    MigProfile(
-        name="1g.5gb",
-        profile_id=19,
-        memory_mib=4864,
-        multiprocessors=14,
-        copy_engines=1,
-        placement_size=1,
-        placement_starts=(0, 1, 2, 3, 4, 5, 6),
-    ),
-    MigProfile(
-        name="1g.5gb+me",
-        profile_id=20,
-        memory_mib=4864,
-        multiprocessors=14,
-        copy_engines=1,
-        decoders=1,
-        jpeg_engines=1,
-        ofa_engines=1,
-        placement_size=1,
-        placement_starts=(0, 1, 2, 3, 4, 5, 6),
-    ),
-    MigProfile(
-        name="1g.10gb",
-        profile_id=15,
-        memory_mib=9856,
-        multiprocessors=14,
-        copy_engines=1,
-        decoders=1,
-        placement_size=2,
-        placement_starts=(0, 2, 4, 6),
-    ),
-    MigProfile(
-        name="2g.10gb",
-        profile_id=14,
-        memory_mib=9856,
-        multiprocessors=28,
-        copy_engines=2,
-        decoders=1,
-        placement_size=2,
-        placement_starts=(0, 2, 4),
-    ),
-    MigProfile(
-        name="3g.20gb",
-        profile_id=9,
-        memory_mib=19968,
-        multiprocessors=42,
-        copy_engines=3,
-        decoders=2,
-        placement_size=4,
-        placement_starts=(0, 4),
-    ),
-    MigProfile(
-        name="4g.20gb",
-        profile_id=5,
-        memory_mib=19968,
-        multiprocessors=56,
-        copy_engines=4,
-        decoders=2,
-        placement_size=4,
-        placement_starts=(0,),
-    ),
-    MigProfile(
-        name="7g.40gb",
-        profile_id=0,
-        memory_mib=40192,
-        multiprocessors=98,
-        copy_engines=7,
-        decoders=5,
-        jpeg_engines=1,
-        ofa_engines=1,
-        placement_size=8,
-        placement_starts=(0,),
-    ),
-)
+A100_40GB_MIG_PROFILES = migprofiles.A100_40GB
 
 _HGX_H100_SLOTS = (
     # (PCI bus id, NUMA node, PCIe root): one root complex per GPU, as on HGX boards.
@@ -197,6 +109,7 @@ _PROFILES: dict[str, GpuProfile] = {
             architecture="Hopper",
             cuda_compute_capability="9.0",
             memory_mib=81559,
+            mig_profiles=migprofiles.H100_80GB,
             gpus=tuple(
                 Gpu(pci_bus_id=bus, numa_node=numa, pcie_root=root)
                 for bus, numa, root in _HGX_H100_SLOTS
@@ -238,6 +151,7 @@ _PROFILES: dict[str, GpuProfile] = {
             cuda_compute_capability="10.0",
             memory_mib=189471,
             addressing_mode="ATS",
+            mig_profiles=migprofiles.GB200,
             gpus=(
                 Gpu(pci_bus_id="0008:01:00.0", numa_node=0, pcie_root="pci0008:00"),
                 Gpu(pci_bus_id="0009:01:00.0", numa_node=0, pcie_root="pci0009:00"),
@@ -316,6 +230,7 @@ def _inventory(profile: GpuProfile, *, node_name: str) -> devices.GpuInventory:
             mig_capable=profile.mig_capable,
             mig_enabled=gpu.mig_enabled,
             addressing_mode=profile.addressing_mode,
+            mig_profiles=profile.mig_profiles if profile.mig_capable else (),
         )
         for index, gpu in enumerate(profile.gpus)
     )

@@ -10,6 +10,8 @@ from __future__ import annotations
 import dataclasses
 import re
 
+from core.gpu import migprofiles
+
 # The `type` attribute of each kind of device, as upstream publishes it.
 GPU_TYPE = "gpu"
 MIG_TYPE = "mig"
@@ -41,6 +43,9 @@ class GpuInfo:
     mig_capable: bool = False
     mig_enabled: bool = False
     addressing_mode: str | None = None
+    # The GPU instance profiles this GPU offers (with their placements), for dynamic MIG;
+    # empty where discovery did not list them.
+    mig_profiles: tuple[migprofiles.MigProfile, ...] = ()
 
     @property
     def name(self) -> str:
@@ -77,8 +82,10 @@ class MigDeviceInfo:
     @property
     def name(self) -> str:
         """Upstream's canonical name: gpu-<parent minor>-mig-<profile>-<profile id>-<start>."""
-        profile = _rfc1123(self.profile.replace(".", ""))
-        return f"gpu-{self.parent_minor}-mig-{profile}-{self.gi_profile_id}-{self.placement_start}"
+        return mig_device_name(
+            parent_minor=self.parent_minor, profile=self.profile,
+            gi_profile_id=self.gi_profile_id, placement_start=self.placement_start,
+        )
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -116,6 +123,15 @@ class GpuInventory:
     def gpu_by_minor(self, minor: int) -> GpuInfo | None:
         """The full GPU with this minor, if the node has it."""
         return next((gpu for gpu in self.gpus if gpu.minor == minor), None)
+
+
+def mig_device_name(
+    *, parent_minor: int, profile: str, gi_profile_id: int, placement_start: int
+) -> str:
+    """Upstream's canonical MIG name: the profile loses its dots and becomes a DNS label
+    ("1g.5gb+me" -> "1g5gb-me"), so that devices sort smallest profile first."""
+    label = _rfc1123(profile.replace(".", ""))
+    return f"gpu-{parent_minor}-mig-{label}-{gi_profile_id}-{placement_start}"
 
 
 def parse_mig_name(name: str) -> tuple[int, int, int] | None:

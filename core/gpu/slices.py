@@ -78,17 +78,17 @@ def plan_gpu_devices(
     for gpu in inventory.gpus:
         if not gpu.mig_enabled:
             build = partial(gpu_device, gpu, consumable=consumable)
-            keyed.append((_bus_id(gpu.pci_bus_id, gpu.name), gpu.name, build))
+            keyed.append((bus_id(gpu.pci_bus_id, gpu.name), gpu.name, build))
     for mig in inventory.migs:
         parent = _mig_parent(inventory, mig)
         build = partial(mig_device, mig, parent=parent, consumable=consumable)
-        keyed.append((_bus_id(parent.pci_bus_id, parent.name), mig.name, build))
+        keyed.append((bus_id(parent.pci_bus_id, parent.name), mig.name, build))
     if gates.enabled(feature_gates.PASSTHROUGH_SUPPORT):
         for vfio in _published_vfios(inventory):
             keyed.append(
-                (_bus_id(vfio.pci_bus_id, vfio.name), vfio.name, partial(vfio_device, vfio))
+                (bus_id(vfio.pci_bus_id, vfio.name), vfio.name, partial(vfio_device, vfio))
             )
-    _check_names(name for _, name, _ in keyed)
+    check_names(name for _, name, _ in keyed)
     return tuple(build() for _, _, build in sorted(keyed, key=lambda item: item[:2]))
 
 
@@ -121,13 +121,13 @@ def gpu_device(
 ) -> models.JSONObject:
     """One full GPU as upstream's GpuInfo.GetDevice publishes it."""
     attributes = {
-        "type": _string(devices.GPU_TYPE, device=gpu.name, field="type"),
-        "uuid": _string(gpu.uuid, device=gpu.name, field="uuid"),
-        **_gpu_common_attributes(gpu),
+        "type": string_attribute(devices.GPU_TYPE, device=gpu.name, field="type"),
+        "uuid": string_attribute(gpu.uuid, device=gpu.name, field="uuid"),
+        **common_gpu_attributes(gpu),
     }
-    capacity = {"memory": _quantity(gpu.memory_bytes, device=gpu.name, field="memory")}
+    capacity = {"memory": capacity_quantity(gpu.memory_bytes, device=gpu.name, field="memory")}
     return shares.shareable(
-        _device(gpu.name, attributes, capacity), consumable, memory_bytes=gpu.memory_bytes,
+        device_object(gpu.name, attributes, capacity), consumable, memory_bytes=gpu.memory_bytes,
         quantity=partial(_quantity_text, device=gpu.name),
     )
 
@@ -145,11 +145,11 @@ def mig_device(
     `memorySlice<i>` = 1 for each memory slice of its placement.
     """
     attributes = {
-        "type": _string(devices.MIG_TYPE, device=mig.name, field="type"),
-        "uuid": _string(mig.uuid, device=mig.name, field="uuid"),
-        "parentUUID": _string(parent.uuid, device=mig.name, field="parentUUID"),
-        "profile": _string(mig.profile, device=mig.name, field="profile"),
-        **_gpu_common_attributes(parent, device=mig.name),
+        "type": string_attribute(devices.MIG_TYPE, device=mig.name, field="type"),
+        "uuid": string_attribute(mig.uuid, device=mig.name, field="uuid"),
+        "parentUUID": string_attribute(parent.uuid, device=mig.name, field="parentUUID"),
+        "profile": string_attribute(mig.profile, device=mig.name, field="profile"),
+        **common_gpu_attributes(parent, device=mig.name),
     }
     amounts = {
         "multiprocessors": mig.multiprocessors,
@@ -163,10 +163,11 @@ def mig_device(
     for index in range(mig.placement_start, mig.placement_start + mig.placement_size):
         amounts[f"memorySlice{index}"] = 1
     capacity = {
-        name: _quantity(amount, device=mig.name, field=name) for name, amount in amounts.items()
+        name: capacity_quantity(amount, device=mig.name, field=name)
+        for name, amount in amounts.items()
     }
     return shares.shareable(
-        _device(mig.name, attributes, capacity), consumable, memory_bytes=mig.memory_bytes,
+        device_object(mig.name, attributes, capacity), consumable, memory_bytes=mig.memory_bytes,
         quantity=partial(_quantity_text, device=mig.name),
     )
 
@@ -174,20 +175,20 @@ def mig_device(
 def vfio_device(vfio: devices.VfioDeviceInfo) -> models.JSONObject:
     """One passthrough function as upstream's VfioDeviceInfo.GetDevice publishes it."""
     attributes: dict[str, models.JSONObject] = {
-        "type": _string(devices.VFIO_TYPE, device=vfio.name, field="type"),
-        "uuid": _string(vfio.uuid, device=vfio.name, field="uuid"),
-        "deviceID": _string(vfio.device_id, device=vfio.name, field="deviceID"),
-        "vendorID": _string(vfio.vendor_id, device=vfio.name, field="vendorID"),
-        "productName": _string(vfio.product_name, device=vfio.name, field="productName"),
+        "type": string_attribute(devices.VFIO_TYPE, device=vfio.name, field="type"),
+        "uuid": string_attribute(vfio.uuid, device=vfio.name, field="uuid"),
+        "deviceID": string_attribute(vfio.device_id, device=vfio.name, field="deviceID"),
+        "vendorID": string_attribute(vfio.vendor_id, device=vfio.name, field="vendorID"),
+        "productName": string_attribute(vfio.product_name, device=vfio.name, field="productName"),
         "iommuFDEnabled": {"bool": vfio.iommu_fd_enabled},
         **_pci_attributes(vfio.pci_bus_id, vfio.pcie_root, vfio.numa_node, device=vfio.name),
     }
     capacity = {
-        "addressableMemory": _quantity(
+        "addressableMemory": capacity_quantity(
             vfio.addressable_memory_bytes, device=vfio.name, field="addressableMemory"
         )
     }
-    return _device(vfio.name, attributes, capacity)
+    return device_object(vfio.name, attributes, capacity)
 
 
 def coerce_semver(text: str) -> str:
@@ -259,15 +260,16 @@ def is_valid_device_name(name: str) -> bool:
     return _DNS_LABEL.fullmatch(name) is not None
 
 
-def _gpu_common_attributes(
+def common_gpu_attributes(
     gpu: devices.GpuInfo, *, device: str | None = None
 ) -> dict[str, models.JSONObject]:
-    """What a full GPU and its MIG devices both publish about the physical GPU."""
+    """What a full GPU and its MIG devices both publish about the physical GPU (`device`:
+    the name errors report, the GPU's own by default)."""
     name = device or gpu.name
     attributes = {
-        "productName": _string(gpu.product_name, device=name, field="productName"),
-        "brand": _string(gpu.brand, device=name, field="brand"),
-        "architecture": _string(gpu.architecture, device=name, field="architecture"),
+        "productName": string_attribute(gpu.product_name, device=name, field="productName"),
+        "brand": string_attribute(gpu.brand, device=name, field="brand"),
+        "architecture": string_attribute(gpu.architecture, device=name, field="architecture"),
         "cudaComputeCapability": _version(
             gpu.cuda_compute_capability, device=name, field="cudaComputeCapability"
         ),
@@ -279,7 +281,7 @@ def _gpu_common_attributes(
     }
     # Upstream publishes the addressing mode only where the platform has one (HMM/ATS/None).
     if gpu.addressing_mode:
-        attributes["addressingMode"] = _string(
+        attributes["addressingMode"] = string_attribute(
             gpu.addressing_mode, device=name, field="addressingMode"
         )
     return attributes
@@ -289,10 +291,14 @@ def _pci_attributes(
     pci_bus_id: str, pcie_root: str | None, numa_node: int | None, *, device: str
 ) -> dict[str, models.JSONObject]:
     attributes = {
-        PCI_BUS_ID_ATTRIBUTE: _string(_bus_id(pci_bus_id, device), device=device, field="pciBusID")
+        PCI_BUS_ID_ATTRIBUTE: string_attribute(
+            bus_id(pci_bus_id, device), device=device, field="pciBusID"
+        )
     }
     if pcie_root:
-        attributes[PCIE_ROOT_ATTRIBUTE] = _string(pcie_root, device=device, field="pcieRoot")
+        attributes[PCIE_ROOT_ATTRIBUTE] = string_attribute(
+            pcie_root, device=device, field="pcieRoot"
+        )
     # The scalar form: upstream publishes the list form only under DRAListTypeAttributes.
     if numa_node is not None and numa_node >= 0:
         attributes[NUMA_NODE_ATTRIBUTE] = {"int": numa_node}
@@ -307,7 +313,7 @@ def _published_vfios(inventory: devices.GpuInventory) -> tuple[devices.VfioDevic
     passing through a GPU whose MIG devices other claims may hold cannot be right.
     """
     sliced = {
-        gpu.minor: _bus_id(gpu.pci_bus_id, gpu.name)
+        gpu.minor: bus_id(gpu.pci_bus_id, gpu.name)
         for gpu in inventory.gpus
         if gpu.mig_enabled and any(mig.parent_minor == gpu.minor for mig in inventory.migs)
     }
@@ -315,7 +321,7 @@ def _published_vfios(inventory: devices.GpuInventory) -> tuple[devices.VfioDevic
         vfio
         for vfio in inventory.vfios
         if vfio.parent_minor not in sliced
-        and _bus_id(vfio.pci_bus_id, vfio.name) not in sliced.values()
+        and bus_id(vfio.pci_bus_id, vfio.name) not in sliced.values()
     )
 
 
@@ -341,7 +347,8 @@ def _mig_parent(inventory: devices.GpuInventory, mig: devices.MigDeviceInfo) -> 
     return parent
 
 
-def _check_names(names: Iterable[str]) -> None:
+def check_names(names: Iterable[str]) -> None:
+    """PermanentError for a name the API refuses or one that appears twice."""
     seen: set[str] = set()
     for name in names:
         if not is_valid_device_name(name):
@@ -358,7 +365,8 @@ def _check_names(names: Iterable[str]) -> None:
         seen.add(name)
 
 
-def _bus_id(text: str, device: str) -> str:
+def bus_id(text: str, device: str) -> str:
+    """`text` normalized (`normalize_pci_bus_id`); PermanentError naming `device` if bad."""
     try:
         return normalize_pci_bus_id(text)
     except ValueError as error:
@@ -368,7 +376,8 @@ def _bus_id(text: str, device: str) -> str:
         ) from error
 
 
-def _string(value: str, *, device: str, field: str) -> models.JSONObject:
+def string_attribute(value: str, *, device: str, field: str) -> models.JSONObject:
+    """A `{"string": ..}` attribute; PermanentError when longer than the API allows."""
     if len(value) > _MAX_VALUE_LENGTH:
         raise errors.PermanentError(
             f"device {device}: {field}: {value!r} is longer than the {_MAX_VALUE_LENGTH} "
@@ -392,7 +401,8 @@ def _version(text: str, *, device: str, field: str) -> models.JSONObject:
     return {"version": version}
 
 
-def _quantity(value: int, *, device: str, field: str) -> models.JSONObject:
+def capacity_quantity(value: int, *, device: str, field: str) -> models.JSONObject:
+    """A `{"value": <quantity>}` capacity or counter; PermanentError when out of range."""
     try:
         return {"value": format_binary_si_quantity(value)}
     except ValueError as error:
@@ -400,14 +410,15 @@ def _quantity(value: int, *, device: str, field: str) -> models.JSONObject:
 
 
 def _quantity_text(value: int, *, device: str) -> str:
-    return str(_quantity(value, device=device, field="memory")["value"])
+    return str(capacity_quantity(value, device=device, field="memory")["value"])
 
 
-def _device(
+def device_object(
     name: str,
     attributes: Mapping[str, models.JSONObject],
     capacity: Mapping[str, models.JSONObject],
 ) -> models.JSONObject:
+    """A Device object with attribute and capacity keys sorted."""
     # Keys sorted, as Go marshals maps, so the published JSON is byte-for-byte reproducible.
     return {
         "name": name,
