@@ -13,7 +13,7 @@ import enum
 from collections.abc import Iterator, Mapping
 from typing import Any, Protocol, TypeVar
 
-from core import models, names
+from core import device_health, models, names
 from core.gpu import configs as gpu_configs
 from core.gpu import devices as gpu_devices
 from core.gpu import mps as gpu_mps
@@ -293,6 +293,14 @@ class NodeFiles(Protocol):
 
     def boot_id(self) -> str:
         """Contents of /proc/sys/kernel/random/boot_id, stripped."""
+        ...
+
+
+class DeviceHealthSource(Protocol):
+    """The current health list of this plugin's published devices (`core.device_health`)."""
+
+    def device_health(self) -> tuple[device_health.DeviceHealth, ...]:
+        """The complete list, sorted; empty before anything was published."""
         ...
 
 

@@ -16,8 +16,8 @@ from typing import TypeVar
 
 from google.protobuf import message
 
-from adapters.grpc.generated import dra_v1_pb2, pluginregistration_v1_pb2
-from core import models, names
+from adapters.grpc.generated import dra_health_v1_pb2, dra_v1_pb2, pluginregistration_v1_pb2
+from core import device_health, models, names
 
 MessageT = TypeVar("MessageT", bound=message.Message)
 
@@ -26,6 +26,13 @@ VERSION_V1 = "v1.DRAPlugin"
 VERSION_V1BETA1 = "v1beta1.DRAPlugin"
 # The order the plugin advertises them in; the kubelet prefers the first it speaks.
 SUPPORTED_VERSIONS = (VERSION_V1, VERSION_V1BETA1)
+# The health service in every version a supported kubelet asks for (1.36+ kubelets pick
+# the newest they speak from this list; 1.34/1.35 call v1alpha1 without looking).
+HEALTH_VERSIONS = (
+    "v1.DRAResourceHealth",
+    "v1beta1.DRAResourceHealth",
+    "v1alpha1.DRAResourceHealth",
+)
 
 
 def convert(msg: message.Message, target: type[MessageT]) -> MessageT:
@@ -136,6 +143,54 @@ def failed_results(
 ) -> dict[names.ClaimUID, models.ClaimResult]:
     """The same error for every claim of a batch (the service raised instead of answering)."""
     return {r.uid: models.ClaimResult(error=error) for r in refs}
+
+
+# ---------------------------------------------------------------- device health
+
+_HEALTH_TO_PB = {
+    device_health.HealthStatus.UNKNOWN: dra_health_v1_pb2.UNKNOWN,
+    device_health.HealthStatus.HEALTHY: dra_health_v1_pb2.HEALTHY,
+    device_health.HealthStatus.UNHEALTHY: dra_health_v1_pb2.UNHEALTHY,
+}
+
+
+def health_response_to_pb(
+    entries: Iterable[device_health.DeviceHealth],
+) -> dra_health_v1_pb2.NodeWatchResourcesResponse:
+    """One message of the health stream (v1; `convert` it for v1beta1 and v1alpha1, whose
+    messages have the same fields and numbers)."""
+    return dra_health_v1_pb2.NodeWatchResourcesResponse(
+        devices=[
+            dra_health_v1_pb2.DeviceHealth(
+                device=dra_health_v1_pb2.DeviceIdentifier(pool_name=e.pool, device_name=e.device),
+                health=_HEALTH_TO_PB[e.status],
+                last_updated_time=e.updated_at_s,
+                health_check_timeout_seconds=e.timeout_s,
+                message=e.message,
+            )
+            for e in entries
+        ]
+    )
+
+
+_HEALTH_FROM_PB = {pb: status for status, pb in _HEALTH_TO_PB.items()}
+
+
+def health_response_from_pb(
+    response: dra_health_v1_pb2.NodeWatchResourcesResponse,
+) -> tuple[device_health.DeviceHealth, ...]:
+    """The entries of one health message (for the kubelet emulator and tests)."""
+    return tuple(
+        device_health.DeviceHealth(
+            pool=d.device.pool_name,
+            device=d.device.device_name,
+            status=_HEALTH_FROM_PB.get(d.health, device_health.HealthStatus.UNKNOWN),
+            updated_at_s=d.last_updated_time,
+            timeout_s=d.health_check_timeout_seconds,
+            message=d.message,
+        )
+        for d in response.devices
+    )
 
 
 # ---------------------------------------------------------------- registration

@@ -2,8 +2,10 @@
 
 Three servers, because the kubelet reaches them at three places:
 - `<plugin_dir>/dra.sock`: `DRAPlugin` in packages `k8s.io.kubelet.pkg.apis.dra.v1` and
-  `...v1beta1` (same servicer behind both); the optional `v1alpha1.DRAResourceHealth` is not
-  served (nothing to report, and its streams would hold worker threads);
+  `...v1beta1` (same servicer behind both), and, when given a device-health source, the
+  kubelet's health stream `DRAResourceHealth` in v1, v1beta1 and v1alpha1
+  (`adapters.grpc.health_stream`); streams run on the server's event loop and prepares on a pool
+  of their own (`adapters.grpc.loop_server`), so no number of streams delays a prepare;
 - `<registry_dir>/<driver>-reg.sock`: `pluginregistration.Registration`, which the kubelet's
   plugin watcher finds, asks `GetInfo` and answers with `NotifyRegistrationStatus`;
 - TCP `<health_host>:<health_port>`: `grpc.health.v1.Health` for liveness/readiness probes.
@@ -27,7 +29,7 @@ from typing import Any, Protocol
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
-from adapters.grpc import _codec
+from adapters.grpc import _codec, health_stream, loop_server
 from adapters.grpc.generated import (
     dra_v1_pb2,
     dra_v1_pb2_grpc,
@@ -79,7 +81,7 @@ def _call_service(
     refs: tuple[models.ClaimRef, ...],
     *,
     verb: str,
-    context: grpc.ServicerContext,
+    context: Any,
 ) -> Results:
     """Run one service call; an exception becomes the same per-claim error for every claim.
 
@@ -89,7 +91,7 @@ def _call_service(
     if not refs:
         return {}
     try:
-        return dict(service_call(refs, call=context))
+        return dict(service_call(refs, call=_CallView(context)))
     except Exception as exc:
         log.exception("kubelet %s failed inside the plugin claims=%d", verb, len(refs))
         return _codec.failed_results(
@@ -99,6 +101,32 @@ def _call_service(
                 "the kubelet retries; if this persists, read the kubelet plugin's log"
             ),
         )
+
+
+class _CallView:
+    """The kubelet's side of a call, from the servicer context of either gRPC server.
+
+    NB: `grpc.aio` runs our plain-function servicers with a context that has no
+    `is_active()`; there, the call is over once its termination callback ran or its deadline
+    passed.
+    """
+
+    def __init__(self, context: Any) -> None:
+        self._context = context
+        self._over = threading.Event()
+        self._native = hasattr(context, "is_active")
+        if not self._native:
+            context.add_callback(self._over.set)
+
+    def is_active(self) -> bool:
+        if self._native:
+            return bool(self._context.is_active())
+        remaining = self.time_remaining()
+        return not self._over.is_set() and (remaining is None or remaining > 0)
+
+    def time_remaining(self) -> float | None:
+        remaining = self._context.time_remaining()
+        return None if remaining is None else float(remaining)
 
 
 class _DRAServicer(dra_v1_pb2_grpc.DRAPluginServicer):
@@ -215,6 +243,8 @@ class PluginServer:
         health_host: str = "0.0.0.0",
         max_workers: int = 16,
         on_registered: Callable[[], None] | None = None,
+        device_health: ports.DeviceHealthSource | None = None,
+        health_resend_s: float = health_stream.DEFAULT_RESEND_S,
     ) -> None:
         self._service = service
         self._driver_name = driver_name
@@ -231,6 +261,12 @@ class PluginServer:
         self.registered = threading.Event()
         # Called on every NotifyRegistrationStatus(registered=true), re-registrations included.
         self._on_registered = on_registered
+        self._dra_server: loop_server.LoopServer | None = None
+        # The kubelet's device-health stream; None: not served and not advertised.
+        self.health_streams = (
+            None if device_health is None
+            else health_stream.HealthStreams(device_health, resend_s=health_resend_s)
+        )
 
     @property
     def dra_socket_path(self) -> str:
@@ -247,24 +283,37 @@ class PluginServer:
 
     def start(self) -> None:
         """Listen on all endpoints; health turns SERVING once both sockets accept calls."""
-        if self._servers:
+        if self._servers or self._dra_server is not None:
             raise RuntimeError("PluginServer.start() called twice")
         for directory in (self._plugin_dir, self._registry_dir):
             pathlib.Path(directory).mkdir(parents=True, exist_ok=True)
 
         v1 = _DRAServicer(self._service)
-        dra = self._new_server()
-        dra_v1_pb2_grpc.add_DRAPluginServicer_to_server(v1, dra)  # type: ignore[no-untyped-call]
-        dra_v1beta1_pb2_grpc.add_DRAPluginServicer_to_server(_DRAV1Beta1Servicer(v1), dra)  # type: ignore[no-untyped-call]
-        # NB: no v1alpha1.DRAResourceHealth: we have no device health to report and do not
-        # advertise it. A kubelet that asks gets UNIMPLEMENTED from gRPC core at once; served,
-        # each open stream would hold one of the server's worker threads (prepares included)
-        # for as long as the kubelet keeps it open.
-        self._listen_unix(dra, self.dra_socket_path)
+        streams = self.health_streams
+
+        def setup(dra: Any) -> None:
+            dra_v1_pb2_grpc.add_DRAPluginServicer_to_server(v1, dra)  # type: ignore[no-untyped-call]
+            dra_v1beta1_pb2_grpc.add_DRAPluginServicer_to_server(_DRAV1Beta1Servicer(v1), dra)  # type: ignore[no-untyped-call]
+            if streams is not None:
+                health_stream.add_to_server(streams, dra)
+
+        if remove_stale_socket(self.dra_socket_path):
+            log.info("removed stale socket path=%s", self.dra_socket_path)
+        # NB: DRA before registration: the kubelet may call the DRA socket as soon as it has
+        # seen the registration socket.
+        dra = loop_server.LoopServer(max_workers=self._max_workers, name="kubelet-grpc")
+        dra.start(setup=setup, address=f"unix://{self.dra_socket_path}")
+        self._dra_server = dra
+        if streams is not None and dra.loop is not None:
+            streams.bind(dra.loop)
 
         registration = self._new_server()
+        versions: tuple[str, ...] = _codec.SUPPORTED_VERSIONS
+        if streams is not None:
+            versions = (*versions, *_codec.HEALTH_VERSIONS)
         info = _codec.plugin_info_to_pb(
-            driver_name=self._driver_name, endpoint=self.dra_socket_path
+            driver_name=self._driver_name, endpoint=self.dra_socket_path,
+            supported_versions=versions,
         )
         pluginregistration_v1_pb2_grpc.add_RegistrationServicer_to_server(  # type: ignore[no-untyped-call]
             _RegistrationServicer(
@@ -276,10 +325,6 @@ class PluginServer:
 
         if self._health_port_requested is not None:
             self._start_health()
-        # NB: DRA before registration: the kubelet may call the DRA socket as soon as it has
-        # seen the registration socket.
-        dra.start()
-        self._servers.append(dra)
         registration.start()
         self._servers.append(registration)
         if self._health_servicer is not None:
@@ -299,6 +344,10 @@ class PluginServer:
         done = [server.stop(grace) for server in self._servers]
         for event in done:
             event.wait()
+        if self._dra_server is not None:
+            if self.health_streams is not None:
+                self.health_streams.close()
+            self._dra_server.stop(grace)
         # NB: gRPC core usually unlinks its unix sockets at shutdown; we make sure of it, so a
         # kubelet never finds a registration socket of a plugin that is gone.
         for path in (self.registration_socket_path, self.dra_socket_path):

@@ -12,6 +12,7 @@ from collections.abc import Callable, Mapping, Sequence
 from adapters.kube import slices as kube_slices
 from apps.gpuplugin import driver as gpu_driver
 from apps.gpuplugin import settings as gpu_settings
+from apps.pluginkit import device_health as plugin_device_health
 from apps.pluginkit import driver as claim_driver
 from apps.pluginkit import metrics as plugin_metrics
 from apps.pluginkit import serving
@@ -119,14 +120,19 @@ def start_gpu_plugin(
         cluster, driver=gpu_settings.DRIVER_NAME, node_name=settings.node_name
     )
 
+    health = plugin_device_health.PublishedDeviceHealth(pool=settings.node_name)
+
     def publish() -> None:
-        publisher.publish(gpu_slices.plan_gpu_devices(
-            found.refresh(), gates=gates, consumable=consumable))
+        devices = gpu_slices.plan_gpu_devices(found.refresh(), gates=gates, consumable=consumable)
+        publisher.publish(devices)
+        health.published(devices)
 
     plugin = serving.serve(
         driver, settings, driver_name=gpu_settings.DRIVER_NAME, publish=publish,
-        metrics=metrics, stopping=stopping,
+        metrics=metrics, stopping=stopping, health=health,
     )
+    if plugin.server.health_streams is not None:
+        health.on_change = plugin.server.health_streams.notify
     inventory = found.current()
     log.info(
         "event=gpu_plugin_started node=%s gpus=%d migs=%d vfios=%d prepared_claims=%d "

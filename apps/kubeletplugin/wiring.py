@@ -19,6 +19,7 @@ from apps.kubeletplugin import devices as plugin_devices
 from apps.kubeletplugin import domains as plugin_domains
 from apps.kubeletplugin import driver as plugin_driver
 from apps.kubeletplugin import settings as plugin_settings
+from apps.pluginkit import device_health as plugin_device_health
 from apps.pluginkit import driver as claim_driver
 from apps.pluginkit import metrics as plugin_metrics
 from apps.pluginkit import serving
@@ -171,10 +172,19 @@ def start_plugin(
     offered = plugin_devices.NodeDevices(
         driver=driver, config=config, cluster=cluster, probe_clique=probe_clique
     )
+    health = plugin_device_health.PublishedDeviceHealth(pool=settings.node_name)
+
+    def publish() -> None:
+        devices = offered.current()
+        publisher.publish(devices)
+        health.published(devices)
+
     plugin = serving.serve(
         driver, settings, driver_name=names.DRIVER_NAME,
-        publish=lambda: publisher.publish(offered.current()), metrics=metrics, stopping=stopping,
+        publish=publish, metrics=metrics, stopping=stopping, health=health,
     )
+    if plugin.server.health_streams is not None:
+        health.on_change = plugin.server.health_streams.notify
     if probe_clique is not None:
         refresh = clique_refresh.CliqueRefresh(
             driver=driver, cluster=cluster, probe_clique=probe_clique,

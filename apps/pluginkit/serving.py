@@ -231,10 +231,12 @@ def serve(
     publish: Callable[[], None],
     metrics: plugin_metrics.PluginMetrics,
     stopping: threading.Event,
+    health: ports.DeviceHealthSource | None = None,
 ) -> Plugin[NodeT]:
     """Serve `driver` to the kubelet; slices follow each registration; stale entries get cleaned.
 
     Call after `driver.recover()`: the kubelet may call as soon as the socket exists.
+    With `health`, the kubelet's device-health stream is served and advertised too.
     """
     resync = SliceResync(publish, node_name=settings.node_name)
     server = grpc_server.PluginServer(
@@ -245,6 +247,7 @@ def serve(
         health_port=settings.health_port,
         # Every (re-)registration may follow a kubelet restart that wiped our slices.
         on_registered=resync.registered,
+        device_health=health,
     )
     resync.start(stopping)
     server.start()

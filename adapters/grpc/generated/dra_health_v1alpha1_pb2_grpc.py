@@ -26,7 +26,10 @@ if _version_not_supported:
 
 
 class DRAResourceHealthStub:
-    """Optional service on the DRA socket: a stream of device health updates.
+    """Optional service on the DRA socket: a stream of device health updates. The kubelet
+    (1.36+) uses it only when the plugin lists "v1alpha1.DRAResourceHealth" among the
+    supported versions of its registration; 1.34/1.35 try v1alpha1 whenever the
+    ResourceHealthStatus gate is on.
     """
 
     def __init__(self, channel):
@@ -43,7 +46,10 @@ class DRAResourceHealthStub:
 
 
 class DRAResourceHealthServicer:
-    """Optional service on the DRA socket: a stream of device health updates.
+    """Optional service on the DRA socket: a stream of device health updates. The kubelet
+    (1.36+) uses it only when the plugin lists "v1alpha1.DRAResourceHealth" among the
+    supported versions of its registration; 1.34/1.35 try v1alpha1 whenever the
+    ResourceHealthStatus gate is on.
     """
 
     def NodeWatchResources(self, request, context):
@@ -69,7 +75,10 @@ def add_DRAResourceHealthServicer_to_server(servicer, server):
 
  # This class is part of an EXPERIMENTAL API.
 class DRAResourceHealth:
-    """Optional service on the DRA socket: a stream of device health updates.
+    """Optional service on the DRA socket: a stream of device health updates. The kubelet
+    (1.36+) uses it only when the plugin lists "v1alpha1.DRAResourceHealth" among the
+    supported versions of its registration; 1.34/1.35 try v1alpha1 whenever the
+    ResourceHealthStatus gate is on.
     """
 
     @staticmethod

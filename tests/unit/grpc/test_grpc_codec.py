@@ -14,12 +14,14 @@ from hypothesis import strategies as st
 
 from adapters.grpc import _codec
 from adapters.grpc.generated import (
+    dra_health_v1_pb2,
     dra_health_v1alpha1_pb2,
+    dra_health_v1beta1_pb2,
     dra_v1_pb2,
     dra_v1beta1_pb2,
     pluginregistration_v1_pb2,
 )
-from core import models, names
+from core import device_health, models, names
 
 text = st.text(max_size=12)
 uids = st.text(min_size=1, max_size=12).map(names.ClaimUID)
@@ -172,14 +174,53 @@ def test_registration_and_health_have_the_upstream_names_and_numbers() -> None:
         "plugin_registered": 1,
         "error": 2,
     }
-    watch = dra_health_v1alpha1_pb2.DESCRIPTOR.services_by_name["DRAResourceHealth"]
-    assert watch.full_name == "v1alpha1.DRAResourceHealth"
-    assert watch.methods_by_name["NodeWatchResources"].server_streaming
-    assert _fields(dra_health_v1alpha1_pb2.DeviceHealth.DESCRIPTOR) == {
-        "device": 1,
-        "health": 2,
-        "last_updated_time": 3,
-    }
+    for module, package in (
+        (dra_health_v1alpha1_pb2, "v1alpha1"),
+        (dra_health_v1beta1_pb2, "v1beta1"),
+        (dra_health_v1_pb2, "v1"),
+    ):
+        watch = module.DESCRIPTOR.services_by_name["DRAResourceHealth"]
+        assert watch.full_name == f"{package}.DRAResourceHealth"
+        assert watch.methods_by_name["NodeWatchResources"].server_streaming
+        # 4 and 5 arrived in 1.36, in v1alpha1 too.
+        assert _fields(module.DeviceHealth.DESCRIPTOR) == {
+            "device": 1,
+            "health": 2,
+            "last_updated_time": 3,
+            "health_check_timeout_seconds": 4,
+            "message": 5,
+        }
+        assert _fields(module.DeviceIdentifier.DESCRIPTOR) == {"pool_name": 1, "device_name": 2}
+        assert _fields(module.NodeWatchResourcesResponse.DESCRIPTOR) == {"devices": 1}
+        assert dict(module.HealthStatus.items()) == {"UNKNOWN": 0, "HEALTHY": 1, "UNHEALTHY": 2}
+
+
+def test_health_list_round_trips_and_reads_the_same_in_every_version() -> None:
+    entries = device_health.plan_device_health(
+        pool="node-a", published=("gpu-1", "gpu-0"),
+        observed={"gpu-0": device_health.Observation(
+            status=device_health.HealthStatus.UNHEALTHY, message="XID 79")},
+        now_s=1_700_000_000,
+    )
+    pb = _codec.health_response_to_pb(entries)
+    assert _codec.health_response_from_pb(pb) == entries
+    for module in (dra_health_v1alpha1_pb2, dra_health_v1beta1_pb2):
+        other = _codec.convert(pb, module.NodeWatchResourcesResponse)
+        assert [(d.device.device_name, module.HealthStatus.Name(d.health), d.message)
+                for d in other.devices] == [
+            ("gpu-0", "UNHEALTHY", "XID 79"), ("gpu-1", "UNKNOWN",
+                                              device_health.NOT_OBSERVED_MESSAGE)]
+
+
+def test_health_versions_are_advertised_after_the_dra_versions() -> None:
+    info = _codec.plugin_info_to_pb(
+        driver_name="d", endpoint="/e",
+        supported_versions=(*_codec.SUPPORTED_VERSIONS, *_codec.HEALTH_VERSIONS),
+    )
+    assert list(info.supported_versions) == [
+        "v1.DRAPlugin", "v1beta1.DRAPlugin",
+        "v1.DRAResourceHealth", "v1beta1.DRAResourceHealth", "v1alpha1.DRAResourceHealth",
+    ]
 
 
 def test_a_shares_id_goes_to_the_kubelet_and_an_unshared_device_sends_none() -> None:
