@@ -31,6 +31,8 @@ def main() -> int:
     parser.add_argument("--only-plugin", action="store_true",
                         help="plugin figures only (with embedded CD -> RCT and IMEX daemons)")
     parser.add_argument("--only-gpu", action="store_true", help="GPU half's figures only")
+    parser.add_argument("--only-mps", action="store_true",
+                        help="the MPS prepare vs full-GPU prepare figure only")
     parser.add_argument("--only-controlplane", action="store_true",
                         help="the real control plane's figures only")
     parser.add_argument("--quick", action="store_true", help="small sizes (smoke run)")
@@ -49,6 +51,11 @@ def main() -> int:
                     "platform": platform.platform()},
     }
     # NB: each --only-* runs its own section and nothing before it.
+    if args.only_mps:
+        print("GPU half: MPS prepare (daemon Ready) vs full-GPU prepare (interleaved) ...",
+              flush=True)
+        results["gpu_mps_vs_full_gpu"] = gpu.mps_vs_full_gpu(samples=samples)
+        return _write(results, started, args.out)
     if not (args.only_plugin or args.only_gpu):
         print("real control plane: pod -> Running, CD -> workload Running, node release ...",
               flush=True)
@@ -67,6 +74,9 @@ def main() -> int:
                   flush=True)
             results["gpu_consumable_share_vs_full_gpu"] = gpu.consumable_share_vs_full_gpu(
                 samples=samples)
+            print("GPU half: MPS prepare (daemon Ready) vs full-GPU prepare (interleaved) ...",
+                  flush=True)
+            results["gpu_mps_vs_full_gpu"] = gpu.mps_vs_full_gpu(samples=samples)
     if args.only_gpu:
         return _write(results, started, args.out)
     with tempfile.TemporaryDirectory(prefix="cd-bench-", dir=os.getcwd()) as tmp:

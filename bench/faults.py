@@ -16,6 +16,17 @@ restarts the plugin without the fault, and checks what a kubelet relies on:
 - the checkpoint and the CDI directory agree;
 - the operation cut short can be retried, and the node can prepare a new claim.
 
+Mode `mps` runs the GPU plugin (`python -m apps.gpuplugin`, gate MPSSupport, simulated
+hgx-h100) instead, every claim an MPS claim of its own GPU: besides the file steps it is also
+killed right before each compute mode set and each MPS daemon started, awaited or stopped
+(`apps.gpuplugin.fault_marked`). The harness plays the node's deployment controller and kubelet
+for the daemons' Deployments (`apps.cli.mps_runner`: the real wrapper, the stand-in
+`nvidia-cuda-mps-control`), so a daemon outlives a killed plugin as it would on a node. It
+further checks that, after the restart, exactly the prepared claims have a daemon Deployment
+and their GPUs are in EXCLUSIVE_PROCESS, and that once every claim is unprepared (or swept)
+no Deployment, daemon pod or daemon directory is left, every GPU is back in DEFAULT and no
+checkpoint entry remains, also after one more restart.
+
 The plugin runs as `python -m apps.kubeletplugin` against an embedded API server, driven
 over its real gRPC sockets. The last line of the output is the summary
 `faults: <points> injection points x <modes> modes, <n> consistent, <m> inconsistent`
@@ -37,6 +48,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
+from typing import Any
 
 from adapters.fs import _atomic
 from adapters.fs import cdi as fs_cdi
@@ -44,14 +56,24 @@ from adapters.fs import checkpoints as fs_checkpoints
 from adapters.grpc import client as grpc_client
 from adapters.memory import apiserver
 from adapters.memory import cluster as memory_cluster
-from adapters.nvml import simulated
+from adapters.nvml import gpu_simulation, simulated
+from adapters.nvsmi import simulated as nvsmi_simulated
+from apps.cli import gpu_demo, mps_runner
+from apps.gpuplugin import settings as gpu_settings
 from apps.kubeletplugin import settings as cd_settings
-from core import errors, kinds, models, names
+from bench import gpu as gpu_bench
+from core import errors, gates, kinds, models, names
 from core.computedomain import checkpoint_records as cd_records
+from core.gpu import cdi as gpu_cdi
+from core.gpu import checkpoint_records as gpu_records
+from core.gpu import mps
 
 PROFILE = "gb200-nvl72"
 NAMESPACE = "faults"
-MODES: tuple[str, ...] = ("hostManaged", "driverManaged")
+MPS_MODE = "mps"
+MODES: tuple[str, ...] = ("hostManaged", "driverManaged", MPS_MODE)
+GPU_PROFILE = "hgx-h100"
+DRIVER_NAMESPACE = "nvidia-dra-driver"
 START_TIMEOUT_S = 90.0
 CALL_TIMEOUT_S = 30.0
 EXIT_TIMEOUT_S = 30.0
@@ -133,11 +155,12 @@ class Summary:
 class PluginProcess:
     """`python -m apps.kubeletplugin` with its output in a file (a full pipe would stall it)."""
 
-    def __init__(self, args: Sequence[str], *, env: dict[str, str], log_path: pathlib.Path):
+    def __init__(self, args: Sequence[str], *, env: dict[str, str], log_path: pathlib.Path,
+                 module: str = "apps.kubeletplugin"):
         self.log_path = log_path
         self._log = open(log_path, "ab")  # noqa: SIM115 - closed in reap()
         self.popen = subprocess.Popen(
-            [sys.executable, "-m", "apps.kubeletplugin", *args],
+            [sys.executable, "-m", module, *args],
             env=env, stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT,
         )
 
@@ -170,6 +193,10 @@ class PluginDied(Exception):
 
 class Node:
     """One simulated node: its directories, the embedded API server, and claims it knows."""
+
+    module = "apps.kubeletplugin"
+    driver = names.DRIVER_NAME
+    codec: Any = cd_records.CODEC
 
     def __init__(self, root: pathlib.Path, *, mode: str) -> None:
         self.root = root
@@ -275,7 +302,16 @@ class Node:
             env[_atomic.FAULT_ENV] = fault
         if trace is not None:
             env[_atomic.FAULT_TRACE_ENV] = str(trace)
-        args = [
+        log_path = self.root / f"plugin-{len(self._processes)}.log"
+        process = PluginProcess(self.plugin_args(), env=env, log_path=log_path,
+                                module=self.module)
+        self._processes.append(process)
+        self._wait_registered(process)
+        return process
+
+    def plugin_args(self) -> list[str]:
+        """The plugin's flags for this node."""
+        return [
             "--node-name", self.node, "--namespace", "nvidia-dra-driver",
             "--nvml", f"simulated:{PROFILE}",
             "--proc-devices", str(self.root / "devices"),
@@ -286,14 +322,9 @@ class Node:
             "--health-port", "0", "--metrics-port", "0", "--retry-budget-seconds", "1",
             *_MODE_FLAGS[self.mode],
         ]
-        log_path = self.root / f"plugin-{len(self._processes)}.log"
-        process = PluginProcess(args, env=env, log_path=log_path)
-        self._processes.append(process)
-        self._wait_registered(process)
-        return process
 
     def _wait_registered(self, process: PluginProcess) -> None:
-        socket = self.root / "registry" / names.REGISTRATION_SOCKET_NAME
+        socket = self.root / "registry" / f"{self.driver}-reg.sock"
         deadline = time.monotonic() + START_TIMEOUT_S
         while True:
             if not process.running:
@@ -360,7 +391,7 @@ class Node:
     def entries(self) -> dict[str, models.ClaimState]:
         """Live checkpoint entries (tombstones left out); DecodeError if unreadable."""
         # snapshot + journal
-        decoded = fs_checkpoints.read_checkpoint(str(self.checkpoint_path), cd_records.CODEC)
+        decoded = fs_checkpoints.read_checkpoint(str(self.checkpoint_path), self.codec)
         if decoded is None:
             return {}
         return {str(uid): e.state for uid, e in decoded.entries.items()
@@ -377,6 +408,149 @@ class Node:
             return ids
         known = {f"{spec.get('kind', '')}={d.get('name', '')}" for d in spec.get("devices", ())}
         return [i for i in ids if i not in known]
+
+
+class MpsNode(Node):
+    """A simulated GPU node whose plugin runs MPS claims, each on a GPU of its own.
+
+    The harness process runs the daemons' Deployments (`mps_runner.MpsRunner`) as the node's
+    kubelet would: a daemon outlives a killed plugin. The stand-in nvidia-smi records every
+    compute mode set, so a GPU's mode is the last one set on it (DEFAULT if none).
+    """
+
+    module = "apps.gpuplugin"
+    driver = names.GPU_DRIVER_NAME
+    codec = gpu_records.CODEC
+
+    def __init__(self, root: pathlib.Path, *, mode: str) -> None:
+        self.root = root
+        self.mode = mode
+        self.node = gpu_demo.NODE_NAME
+        self.cluster = memory_cluster.InMemoryCluster()
+        self.server = apiserver.EmbeddedAPIServer(self.cluster).start()
+        self.kubeconfig = root / "kubeconfig"
+        self.server.write_kubeconfig(str(self.kubeconfig))
+        self.files = gpu_demo.lay_out_node_files(str(root / "host"), profile=GPU_PROFILE,
+                                                 node_name=self.node)
+        self.cluster.create(kinds.NODE.kind, gpu_demo.node_object(self.node))
+        self.cdi = fs_cdi.CDIDirectory(str(root / "cdi"), file_name=gpu_cdi.spec_file_name)
+        inventory = gpu_simulation.simulated_gpus(GPU_PROFILE, node_name=self.node)
+        self.gpu_uuids = {g.name: g.uuid for g in inventory.gpu_inventory().gpus}
+        self.gpu_of: dict[str, str] = {}
+        self._processes: list[PluginProcess] = []
+        self.runner = mps_runner.MpsRunner(self.cluster, namespace=DRIVER_NAMESPACE)
+
+    @property
+    def checkpoint_path(self) -> pathlib.Path:
+        return self.plugin_dir / gpu_settings.CHECKPOINT_FILE
+
+    def close(self) -> None:
+        for process in self._processes:
+            process.reap()
+        self.runner.close()
+        self.server.stop()
+        self.cluster.close()
+
+    def plugin_args(self) -> list[str]:
+        return [
+            "--node-name", self.node, "--namespace", DRIVER_NAMESPACE,
+            "--nvml", f"simulated:{GPU_PROFILE}",
+            "--nvidia-driver-root", self.files.driver_root, "--dev-root", self.files.dev_root,
+            "--proc-devices", self.files.proc_devices,
+            "--boot-id-path", self.files.boot_id_path,
+            "--sysfs-root", str(self.root / "sys"),
+            "--plugin-dir", str(self.plugin_dir),
+            "--registry-dir", str(self.root / "registry"),
+            "--cdi-root", self.cdi.root, "--kubeconfig", str(self.kubeconfig),
+            "--health-port", "0", "--metrics-port", "0", "--retry-budget-seconds", "1",
+            "--feature-gates", f"{gates.MPS_SUPPORT}=true", "--mps-image", "faults:mps",
+            "--mps-shm-tmpfs", "false",
+        ]
+
+    def claim(self, name: str) -> models.ClaimRef:
+        """An MPS claim of the next unused GPU, allocated to a pod on this node."""
+        device = f"gpu-{len(self.gpu_of)}"
+        pod = self.cluster.create(kinds.POD.kind, {
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": f"{name}-pod", "namespace": NAMESPACE},
+            "spec": {"nodeName": self.node, "containers": [{"name": "main", "image": "x"}]},
+        })
+        created = self.cluster.create(kinds.RESOURCE_CLAIM.kind, {
+            "apiVersion": names.DRA_GROUP_VERSION, "kind": "ResourceClaim",
+            "metadata": {"name": name, "namespace": NAMESPACE},
+            "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {
+                "deviceClassName": "gpu.nvidia.com"}}]}},
+        })
+        self.cluster.patch(
+            kinds.RESOURCE_CLAIM.kind, namespace=NAMESPACE, name=name, subresource="status",
+            patch={"status": {
+                "allocation": {"devices": {
+                    "results": [{"request": "gpu", "driver": self.driver, "pool": self.node,
+                                 "device": device}],
+                    "config": [gpu_bench.MPS_CONFIG],
+                }},
+                "reservedFor": [{"resource": "pods", "name": f"{name}-pod",
+                                 "uid": pod["metadata"]["uid"]}],
+            }},
+        )
+        uid = str(created["metadata"]["uid"])
+        self.gpu_of[uid] = device
+        return models.ClaimRef(uid=names.ClaimUID(uid), namespace=NAMESPACE, name=name)
+
+    # ------------------------------------------------------------ what MPS left
+
+    def compute_mode(self, device: str) -> str:
+        """The compute mode last set on `device`'s GPU (DEFAULT when never set)."""
+        uuid = self.gpu_uuids[device]
+        mode = mps.ComputeMode.DEFAULT.value
+        for call in nvsmi_simulated.calls(os.path.dirname(self.files.nvidia_smi)):
+            words = call.split()
+            if words[:3] == ["-i", uuid, "-c"] and len(words) > 3:
+                mode = words[3]
+        return mode
+
+    def daemon_claims(self) -> dict[str, str]:
+        """The claim UID of every daemon Deployment, by Deployment name."""
+        return {
+            str(d["metadata"]["name"]): str(d["metadata"]["labels"].get(mps.LABEL_CLAIM, ""))
+            for d in self.cluster.list(kinds.DEPLOYMENT.kind, namespace=DRIVER_NAMESPACE).items
+        }
+
+    def daemon_pods(self) -> list[str]:
+        return [str(p["metadata"]["name"]) for p in self.cluster.list(
+            kinds.POD.kind, namespace=DRIVER_NAMESPACE,
+            label_selector={mps.LABEL_COMPONENT: "true"}).items]
+
+    def daemon_dirs(self) -> list[str]:
+        root = self.plugin_dir / mps.CONTROL_FILES_DIR
+        return sorted(n for n in os.listdir(root) if (root / n).is_dir()) if root.is_dir() else []
+
+    def mps_problems(self, held: Sequence[models.ClaimRef], *, when: str) -> list[str]:
+        """Exactly the claims `held` have a daemon (Deployment, directories) and an
+        EXCLUSIVE_PROCESS GPU; every other GPU is DEFAULT; nothing held: no daemon pod."""
+        wanted = {str(ref.uid) for ref in held}
+        problems = [f"{when}: daemon Deployment {name} runs for claim {uid}, not prepared"
+                    for name, uid in sorted(self.daemon_claims().items()) if uid not in wanted]
+        running = set(self.daemon_claims().values())
+        problems += [f"{when}: prepared claim {ref.name} has no daemon Deployment"
+                     for ref in held if str(ref.uid) not in running]
+        problems += [f"{when}: daemon directory {d} of no prepared claim is left"
+                     for d in self.daemon_dirs() if not any(d.startswith(u) for u in wanted)]
+        if not held:
+            problems += [f"{when}: daemon pod {p} is left" for p in self.daemon_pods()]
+        exclusive = {self.gpu_of[u] for u in wanted if u in self.gpu_of}
+        for device in sorted(self.gpu_uuids):
+            mode = self.compute_mode(device)
+            expected = (mps.ComputeMode.EXCLUSIVE_PROCESS if device in exclusive
+                        else mps.ComputeMode.DEFAULT)
+            if mode != expected:
+                problems.append(f"{when}: {device} is in compute mode {mode}, not {expected}")
+        return problems
+
+
+def new_node(root: pathlib.Path, *, mode: str) -> Node:
+    """The node of `mode`: a ComputeDomain node, or a GPU node running MPS claims."""
+    return MpsNode(root, mode=mode) if mode == MPS_MODE else Node(root, mode=mode)
 
 
 # ---------------------------------------------------------------- one operation
@@ -487,12 +661,38 @@ def _check(node: Node, ledger: Ledger) -> list[str]:
             ledger.prepared.pop(str(ref.uid), None)
             ledger.unprepared[str(ref.uid)] = ref
         ledger.in_flight = None
-    problems += _reprepare(node, node.claim("fresh"), expect_ids=None,
-                           what="prepare of a new claim")
+    fresh = node.claim("fresh")
+    fresh_problems = _reprepare(node, fresh, expect_ids=None, what="prepare of a new claim")
+    problems += fresh_problems
+    if isinstance(node, MpsNode):
+        held = [ref for ref, _ids in ledger.prepared.values()]
+        held += [] if fresh_problems else [fresh]
+        problems += node.mps_problems(held, when="after the restart")
+        problems += _drain(node, ledger, held)
     if ledger.unprepared or ledger.deleted:
         node.last_process.reap()
         again = _restart_and_look(node, ledger, cleaned_before=True)
+        if isinstance(node, MpsNode):
+            again += node.mps_problems((), when="after one more restart")
         problems += [p for p in again if p not in problems]
+    return problems
+
+
+def _drain(node: MpsNode, ledger: Ledger, held: Sequence[models.ClaimRef]) -> list[str]:
+    """Unprepare every claim still prepared; then nothing of MPS may be left on the node."""
+    problems = []
+    for ref in held:
+        result = node.unprepare(ref)
+        if result.error:
+            problems.append(f"unprepare of {ref.name} failed: {result.error}")
+            continue
+        ledger.prepared.pop(str(ref.uid), None)
+        ledger.unprepared[str(ref.uid)] = ref
+    problems += node.mps_problems((), when="after every claim was unprepared")
+    entries = _safe_entries(node)
+    if entries:
+        problems.append(f"after every claim was unprepared: checkpoint entries left: "
+                        f"{sorted(entries)}")
     return problems
 
 
@@ -589,7 +789,7 @@ def trace_operation(mode: str, operation: Operation) -> list[str]:
     """
     root = _new_root()
     trace = root / "trace"
-    node = Node(root, mode=mode)
+    node = new_node(root, mode=mode)
     mark = [0]
 
     def traced() -> None:
@@ -630,7 +830,7 @@ def run_case(case: Case, *, keep_failed: bool = False) -> Verdict:
     named in the verdict.
     """
     root = _new_root()
-    node = Node(root, mode=case.mode)
+    node = new_node(root, mode=case.mode)
     ledger = Ledger()
     killed = False
     try:

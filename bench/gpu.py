@@ -10,6 +10,13 @@
   published with `--consumable-shares=unlimited`; another share of gpu-0 held throughout, so
   every prepare runs the equal-config overlap check) against a full-GPU prepare on a node
   without shares, interleaved in the same run; reported as p50/p99/n and their ratios.
+- `mps_vs_full_gpu` (issue 20): prepare of one MPS claim of gpu-0 (gate MPSSupport), which
+  answers only once the claim's control daemon Deployment is Ready, against a full-GPU prepare
+  on a node without the gate, interleaved in the same run. The daemon is real as far as this
+  machine allows: `apps.cli.mps_runner` plays deployment controller and kubelet, running our
+  wrapper, which starts the stand-in `nvidia-cuda-mps-control` (a Python process) and sends it
+  the settings; compute modes go through the stand-in `nvidia-smi`. Unprepare (the daemon
+  quit, its pod gone, DEFAULT again) is reported too. p50/p99/n and their ratios.
 """
 
 from __future__ import annotations
@@ -38,9 +45,11 @@ START_GOAL_S = 1.0
 
 def _gpu_claims(
     node: gpu_demo.GpuNode, count: int, *, device: str, shared: bool = False, first: int = 0,
+    config: tuple[dict[str, Any], ...] = (),
 ) -> list[models.ClaimRef]:
     """`count` claims allocated `device` (as the scheduler would) and reserved for a pod; with
-    `shared`, each result is a consumable share (a shareID, one share consumed)."""
+    `shared`, each result is a consumable share (a shareID, one share consumed); `config` is
+    the allocation's device config (e.g. a GpuConfig)."""
     cluster = node.cluster
     node_name = node.settings.node_name
     refs = []
@@ -58,7 +67,7 @@ def _gpu_claims(
         if shared:
             result["shareID"] = str(uuid.uuid4())
             result["consumedCapacity"] = {"memory": "0"}
-        allocation = {"devices": {"results": [result], "config": []}}
+        allocation = {"devices": {"results": [result], "config": list(config)}}
         reserved = [{"resource": "pods", "name": f"{name}-pod", "uid": pod["metadata"]["uid"]}]
         cluster.patch(kinds.RESOURCE_CLAIM.kind, namespace=gpu_demo.NAMESPACE, name=name,
                       patch={"status": {"allocation": allocation, "reservedFor": reserved}},
@@ -221,5 +230,64 @@ def consumable_share_vs_full_gpu(*, samples: int) -> dict[str, Any]:
         }
     finally:
         for node in (share_node, full_node):
+            if node is not None:
+                node.stop()
+
+
+# The allocation config of an MPS claim (as the scheduler copies it from the claim).
+MPS_CONFIG: dict[str, Any] = {
+    "source": "FromClaim", "requests": ["gpu"],
+    "opaque": {"driver": GPU_DRIVER, "parameters": {
+        "apiVersion": "resource.nvidia.com/v1beta1", "kind": "GpuConfig",
+        "sharing": {"strategy": "MPS", "mpsConfig": {
+            "defaultActiveThreadPercentage": 50, "defaultPinnedDeviceMemoryLimit": "10Gi"}},
+    }},
+}
+
+
+def mps_vs_full_gpu(*, samples: int) -> dict[str, Any]:
+    """One MPS claim of gpu-0 (its daemon Ready before the answer) vs one full GPU: prepare
+    and unprepare, interleaved sample by sample."""
+    full_node: gpu_demo.GpuNode | None = None
+    mps_node: gpu_demo.GpuNode | None = None
+    try:
+        full_node = gpu_demo.start_gpu_node("", profile=PROFILE)
+        mps_node = gpu_demo.start_gpu_node("", profile=PROFILE,
+                                           feature_gates=gpu_demo.MPS_GATES)
+        full_refs = _gpu_claims(full_node, samples, device="gpu-0")
+        mps_refs = _gpu_claims(mps_node, samples, device="gpu-0", config=(MPS_CONFIG,))
+        timings: dict[str, list[float]] = {
+            "full_gpu_prepare": [], "mps_prepare": [], "full_gpu_unprepare": [],
+            "mps_unprepare": [],
+        }
+        sides = (("full_gpu", full_node.kubelet, full_refs),
+                 ("mps", mps_node.kubelet, mps_refs))
+        for i in range(samples):
+            for side, kubelet, refs in sides if i % 2 == 0 else sides[::-1]:
+                for step, call in (("prepare", kubelet.prepare), ("unprepare", kubelet.unprepare)):
+                    started = time.perf_counter()
+                    result = call(GPU_DRIVER, (refs[i],))
+                    timings[f"{side}_{step}"].append(time.perf_counter() - started)
+                    scenarios._checked(result)
+        left = mps_node.cluster.list(kinds.DEPLOYMENT.kind,
+                                     namespace=mps_node.settings.namespace).items
+        if left:
+            raise errors.PermanentError(f"{len(left)} MPS daemon Deployment(s) left after the run")
+        summary = {name: stats.summarize(values) for name, values in timings.items()}
+        return {
+            "samples": samples,
+            "profile": PROFILE,
+            "mps_daemon": "apps.cli.mps_runner + stand-in nvidia-cuda-mps-control",
+            "mps_ready_poll_ms": gpu_demo.MPS_POLL_S * 1000,
+            **summary,
+            "mps_prepare_p50_over_full_gpu_prepare_p50": scenarios._ratio(
+                summary["mps_prepare"]["p50_ms"], summary["full_gpu_prepare"]["p50_ms"]),
+            "mps_prepare_p99_over_full_gpu_prepare_p99": scenarios._ratio(
+                summary["mps_prepare"]["p99_ms"], summary["full_gpu_prepare"]["p99_ms"]),
+            "mps_unprepare_p50_over_full_gpu_unprepare_p50": scenarios._ratio(
+                summary["mps_unprepare"]["p50_ms"], summary["full_gpu_unprepare"]["p50_ms"]),
+        }
+    finally:
+        for node in (mps_node, full_node):
             if node is not None:
                 node.stop()

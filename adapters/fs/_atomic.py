@@ -24,6 +24,7 @@ import threading
 from typing import Final
 
 from core import names
+from core.gpu import cdi as gpu_cdi
 
 TEMP_SUFFIX = ".tmp"
 
@@ -46,14 +47,27 @@ JOURNAL_FSYNC: Final = "journal.fsync"
 JOURNAL_CREATE_DIR_FSYNC: Final = "journal.dir-fsync"
 JOURNAL_TRUNCATE: Final = "journal.truncate"
 JOURNAL_POINTS: Final = (JOURNAL_APPEND, JOURNAL_FSYNC, JOURNAL_CREATE_DIR_FSYNC, JOURNAL_TRUNCATE)
+# The GPU half's device actions that outlive the plugin (a GPU's compute mode, an MPS control
+# daemon's Deployment): not file writes, but steps a kill between must leave undoable. The GPU
+# plugin marks each right before it runs (`apps.gpuplugin.fault_marked`).
+COMPUTE_MODE: Final = "gpu.compute-mode"
+MPS_START: Final = "mps.start"
+MPS_AWAIT: Final = "mps.await"
+MPS_STOP: Final = "mps.stop"
+GPU_ACTION_POINTS: Final = (COMPUTE_MODE, MPS_START, MPS_AWAIT, MPS_STOP)
 FAULT_POINTS: Final = (
     *(f"{kind}.{step}" for kind in FILE_KINDS for step in WRITE_STEPS),
     CDI_UNLINK,
     UNLINKED_DIR_FSYNC,
     *JOURNAL_POINTS,
+    *GPU_ACTION_POINTS,
 )
 
-_CDI_PREFIX: Final = names.cdi_spec_file_name("").rsplit(".", 1)[0]
+# Both halves' CDI spec files (the rest written here are checkpoints).
+_CDI_PREFIXES: Final = tuple(
+    spec_file_name("").rsplit(".", 1)[0]
+    for spec_file_name in (names.cdi_spec_file_name, gpu_cdi.spec_file_name)
+)
 
 
 def is_temp_file(name: str, target_prefix: str = "") -> bool:
@@ -128,7 +142,7 @@ def _hit(point: str) -> None:
 
 
 def _file_kind(base: str) -> str:
-    return "cdi" if base.startswith(_CDI_PREFIX) else "checkpoint"
+    return "cdi" if base.startswith(_CDI_PREFIXES) else "checkpoint"
 
 
 def fsync_directory(directory: str) -> None:

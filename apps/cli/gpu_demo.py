@@ -24,18 +24,21 @@ from adapters.fs import driverroot, simulated_driverroot
 from adapters.grpc import kubelet_emulator
 from adapters.memory import allocator as memory_allocator
 from adapters.memory import cluster as memory_cluster
+from adapters.mps import daemons as mps_daemons
+from adapters.mps import hostdirs as mps_hostdirs
 from adapters.mps import simulated as mps_simulated
 from adapters.nvml import gpu_simulation
 from adapters.nvml import simulated as nvml_simulated
 from adapters.nvsmi import simulated as nvsmi_simulated
 from adapters.nvsmi import timeslice
-from apps.cli import embedded, gpu_shares_demo
+from apps.cli import embedded, gpu_mps_demo, gpu_shares_demo, mps_runner
+from apps.gpuplugin import mps_daemon
 from apps.gpuplugin import settings as gpu_settings
 from apps.gpuplugin import wiring as gpu_wiring
 from core import errors, gates, kinds, models, names
 from core.gpu import cdi as gpu_cdi
 from core.gpu import checkpoint_records as gpu_records
-from core.gpu import deviceclasses
+from core.gpu import deviceclasses, mps
 from core.gpu import shares as gpu_shares
 
 DRIVER = gpu_settings.DRIVER_NAME
@@ -43,6 +46,11 @@ DRIVER = gpu_settings.DRIVER_NAME
 SHARES_PER_GPU = "2"
 NAMESPACE = "gpu-demo"
 NODE_NAME = "gpu-node-0"
+# The image the MPS daemons' Deployments name; the demo's MpsRunner runs our wrapper in-process.
+MPS_IMAGE = "nvidia-dra-driver:demo"
+# How often the plugin looks whether a daemon is Ready (the bench measures through it).
+MPS_POLL_S = 0.002
+MPS_GATES = f"{gates.MPS_SUPPORT}=true"
 Say = Callable[[str], None]
 
 # The chart's DeviceClasses of the GPU half (helm templates deviceclass-gpu.yaml and
@@ -109,14 +117,20 @@ def lay_out_node_files(root: str, *, profile: str, node_name: str) -> NodeFiles:
 
 
 def plugin_settings(
-    root: str, *, node_name: str, profile: str, files: NodeFiles, consumable_shares: str = ""
+    root: str, *, node_name: str, profile: str, files: NodeFiles, consumable_shares: str = "",
+    feature_gates: str = "",
 ) -> gpu_settings.Settings:
     """The GPU plugin's settings for a simulated node whose state lives under `root`; with
-    `consumable_shares` (a `--consumable-shares` value), gate ConsumableShares on too."""
+    `consumable_shares` (a `--consumable-shares` value), gate ConsumableShares on too, beside
+    `feature_gates` (`--feature-gates`, e.g. "MPSSupport=true")."""
+    given = [g for g in (feature_gates,
+                         f"{gates.CONSUMABLE_SHARES}=true" if consumable_shares else "") if g]
     return gpu_settings.Settings(
         node_name=node_name,
         namespace="nvidia-dra-driver",
-        feature_gates=f"{gates.CONSUMABLE_SHARES}=true" if consumable_shares else "",
+        feature_gates=",".join(given),
+        mps_image=MPS_IMAGE,
+        mps_shm_tmpfs=False,
         consumable_shares=consumable_shares or "disabled",
         cdi_root=os.path.join(root, "cdi"),
         plugin_dir=os.path.join(root, "plugin"),
@@ -160,24 +174,47 @@ class GpuNode:
     profile: str
     workdir: str
     owns_workdir: bool
+    # With gate MPSSupport: plays deployment controller and kubelet for the daemons.
+    mps_runner: mps_runner.MpsRunner | None = None
 
     def stop(self) -> None:
-        """Stop kubelet, plugin and cluster; remove the workdir when it was made here."""
+        """Stop kubelet, plugin, MPS daemons and cluster; remove the workdir when made here."""
         self.kubelet.close()
         self.plugin.stop(grace_s=0.5)
+        if self.mps_runner is not None:
+            self.mps_runner.close()
         self.cluster.close()
         if self.owns_workdir:
             shutil.rmtree(self.workdir, ignore_errors=True)
+
+
+def mps_daemons_of(
+    cluster: memory_cluster.InMemoryCluster, settings: gpu_settings.Settings, files: NodeFiles,
+) -> mps_daemons.DeploymentMpsDaemons:
+    """The MPS daemons port as the plugin's `__main__` wires it (Deployments in the driver's
+    namespace), with shm a plain directory (no mount privilege here) and a fine Ready poll."""
+    host = mps.DaemonHost(
+        namespace=settings.namespace, node_name=settings.node_name, image=settings.mps_image,
+        command=("gpu-kubelet-plugin", mps_daemon.SUBCOMMAND),
+        host_driver_root=files.driver_root, control_root=settings.mps_control_root,
+    )
+    return mps_daemons.DeploymentMpsDaemons(
+        cluster, host=host,
+        dirs=mps_hostdirs.MpsHostDirs(settings.mps_control_root, tmpfs=settings.mps_shm_tmpfs),
+        ready_timeout_s=settings.mps_ready_timeout_s, gone_timeout_s=20.0, poll_s=MPS_POLL_S,
+    )
 
 
 def start_plugin(
     cluster: memory_cluster.InMemoryCluster, settings: gpu_settings.Settings, files: NodeFiles,
     *, profile: str,
 ) -> gpu_wiring.Plugin[models.NodeFacts]:
-    """Start the GPU plugin in this process for a simulated node (no registration wait)."""
+    """Start the GPU plugin in this process for a simulated node (no registration wait);
+    with gate MPSSupport it runs MPS daemons as Deployments in `cluster`."""
     resolved = gates.resolve_gates(gates.parse_feature_gates(settings.feature_gates))
     with open(files.boot_id_path, encoding="utf-8") as handle:
         boot_id = handle.read().strip()
+    smi = timeslice.NvidiaSmiTimeSlicer(files.nvidia_smi)
     return gpu_wiring.start_gpu_plugin(
         settings,
         cluster=cluster,
@@ -187,16 +224,22 @@ def start_plugin(
         ),
         gates=resolved,
         boot_id=boot_id,
-        time_slicer=timeslice.NvidiaSmiTimeSlicer(files.nvidia_smi),
+        time_slicer=smi,
         consumable=gpu_shares.parse_consumable_shares(settings.consumable_shares, gates=resolved),
+        compute_mode=smi,
+        mps_daemons=(mps_daemons_of(cluster, settings, files)
+                     if resolved.enabled(gates.MPS_SUPPORT) else None),
     )
 
 
 def start_gpu_node(
-    workdir: str, *, profile: str, node_name: str = NODE_NAME, consumable_shares: str = ""
+    workdir: str, *, profile: str, node_name: str = NODE_NAME, consumable_shares: str = "",
+    feature_gates: str = "",
 ) -> GpuNode:
     """Bring up the in-memory cluster and one registered GPU plugin with its slice published
-    (GPUs shared by consumable capacity when `consumable_shares` is given, e.g. "2").
+    (GPUs shared by consumable capacity when `consumable_shares` is given, e.g. "2"; the
+    plugin's `--feature-gates` are `feature_gates`). With MPSSupport among them, an
+    `MpsRunner` runs the daemons' Deployments (stopped with the node).
 
     ConfigError listing the profiles for an unknown one.
     """
@@ -209,11 +252,20 @@ def start_gpu_node(
     try:
         files = lay_out_node_files(root, profile=profile, node_name=node_name)
         settings = plugin_settings(root, node_name=node_name, profile=profile, files=files,
-                                   consumable_shares=consumable_shares)
+                                   consumable_shares=consumable_shares,
+                                   feature_gates=feature_gates)
         cluster.create(kinds.NODE.kind, node_object(node_name))
         for device_class in device_class_objects():
             cluster.create(kinds.DEVICE_CLASS.kind, device_class)
-        plugin = start_plugin(cluster, settings, files, profile=profile)
+        resolved = gates.resolve_gates(gates.parse_feature_gates(settings.feature_gates))
+        runner = (mps_runner.MpsRunner(cluster, namespace=settings.namespace)
+                  if resolved.enabled(gates.MPS_SUPPORT) else None)
+        try:
+            plugin = start_plugin(cluster, settings, files, profile=profile)
+        except BaseException:
+            if runner is not None:
+                runner.close()
+            raise
     except BaseException:
         cluster.close()
         if owned:
@@ -223,7 +275,7 @@ def start_gpu_node(
     node = GpuNode(
         cluster=cluster, allocator=memory_allocator.Allocator(cluster), plugin=plugin,
         kubelet=kubelet, settings=settings, files=files, profile=profile, workdir=root,
-        owns_workdir=owned,
+        owns_workdir=owned, mps_runner=runner,
     )
     try:
         kubelet.wait_for_plugin(DRIVER, timeout_s=10)
@@ -374,6 +426,7 @@ def run(profile: str, *, workdir: str) -> int:
         print(f"error: {getattr(exc, 'message', str(exc))}", file=sys.stderr)
         return 1
     shares_node: GpuNode | None = None
+    mps_node: GpuNode | None = None
     try:
         try:
             stand_in = (" (stand-in device nodes: not root)"
@@ -389,6 +442,15 @@ def run(profile: str, *, workdir: str) -> int:
         say(f"restarted the GPU plugin with --consumable-shares={SHARES_PER_GPU} "
             f"(gate {gates.CONSUMABLE_SHARES})")
         shared = gpu_shares_demo.run_shares_story(shares_node, say=say)
+        shares_node.stop()
+        shares_node = None
+        mps_node = start_gpu_node(os.path.join(workdir, "mps") if workdir else "",
+                                  profile=profile, feature_gates=MPS_GATES)
+        say(f"restarted the GPU plugin with --feature-gates={MPS_GATES}: each MPS claim gets "
+            f"its own control daemon Deployment in {mps_node.settings.namespace} (here this "
+            "demo plays their deployment controller and kubelet, running the real wrapper and "
+            "a stand-in nvidia-cuda-mps-control)")
+        with_mps = gpu_mps_demo.run_mps_story(mps_node, say=say)
     except (errors.DriverError, memory_allocator.AllocationError) as exc:
         print(f"error: {exc.message}", file=sys.stderr)
         return 1
@@ -396,11 +458,12 @@ def run(profile: str, *, workdir: str) -> int:
         print(f"error: {errno.errorcode.get(exc.errno or 0, '?')}: {exc}", file=sys.stderr)
         return 1
     finally:
-        if shares_node is not None:
-            shares_node.stop()
+        for started_node in (shares_node, mps_node):
+            if started_node is not None:
+                started_node.stop()
     ok = (report.leftover_cdi_files == 0 and report.leftover_checkpoint_entries == 0
-          and shared.clean and len(set(shared.allocated.values())) == 1)
-    prepared = len(report.cdi_ids) + len(shared.allocated)
+          and shared.clean and len(set(shared.allocated.values())) == 1 and with_mps.clean)
+    prepared = len(report.cdi_ids) + len(shared.allocated) + 1
     print(f"done in {time.monotonic() - started:.1f}s: {prepared} claim(s) prepared "
           f"and unprepared, {'clean' if ok else 'NOT clean'}", flush=True)
     return 0 if ok else 1

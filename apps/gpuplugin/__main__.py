@@ -13,7 +13,7 @@ from adapters.mps import daemons as mps_daemons
 from adapters.mps import hostdirs as mps_hostdirs
 from adapters.nvml import inventory as nvml_inventory
 from adapters.nvsmi import timeslice
-from apps.gpuplugin import mps_daemon, wiring
+from apps.gpuplugin import fault_marked, mps_daemon, wiring
 from apps.gpuplugin import settings as gpu_settings
 from apps.pluginkit import process
 from apps.shell import logs, signals
@@ -113,9 +113,10 @@ def _start(
         vfio_nodes=(lambda: _vfio_nodes(vfio)) if vfio is not None else None,
         consumable=gpu_shares.parse_consumable_shares(
             settings.consumable_shares, gates=resolved_gates),
-        compute_mode=smi,
+        compute_mode=fault_marked.MarkedComputeMode(smi),
         mps_daemons=(
-            _mps_daemons(settings, cluster) if resolved_gates.enabled(gates.MPS_SUPPORT) else None
+            fault_marked.MarkedMpsDaemons(_mps_daemons(settings, cluster))
+            if resolved_gates.enabled(gates.MPS_SUPPORT) else None
         ),
     )
 

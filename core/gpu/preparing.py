@@ -597,13 +597,14 @@ def plan_gpu_unprepare(
     """Undo what the claim's checkpoint entry says was done.
 
     An unknown claim succeeds with only the (idempotent) deletion of its CDI spec; a
-    tombstone is a no-op. A claim whose entry records nothing done to its GPUs is dropped
-    before its spec is deleted, as in the ComputeDomain half. One that bound vfio functions,
-    set time-slices or started MPS daemons is undone first: spec deleted, daemons stopped and
-    their GPUs back to DEFAULT compute mode, functions given back to nvidia, time-slices
-    reset to Default (on GPUs no other claim still holds), and the entry goes
-    last: it is the only record of what to undo, so a kill part-way leaves it for the
-    kubelet's retried unprepare (every step is idempotent).
+    tombstone is a no-op. The entry is dropped before the spec is deleted, as in the
+    ComputeDomain half: a kill in between leaves a spec no entry holds (removed at start-up),
+    never a completed entry whose answer has no file. A claim that bound vfio functions, set
+    time-slices or started MPS daemons is undone before that: daemons stopped and their GPUs
+    back to DEFAULT compute mode, functions given back to nvidia, time-slices reset to
+    Default (on GPUs no other claim still holds). The entry is the only record of what to
+    undo, so a kill part-way through the undo leaves it, and its spec, for the kubelet's
+    retried unprepare (every step is idempotent).
     """
     entry = checkpoint.entries.get(ref.uid)
     if entry is None:
@@ -623,7 +624,7 @@ def plan_gpu_unprepare(
     undo = _undo_steps(entry, after=after, inventory=inventory)
     write = models.WriteCheckpoint(checkpoint=after, changed=(ref.uid,))
     delete = models.DeleteCDISpec(claim_uid=ref.uid)
-    steps: tuple[Step, ...] = (delete, *undo, write) if undo else (write, delete)
+    steps: tuple[Step, ...] = (*undo, write, delete)
     return GpuClaimOutcome(steps=steps, checkpoint=after)
 
 

@@ -3,9 +3,11 @@
 The GPU plugin runs for one simulated node, registers with the kubelet emulator, publishes its
 slice; claims allocated by the chart's DeviceClass selectors (full GPU; MIG device on the
 A100 MIG profile) are prepared and unprepared over the DRA socket; then, with consumable
-shares on, two one-share claims are given the same GPU and prepared beside each other. The
-CDI specs written are valid against the reference CDI schema; an unknown profile is refused
-with the known ones.
+shares on, two one-share claims are given the same GPU and prepared beside each other; then,
+with MPSSupport on, an MPS claim is prepared once its daemon Deployment is Ready (GPU in
+EXCLUSIVE_PROCESS, CDI env CUDA_MPS_PIPE_DIRECTORY) and unprepared back to DEFAULT with no
+Deployment left. The CDI specs written are valid against the reference CDI schema; an unknown
+profile is refused with the known ones.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "cdi"))
 
 import test_cdi_schema as cdi_schema
 
-from apps.cli import gpu_demo
+from apps.cli import gpu_demo, gpu_mps_demo
 from core import errors
 
 REPO = str(pathlib.Path(__file__).resolve().parents[3])
@@ -62,7 +64,24 @@ def test_hgx_h100_demo_publishes_eight_gpus_and_prepares_gpu_0() -> None:
         "NodePrepareResources for share-b: gpu-0 share_id=",
         "2 pods share gpu-0: both claims prepared beside each other",
         "NodeUnprepareResources for the 2 shares; left: 0 CDI spec files, 0 checkpoint entries",
-        "3 claim(s) prepared and unprepared, clean",
+        # The MPS chapter: one claim's daemon as a Deployment, the GPU exclusive meanwhile.
+        "restarted the GPU plugin with --feature-gates=MPSSupport=true",
+        "claim gpu-demo/mps-gpu (GpuConfig sharing.strategy=MPS, "
+        "defaultActiveThreadPercentage=50, defaultPinnedDeviceMemoryLimit=10Gi) allocated gpu-0",
+        "(answered once its daemon was Ready)",
+        "Deployment nvidia-dra-driver/mps-control-daemon-",
+        "readyReplicas=1, pod mps-control-daemon-",
+        "Ready=True (runs `gpu-kubelet-plugin mps-control-daemon` on gpu-node-0)",
+        "nvidia-cuda-mps-control daemon: activeThreadPercentage=50 pinnedMemLimits={'GPU-",
+        "': '10240M'}",
+        "compute mode of gpu-0 (GPU-",
+        "): EXCLUSIVE_PROCESS",
+        "env=['CUDA_MPS_PIPE_DIRECTORY=/tmp/nvidia-mps']",
+        "/pipe:/tmp/nvidia-mps'",
+        "NodeUnprepareResources for mps-gpu: daemon quit and its Deployment deleted, compute "
+        "mode of gpu-0 DEFAULT again; left: 0 MPS Deployments, 0 daemon directories, 0 CDI "
+        "spec files, 0 checkpoint entries",
+        "4 claim(s) prepared and unprepared, clean",
     ):
         assert expected in out, f"{expected!r} missing from:\n{out}"
     assert "mig.nvidia.com" not in out
@@ -83,7 +102,10 @@ def test_a100_mig_demo_prepares_a_full_gpu_and_a_mig_device() -> None:
         "NodePrepareResources for mig-slice: k8s.gpu.nvidia.com/claim=",
         "/dev/nvidia-caps/nvidia-cap",
         "2 pods share gpu-1: both claims prepared beside each other",
-        "4 claim(s) prepared and unprepared, clean",
+        "claim gpu-demo/mps-gpu (GpuConfig sharing.strategy=MPS, "
+        "defaultActiveThreadPercentage=50, defaultPinnedDeviceMemoryLimit=10Gi) allocated gpu-1",
+        "compute mode of gpu-1 DEFAULT again; left: 0 MPS Deployments",
+        "5 claim(s) prepared and unprepared, clean",
     ):
         assert expected in out, f"{expected!r} missing from:\n{out}"
 
@@ -119,3 +141,18 @@ def test_every_cdi_spec_the_story_writes_is_valid_and_nothing_is_left(profile: s
     assert (report.leftover_cdi_files, report.leftover_checkpoint_entries) == (0, 0)
     expected = {"full-gpu", "mig-slice"} if profile == "a100-mig" else {"full-gpu"}
     assert set(report.allocated) == expected
+
+
+@pytest.mark.parametrize("profile", gpu_demo.gpu_profiles())
+def test_the_mps_chapter_prepares_with_its_daemon_and_leaves_nothing(profile: str) -> None:
+    node = gpu_demo.start_gpu_node("", profile=profile, feature_gates=gpu_demo.MPS_GATES)
+    try:
+        report = gpu_mps_demo.run_mps_story(node, say=_quiet)
+        assert gpu_mps_demo.daemon_deployments(node) == ()
+        assert gpu_mps_demo.daemon_dirs(node) == ()
+    finally:
+        node.stop()
+    assert report.deployment.startswith("mps-control-daemon-") and report.ready
+    assert report.pipe_env
+    assert (report.mode_prepared, report.mode_after) == ("EXCLUSIVE_PROCESS", "DEFAULT")
+    assert report.clean, report

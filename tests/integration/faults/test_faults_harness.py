@@ -196,3 +196,53 @@ def test_an_armed_process_refuses_an_unknown_fault_point_name(tmp_path: pathlib.
     assert done.returncode == 1
     assert "unknown fault point 'cdi.unlnik'" in done.stderr
     assert (tmp_path / "trace").read_text().split() == [_atomic.CDI_UNLINK]
+
+
+# ---------------------------------------------------------------- mode mps (the GPU plugin)
+
+
+def test_the_mps_checks_name_a_stray_daemon_a_left_directory_and_an_exclusive_gpu(
+    tmp_path: pathlib.Path,
+) -> None:
+    node = faults.MpsNode(tmp_path, mode=faults.MPS_MODE)
+    try:
+        assert node.mps_problems((), when="fresh") == []
+        node.cluster.create("Deployment", {
+            "apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": "mps-control-daemon-u1-abcde",
+                         "namespace": faults.DRIVER_NAMESPACE,
+                         "labels": {"resource.nvidia.com/claimUID": "u1"}},
+            "spec": {"replicas": 0, "template": {"spec": {"containers": [], "volumes": []}}},
+        })
+        (node.plugin_dir / "mps" / "u1-abcde").mkdir(parents=True)
+        smi = pathlib.Path(node.files.nvidia_smi)
+        subprocess.run([str(smi), "-i", node.gpu_uuids["gpu-3"], "-c", "EXCLUSIVE_PROCESS"],
+                       check=True, capture_output=True)
+
+        problems = node.mps_problems((), when="now")
+    finally:
+        node.close()
+
+    assert problems == [
+        "now: daemon Deployment mps-control-daemon-u1-abcde runs for claim u1, not prepared",
+        "now: daemon directory u1-abcde of no prepared claim is left",
+        "now: gpu-3 is in compute mode EXCLUSIVE_PROCESS, not DEFAULT",
+    ]
+
+
+@pytest.mark.parametrize(("operation", "point", "hit"), [
+    # Killed after EXCLUSIVE_PROCESS was set / after the daemon's Deployment was created.
+    (faults.Operation.PREPARE, _atomic.MPS_START, 1),
+    (faults.Operation.PREPARE, _atomic.MPS_AWAIT, 1),
+    # Killed after the daemon was stopped, before DEFAULT was restored.
+    (faults.Operation.UNPREPARE, _atomic.COMPUTE_MODE, 2),
+])
+def test_a_plugin_killed_between_mps_steps_leaves_nothing_once_restarted_and_unprepared(
+    operation: faults.Operation, point: str, hit: int,
+) -> None:
+    case = faults.Case(mode=faults.MPS_MODE, operation=operation, point=point, hit=hit)
+
+    verdict = faults.run_case(case)
+
+    assert verdict.killed
+    assert verdict.consistent, verdict.line()

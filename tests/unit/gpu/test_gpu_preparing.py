@@ -504,11 +504,13 @@ def test_unprepare_of_a_started_claim_leaves_a_tombstone() -> None:
     assert again.steps == () and again.checkpoint is outcome.checkpoint
 
 
-def test_unprepare_undoes_gpu_actions_after_the_spec_and_drops_the_entry_last() -> None:
+def test_unprepare_undoes_gpu_actions_then_drops_the_entry_then_the_spec() -> None:
+    # A kill anywhere leaves the entry with its spec (undo retried) or a spec with no entry
+    # (removed at start-up), never a completed entry whose answer has no file.
     claim = f.claim("gpu-0", "gpu-vfio-0", configs=[f.config(f.time_slicing("Long"))])
     held = ok(prepare(claim)).checkpoint
     outcome = p.plan_gpu_unprepare(ref(claim), checkpoint=held, inventory=f.INVENTORY, now=1.0)
-    assert kinds(outcome) == ["DeleteCDISpec", "UnbindVfio", "SetTimeSlice", "WriteCheckpoint"]
+    assert kinds(outcome) == ["UnbindVfio", "SetTimeSlice", "WriteCheckpoint", "DeleteCDISpec"]
 
 
 def test_unprepare_of_a_started_vfio_claim_unbinds_what_it_may_have_bound() -> None:
