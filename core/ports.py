@@ -237,6 +237,29 @@ class DriverFilesLocator(Protocol):
         ...
 
 
+class MigPartitioner(Protocol):
+    """Creates and destroys MIG devices on the node's GPUs (dynamic MIG, gate DynamicMIG)."""
+
+    def create_mig_device(
+        self, placement: gpu_devices.MigPlacement
+    ) -> gpu_devices.MigDeviceInfo:
+        """Create a GPU instance at `placement` and one compute instance filling it.
+
+        Enables MIG mode first where the GPU can without a reset. Raises
+        `errors.PermanentError` where it cannot be created (unknown profile or placement,
+        memory slices or engines taken, MIG mode off and needing a reset).
+        """
+        ...
+
+    def destroy_mig_device(self, placement: gpu_devices.MigPlacement) -> bool:
+        """Destroy the MIG device at `placement` (compute instances, then the GPU instance).
+
+        False when there is none (idempotent). Leaves MIG mode once the GPU holds no MIG
+        device, where that needs no reset.
+        """
+        ...
+
+
 class TimeSlicer(Protocol):
     """Applies a compute time-slice to GPUs through the driver's own tool (nvidia-smi)."""
 

@@ -1,7 +1,7 @@
 """Adapter for the node's GPUs: real NVML (probed in a child process) and simulated profiles.
 
-Only `adapters.nvml.probe` imports `pynvml`, and it runs in its own process so that an
-NVML crash or hang cannot take the plugin down.
+Only `adapters.nvml.probe` and `adapters.nvml.migctl` import `pynvml`, and each runs in its
+own process so that an NVML crash or hang cannot take the plugin down.
 """
 
 from adapters.nvml.gpu_simulation import (
@@ -10,6 +10,7 @@ from adapters.nvml.gpu_simulation import (
     simulated_gpus,
 )
 from adapters.nvml.inventory import gpu_discovery_from_spec, inventory_from_spec
+from adapters.nvml.mig_real import NvmlMigFailed, NvmlMigPartitioner
 from adapters.nvml.real import (
     NvmlError,
     NvmlInventory,
@@ -29,6 +30,8 @@ __all__ = [
     "PROFILES",
     "NvmlError",
     "NvmlInventory",
+    "NvmlMigFailed",
+    "NvmlMigPartitioner",
     "NvmlProbeFailed",
     "NvmlUnavailable",
     "SimulatedGpus",

@@ -10,7 +10,11 @@ Profiles (one node each):
 - `gb200`: a GB200 compute tray, 4 x "NVIDIA GB200" on two Grace sockets, coherent (ATS).
 
 The GPU instance profiles (ids, memory, engine counts, placements) are NVIDIA's for these
-GPUs as `nvidia-smi mig -lgip` / `-lgipp` list them (`core.gpu.migprofiles`). UUIDs derive
+GPUs as `nvidia-smi mig -lgip` / `-lgipp` list them (`core.gpu.migprofiles`). MIG devices
+can be created and destroyed (`core.ports.MigPartitioner`) under the rules the scheduler's
+counters encode (`core.gpu.partitions`): a placement the profile lists, memory slices and
+engines not taken, MIG mode on (switched on and off without a reset on Hopper and later
+only). UUIDs derive
 from the node name (uuid5), the full GPUs' the same as `adapters.nvml.simulated` gives the
 fabric records of a node of that name, so both halves of a simulated node agree.
 """
@@ -18,11 +22,15 @@ fabric records of a node of that name, so both halves of a simulated node agree.
 from __future__ import annotations
 
 import dataclasses
+import logging
+import threading
 import uuid
 
 from adapters.nvml import simulated
 from core import errors
-from core.gpu import devices, migprofiles
+from core.gpu import devices, migprofiles, partitions
+
+logger = logging.getLogger(__name__)
 
 DRIVER_VERSION = "580.65.06"
 CUDA_DRIVER_VERSION = "13.0"
@@ -196,22 +204,150 @@ def mig_cap_minor(*, gpu_minor: int, gi_id: int, ci_id: int | None = None) -> in
 
 
 class SimulatedGpus:
-    """`core.ports.GpuDiscovery` for one node of a simulated GPU profile; the same on every call."""
+    """`core.ports.GpuDiscovery` and `core.ports.MigPartitioner` for one simulated node.
+
+    The inventory is the same on every call until a MIG device is created or destroyed;
+    the MIG state lives in this object (thread-safe), as it lives in the GPU across plugin
+    restarts on a real node.
+    """
 
     def __init__(self, *, profile: str, node_name: str = DEFAULT_NODE_NAME) -> None:
         self.profile = gpu_profile(profile)
         self.node_name = node_name
-        self._inventory = _inventory(self.profile, node_name=node_name)
+        self._lock = threading.Lock()
+        self._gpus = list(self.profile.gpus)
+        self._inventory = _inventory(self.profile, self._gpus, node_name=node_name)
 
     def __repr__(self) -> str:
         return f"SimulatedGpus(profile={self.profile.name!r}, node_name={self.node_name!r})"
 
     def gpu_inventory(self) -> devices.GpuInventory:
         """The node's GPUs and MIG devices (no VFIO functions)."""
-        return self._inventory
+        with self._lock:
+            return self._inventory
+
+    def create_mig_device(self, placement: devices.MigPlacement) -> devices.MigDeviceInfo:
+        """Create the MIG device at `placement`; PermanentError where NVML would refuse."""
+        with self._lock:
+            gpu, parent = self._gpu(placement.parent_minor)
+            spec = _mig_spec(parent, placement)
+            if not gpu.mig_enabled and not migprofiles.toggles_without_reset(parent.architecture):
+                raise errors.PermanentError(
+                    f"cannot create MIG device {spec.name}: MIG mode is off on {parent.name} "
+                    f"and an {parent.architecture} GPU needs a reset to enable it; enable MIG "
+                    f"mode (nvidia-smi -i {parent.index} -mig 1) and reset the GPU"
+                )
+            _check_free(parent, spec, existing=self._specs(placement.parent_minor))
+            gi_id = min(set(range(1, 15)) - {m.gi_id for m in gpu.migs})
+            created = MigDevice(
+                profile=spec.profile.name, placement_start=spec.placement_start, gi_id=gi_id
+            )
+            self._replace(
+                placement.parent_minor,
+                dataclasses.replace(gpu, mig_enabled=True, migs=(*gpu.migs, created)),
+            )
+            logger.info(
+                "event=mig_created device=%s gi_id=%d mig_mode_was=%s", spec.name, gi_id,
+                "on" if gpu.mig_enabled else "off",
+            )
+            return next(m for m in self._inventory.migs if devices.MigPlacement.of(m) == placement)
+
+    def destroy_mig_device(self, placement: devices.MigPlacement) -> bool:
+        """Destroy the MIG device at `placement`; False if there is none."""
+        with self._lock:
+            gpu, parent = self._gpu(placement.parent_minor)
+            kept = tuple(m for m in gpu.migs if self._placement(parent, m) != placement)
+            if len(kept) == len(gpu.migs):
+                return False
+            mig_mode = bool(kept) or not migprofiles.toggles_without_reset(parent.architecture)
+            self._replace(
+                placement.parent_minor, dataclasses.replace(gpu, mig_enabled=mig_mode, migs=kept)
+            )
+            logger.info(
+                "event=mig_destroyed gpu=%s gi_profile_id=%d placement_start=%d mig_mode=%s",
+                parent.name, placement.gi_profile_id, placement.placement_start,
+                "on" if mig_mode else "off",
+            )
+            return True
+
+    def _gpu(self, minor: int) -> tuple[Gpu, devices.GpuInfo]:
+        parent = self._inventory.gpu_by_minor(minor)
+        if parent is None:
+            raise errors.PermanentError(
+                f"no GPU with minor {minor} on simulated node {self.node_name} "
+                f"({len(self._gpus)} GPUs)"
+            )
+        if not parent.mig_capable:
+            raise errors.PermanentError(f"{parent.name} ({parent.product_name}) is not MIG capable")
+        return self._gpus[minor], parent
+
+    def _placement(self, parent: devices.GpuInfo, mig: MigDevice) -> devices.MigPlacement:
+        return devices.MigPlacement(
+            parent_minor=parent.minor,
+            gi_profile_id=self.profile.mig_profile(mig.profile).profile_id,
+            placement_start=mig.placement_start,
+        )
+
+    def _specs(self, minor: int) -> tuple[partitions.MigSpec, ...]:
+        gpu, parent = self._gpus[minor], self._inventory.gpus[minor]
+        return tuple(
+            partitions.MigSpec(
+                parent=parent, profile=self.profile.mig_profile(m.profile),
+                placement_start=m.placement_start,
+            )
+            for m in gpu.migs
+        )
+
+    def _replace(self, minor: int, gpu: Gpu) -> None:
+        self._gpus[minor] = gpu
+        self._inventory = _inventory(self.profile, self._gpus, node_name=self.node_name)
 
 
-def _inventory(profile: GpuProfile, *, node_name: str) -> devices.GpuInventory:
+def _mig_spec(parent: devices.GpuInfo, placement: devices.MigPlacement) -> partitions.MigSpec:
+    """The profile x placement `placement` names on `parent`; PermanentError if none."""
+    profile = next(
+        (p for p in parent.mig_profiles if p.profile_id == placement.gi_profile_id), None
+    )
+    if profile is None:
+        known = ", ".join(f"{p.name} ({p.profile_id})" for p in parent.mig_profiles)
+        raise errors.PermanentError(
+            f"{parent.product_name} has no GPU instance profile {placement.gi_profile_id} "
+            f"(it has: {known})"
+        )
+    if placement.placement_start not in profile.placement_starts:
+        raise errors.PermanentError(
+            f"profile {profile.name} cannot be placed at {placement.placement_start} on "
+            f"{parent.name}; its placements start at {list(profile.placement_starts)}"
+        )
+    return partitions.MigSpec(
+        parent=parent, profile=profile, placement_start=placement.placement_start
+    )
+
+
+def _check_free(
+    parent: devices.GpuInfo, spec: partitions.MigSpec, *, existing: tuple[partitions.MigSpec, ...]
+) -> None:
+    """PermanentError unless `spec` fits beside `existing`: memory slices, then engines."""
+    for other in existing:
+        if set(other.memory_slices) & set(spec.memory_slices):
+            raise errors.PermanentError(
+                f"cannot create MIG device {spec.name}: its memory slices "
+                f"{list(spec.memory_slices)} overlap those of existing MIG device {other.name}"
+            )
+    limits = partitions.max_amounts(parent)
+    wanted = partitions.profile_amounts(spec.profile)
+    for capacity, limit in limits.items():
+        used = sum(partitions.profile_amounts(o.profile)[capacity] for o in existing)
+        if used + wanted[capacity] > limit:
+            raise errors.PermanentError(
+                f"cannot create MIG device {spec.name}: {capacity} {used} in use + "
+                f"{wanted[capacity]} wanted exceeds the {limit} of {parent.name}"
+            )
+
+
+def _inventory(
+    profile: GpuProfile, slots: list[Gpu], *, node_name: str
+) -> devices.GpuInventory:
     gpus = tuple(
         devices.GpuInfo(
             minor=index,
@@ -232,11 +368,11 @@ def _inventory(profile: GpuProfile, *, node_name: str) -> devices.GpuInventory:
             addressing_mode=profile.addressing_mode,
             mig_profiles=profile.mig_profiles if profile.mig_capable else (),
         )
-        for index, gpu in enumerate(profile.gpus)
+        for index, gpu in enumerate(slots)
     )
     migs = tuple(
         _mig(profile, parent=parent, mig=mig, node_name=node_name)
-        for parent, gpu in zip(gpus, profile.gpus, strict=True)
+        for parent, gpu in zip(gpus, slots, strict=True)
         for mig in gpu.migs
     )
     return devices.GpuInventory(gpus=gpus, migs=migs)

@@ -174,7 +174,7 @@ class NvmlInventory:
                 text=True,
                 errors="replace",
                 timeout=self.timeout_s,
-                env=self._child_env(),
+                env=self.child_env(),
                 check=False,
             )
         except subprocess.TimeoutExpired as exc:
@@ -189,7 +189,8 @@ class NvmlInventory:
             ) from exc
         return completed.stdout, completed.stderr, completed.returncode
 
-    def _child_env(self) -> dict[str, str]:
+    def child_env(self) -> dict[str, str]:
+        """The environment NVML children get (this package importable, the driver's libraries)."""
         if self._env is not None:
             env = dict(self._env)
         else:

@@ -134,6 +134,36 @@ def mig_device_name(
     return f"gpu-{parent_minor}-mig-{label}-{gi_profile_id}-{placement_start}"
 
 
+@dataclasses.dataclass(frozen=True, kw_only=True, order=True)
+class MigPlacement:
+    """Where a MIG device lives: its GPU, GPU instance profile and placement start.
+
+    What dynamic MIG creates and destroys; the GPU and compute instance ids come only once
+    the device exists (`MigDeviceInfo`).
+    """
+
+    parent_minor: int
+    gi_profile_id: int
+    placement_start: int
+
+    @classmethod
+    def of(cls, mig: MigDeviceInfo) -> MigPlacement:
+        """The placement of an existing MIG device."""
+        return cls(
+            parent_minor=mig.parent_minor, gi_profile_id=mig.gi_profile_id,
+            placement_start=mig.placement_start,
+        )
+
+    @classmethod
+    def from_name(cls, name: str) -> MigPlacement | None:
+        """The placement a canonical MIG name (`gpu-0-mig-1g10gb-19-3`) stands for, else None."""
+        parsed = parse_mig_name(name)
+        if parsed is None:
+            return None
+        minor, profile_id, start = parsed
+        return cls(parent_minor=minor, gi_profile_id=profile_id, placement_start=start)
+
+
 def parse_mig_name(name: str) -> tuple[int, int, int] | None:
     """(parent minor, GI profile id, placement start) of a canonical MIG name, else None."""
     found = _MIG_NAME.match(name)
