@@ -15,9 +15,10 @@ from apps.gpuplugin import logged_ports
 from apps.pluginkit import claim_half
 from apps.pluginkit import driver as claim_driver
 from apps.pluginkit import metrics as plugin_metrics
-from core import executing, models, names, ports, upstream_checkpoint
+from core import device_status, executing, models, names, ports, upstream_checkpoint
 from core.gpu import actions, devices
 from core.gpu import checkpoint_records as gpu_records
+from core.gpu import device_status as gpu_device_status
 from core.gpu import preparing as gpu_preparing
 from core.gpu import upstream_import as gpu_upstream_import
 
@@ -43,6 +44,7 @@ def new_driver(
     clock: claim_driver.Clock = time.time,
     metrics: plugin_metrics.PluginMetrics | None = None,
     retry_budget_s: float = 30.0,
+    claim_status: bool = False,
     compute_mode: ports.ComputeModeSetter | None = None,
     mps_daemons: ports.MpsDaemons | None = None,
     mps_root: str | None = None,
@@ -50,7 +52,8 @@ def new_driver(
     """The claim driver that prepares and unprepares `gpu.nvidia.com` claims on one node.
 
     `mps_daemons` and `mps_root` (the host directory of their files) wire MPS; without them
-    MPS claims are refused with the reason.
+    MPS claims are refused with the reason. With `claim_status`, prepares write their
+    devices' entries of the claims' `status.devices` (unprepares clear them).
     """
     half = GpuHalf(
         gates=gates, inventory=inventory, files=files,
@@ -70,6 +73,7 @@ def new_driver(
     return claim_driver.ClaimDriver(
         half=half, ports=ports, node=node, clock=clock, metrics=metrics,
         retry_budget_s=retry_budget_s,
+        driver_name=names.GPU_DRIVER_NAME if claim_status else "",
     )
 
 
@@ -188,6 +192,12 @@ class GpuHalf:
     def api_steps_doing(self, *, node: models.NodeFacts) -> str:
         """Generic wording: a GPU plan has no API write of its own."""
         return f"writing to the API server for node {node.node_name}"
+
+    def device_status_data(
+        self, entry: gpu_records.Entry, *, node: models.NodeFacts
+    ) -> Mapping[str, device_status.DeviceData]:
+        """Each held device's UUID and PCI address (a MIG device's parent's), from discovery."""
+        return gpu_device_status.device_data(entry.record, inventory=self._inventory())
 
     # ------------------------------------------------------------ its device actions
 

@@ -111,6 +111,7 @@ def start_gpu_plugin(
         clock=clock,
         metrics=metrics,
         retry_budget_s=settings.retry_budget_s,
+        claim_status=True,
         compute_mode=compute_mode,
         mps_daemons=mps_daemons,
         mps_root=settings.mps_control_root,

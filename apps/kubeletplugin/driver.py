@@ -21,8 +21,19 @@ from apps.kubeletplugin import domains as plugin_domains
 from apps.pluginkit import claim_half, claim_reads, node_events
 from apps.pluginkit import driver as claim_driver
 from apps.pluginkit import metrics as plugin_metrics
-from core import decoding, errors, executing, kinds, models, names, ports, upstream_checkpoint
+from core import (
+    decoding,
+    device_status,
+    errors,
+    executing,
+    kinds,
+    models,
+    names,
+    ports,
+    upstream_checkpoint,
+)
 from core.computedomain import checkpoint_records as cd_records
+from core.computedomain import device_status as cd_device_status
 from core.computedomain import node_facts, preparing, recovery
 from core.computedomain import upstream_import as cd_upstream_import
 
@@ -57,6 +68,7 @@ def new_driver(
     metrics: plugin_metrics.PluginMetrics | None = None,
     host_imex_probe: HostIMEXProbe | None = None,
     retry_budget_s: float = 30.0,
+    claim_status: bool = False,
     domains: DomainsView | None = None,
 ) -> PluginDriver:
     """The claim driver that prepares and unprepares ComputeDomain claims on one node."""
@@ -67,6 +79,7 @@ def new_driver(
     return claim_driver.ClaimDriver(
         half=half, ports=ports, node=node, clock=clock, metrics=metrics,
         retry_budget_s=retry_budget_s,
+        driver_name=names.DRIVER_NAME if claim_status else "",
     )
 
 
@@ -181,6 +194,14 @@ class ComputeDomainHalf:
     def api_steps_doing(self, *, node: node_facts.ImexNodeFacts) -> str:
         """The only API write a ComputeDomain plan makes: the driver-managed node label."""
         return f"labelling node {node.node_name}"
+
+    def device_status_data(
+        self, entry: cd_records.Entry, *, node: node_facts.ImexNodeFacts
+    ) -> Mapping[str, device_status.DeviceData]:
+        """Each device's ComputeDomain, IMEX channels, clique and IMEX mode."""
+        return cd_device_status.device_data(
+            entry.record, devices=entry.devices, clique_id=node.clique_id
+        )
 
     # ------------------------------------------------------------ its device actions (none)
 

@@ -163,6 +163,7 @@ def start_plugin(
         metrics=metrics,
         host_imex_probe=probe,
         retry_budget_s=settings.retry_budget_s,
+        claim_status=True,
         domains=domains.view,
     )
     recovered = driver.recover()

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Protocol, TypeVar
 
-from core import models, names, upstream_checkpoint
+from core import device_status, models, names, upstream_checkpoint
 
 # What a half reads from the API server before the node-wide lock (None when nothing).
 ObservedT = TypeVar("ObservedT")
@@ -173,6 +173,12 @@ class ClaimHalf(
 
     def api_steps_doing(self, *, node: NodeT_contra) -> str:
         """What a failed API write among the planned steps was doing, for the error."""
+        ...
+
+    def device_status_data(
+        self, entry: models.CheckpointEntry[RecordT], *, node: NodeT_contra
+    ) -> Mapping[str, device_status.DeviceData]:
+        """Device name -> the data its `status.devices` entry carries once prepared."""
         ...
 
     # ------------------------------------------------------------ follow-ups (best effort)

@@ -20,12 +20,13 @@ from apps.pluginkit import (
     checkpoint_keeper,
     claim_half,
     claim_reads,
+    device_status_writer,
     in_flight,
     step_runner,
 )
 from apps.pluginkit import metrics as plugin_metrics
 from core import claims as claim_checks
-from core import errors, kinds, models, ports
+from core import device_status, errors, kinds, models, ports
 
 # The half's checkpoint record (`models.RecordCodec`).
 RecordT = TypeVar("RecordT")
@@ -52,8 +53,10 @@ class ClaimPreparer(
         node: Callable[[], claim_half.NodeT],
         clock: Callable[[], float],
         metrics: plugin_metrics.PluginMetrics | None,
+        statuses: device_status_writer.DeviceStatusWriter | None = None,
     ) -> None:
         self._half = half
+        self._statuses = statuses
         self._keeper = keeper
         self._runner = runner
         self._cluster = cluster
@@ -96,6 +99,8 @@ class ClaimPreparer(
             self._report(ref, outcome.error)
         log.info("event=claim_unprepared claim=%s/%s uid=%s", ref.namespace, ref.name, ref.uid)
         entry = current.entries.get(ref.uid)
+        if entry is not None and self._statuses is not None:
+            self._statuses.clear(ref)
         if entry is not None:
             self._half.after_unprepare(entry, after=outcome.checkpoint, node=self._node())
         return ()
@@ -147,7 +152,24 @@ class ClaimPreparer(
             ref.namespace, ref.name, ref.uid,
             ",".join(d.device_name for d in outcome.devices),
         )
+        self._publish_status(ref, outcome.checkpoint.entries.get(ref.uid))
         return outcome.devices
+
+    def _publish_status(
+        self, ref: models.ClaimRef, entry: models.CheckpointEntry[RecordT] | None
+    ) -> None:
+        """Hand the claim's device status to the background writer (never fails a prepare)."""
+        if self._statuses is None or entry is None:
+            return
+        try:
+            data = self._half.device_status_data(entry, node=self._node())
+        except Exception as exc:  # the answer stands; the status just says less
+            log.warning(
+                "event=claim_device_status_data_failed claim=%s/%s uid=%s reason=%r",
+                ref.namespace, ref.name, ref.uid, str(exc),
+            )
+            data = {}
+        self._statuses.publish(ref, device_status.planned(entry.devices, data))
 
     def _ensure_spec_file(self, entry: models.CheckpointEntry[RecordT]) -> None:
         """An answer must have its CDI file: write back a lost or unreadable one from the entry.

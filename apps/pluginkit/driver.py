@@ -5,7 +5,8 @@ for either half of the driver, and decides nothing itself. Its parts, one job ea
 `per_claim` answers a kubelet call claim by claim, `in_flight` lets an unprepare stop a
 prepare still running, `claim_preparer` prepares and unprepares one claim, `step_runner`
 runs the planned steps through core's executor, `checkpoint_keeper` loads, recovers and
-persists the checkpoint, and `stale_sweeper` drops entries whose claims are gone. What is
+persists the checkpoint, `stale_sweeper` drops entries whose claims are gone, and
+`device_status_writer` keeps the claims' `status.devices` entries in step. What is
 specific to the half's devices comes from its `claim_half.ClaimHalf`.
 """
 
@@ -20,6 +21,7 @@ from apps.pluginkit import (
     checkpoint_keeper,
     claim_half,
     claim_preparer,
+    device_status_writer,
     in_flight,
     node_events,
     per_claim,
@@ -63,7 +65,10 @@ class ClaimDriver(Generic[RecordT, claim_half.NodeT, claim_half.ObservedT, claim
         clock: Clock = time.time,
         metrics: plugin_metrics.PluginMetrics | None = None,
         retry_budget_s: float = 30.0,
+        driver_name: str = "",
     ) -> None:
+        """With `driver_name`, prepares write (and unprepares clear) that driver's entries of
+        their claims' `status.devices`."""
         self._half = half
         self._node = node
         self._metrics = metrics
@@ -79,9 +84,15 @@ class ClaimDriver(Generic[RecordT, claim_half.NodeT, claim_half.ObservedT, claim
         runner: step_runner.StepRunner[RecordT, claim_half.ActionT] = step_runner.StepRunner(
             half=half, checkpoint=self._keeper, cdi=ports.cdi, cluster=ports.cluster
         )
+        self._statuses = (
+            device_status_writer.DeviceStatusWriter(
+                ports.cluster, driver_name=driver_name, node_name=node.node_name,
+            ) if driver_name else None
+        )
         self._preparer = claim_preparer.ClaimPreparer(
             half=half, keeper=self._keeper, runner=runner, cluster=ports.cluster,
             cdi=ports.cdi, node=lambda: self._node, clock=clock, metrics=metrics,
+            statuses=self._statuses,
         )
         self._sweeper = stale_sweeper.StaleSweeper(
             half=half, keeper=self._keeper, cluster=ports.cluster, execute=runner.execute,
@@ -100,6 +111,11 @@ class ClaimDriver(Generic[RecordT, claim_half.NodeT, claim_half.ObservedT, claim
     def node(self) -> claim_half.NodeT:
         """The node facts prepares are planned with now."""
         return self._node
+
+    @property
+    def device_statuses(self) -> device_status_writer.DeviceStatusWriter | None:
+        """The writer of claims' `status.devices` (None: not written)."""
+        return self._statuses
 
     def set_node(self, node: claim_half.NodeT) -> None:
         """New node facts (a clique that appeared); later prepares plan with them."""
@@ -125,8 +141,19 @@ class ClaimDriver(Generic[RecordT, claim_half.NodeT, claim_half.ObservedT, claim
             self._keeper.compact()
 
     def clean_stale_claims(self) -> tuple[checkpoint_codec.StaleEntry[RecordT], ...]:
-        """One clean-up round: drop entries whose claims the API server says are gone."""
-        return self._sweeper.sweep()
+        """One clean-up round: drop entries whose claims the API server says are gone, and
+        retry the `status.devices` writes that failed."""
+        removed = self._sweeper.sweep()
+        if self._statuses is not None:
+            for item in removed:
+                if not item.entry.name:  # rebuilt from a CDI file: no claim to address
+                    continue
+                self._statuses.clear(models.ClaimRef(
+                    uid=item.entry.claim_uid, namespace=item.entry.namespace,
+                    name=item.entry.name,
+                ))
+            self._statuses.retry_failed()
+        return removed
 
     def node_prepare(
         self, claims: tuple[models.ClaimRef, ...], *, call: ports.KubeletCall | None = None

@@ -214,6 +214,8 @@ def _plugin_needs(mode: str) -> set[Need]:
     needs = {
         ("get", dra, "resourceclaims", USER_NS),  # apps/kubeletplugin/driver.py _fetch_claim
         ("get", "", "pods", USER_NS),  # driver.py _reserved_placements (reservedFor pods)
+        # apps/pluginkit/device_status_writer.py: the claim's status.devices
+        ("patch", dra, "resourceclaims/status", USER_NS),
         ("list", cd, "computedomains", ""),  # apps/kubeletplugin/domains.py informer
         ("watch", cd, "computedomains", ""),
         ("list", dra, "resourceslices", ""),  # adapters/kube/slices.py SlicePublisher
@@ -295,6 +297,19 @@ def test_kubelet_plugin_service_account_may_make_every_call_the_plugin_makes(mod
     objects = cr.render(MODES[mode])
     account = f"{cr.RELEASE}-compute-domain-dra-driver-kubelet-plugin"
     assert _missing(objects, account, _plugin_needs(mode)) == []
+
+
+def test_kubelet_plugin_may_write_status_devices_only_for_its_drivers_on_its_node() -> None:
+    """status.devices needs the per-driver permission (Kubernetes 1.36+), limited to claims
+    allocated on the plugin's node (`associated-node:`) and to our two drivers."""
+    account = f"{cr.RELEASE}-compute-domain-dra-driver-kubelet-plugin"
+    rules = [rule for _, rule in _granted(cr.render({}), account)
+             if "resourceclaims/driver" in rule.get("resources", [])]
+    assert rules == [{
+        "apiGroups": ["resource.k8s.io"], "resources": ["resourceclaims/driver"],
+        "resourceNames": ["compute-domain.nvidia.com", "gpu.nvidia.com"],
+        "verbs": ["associated-node:patch", "associated-node:update"],
+    }]
 
 
 def test_preflight_service_account_may_list_compute_domains_everywhere() -> None:
