@@ -22,7 +22,7 @@ from core import models
 
 READY: Final = "Ready"
 # The reason of our Ready condition (a CamelCase word, as `metav1.Condition` requires).
-PREPARED_REASON: Final = "Prepared"
+CONDITION_PREPARED: Final = "Prepared"
 
 # A JSON object the status carries as `data` (RawExtension; at most 10 KiB on the wire).
 DeviceData = Mapping[str, object]
@@ -73,7 +73,7 @@ def _entry(
     if status.share_id:
         out["shareID"] = status.share_id
     out["conditions"] = [{
-        "type": READY, "status": "True", "reason": PREPARED_REASON, "message": message,
+        "type": READY, "status": "True", "reason": CONDITION_PREPARED, "message": message,
         "lastTransitionTime": since,
     }]
     out["data"] = dict(status.data)
