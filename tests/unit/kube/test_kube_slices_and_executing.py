@@ -223,3 +223,16 @@ def test_a_1_35_cluster_refuses_counters_beside_devices_as_the_real_one_does() -
             "ResourceSlice", namespace="", name=counters["metadata"]["name"],
             patch={"spec": {"devices": [_device(0)]}},
         )
+
+
+def test_a_layout_change_removes_what_the_new_slices_do_not_hold() -> None:
+    cluster = kube_fake_cluster.FakeCluster(server_version="v1.35.2")
+    publisher = slices.SlicePublisher(cluster, driver="gpu.nvidia.com", node_name="node-1")
+    publisher.publish([_device(0)])  # the gate off: devices in slice 0
+    publisher.publish_built(_partitioned(partitions.SliceLayout.SPLIT))
+    first = _pool(cluster, "node-1")[0]["spec"]
+    assert "devices" not in first and first["sharedCounters"]
+    publisher.publish([_device(0)])  # the gate off again
+    (only,) = _pool(cluster, "node-1")
+    assert "sharedCounters" not in only["spec"]
+    assert only["spec"]["devices"] == [_device(0)]
