@@ -148,8 +148,11 @@ class GpuHalf:
         boot_id: str,
         now: float,
     ) -> gpu_records.Checkpoint:
-        """The GPU claims the readable specs prove; unreadable ones get no entry."""
-        return gpu_preparing.gpu_checkpoint_from_cdi(specs, boot_id=boot_id, now=now)
+        """The GPU claims the readable specs prove; unreadable ones get no entry (with dynamic
+        MIG, their MIG devices recorded as created)."""
+        return gpu_preparing.gpu_checkpoint_from_cdi(
+            specs, boot_id=boot_id, now=now, dynamic_mig=self._mig is not None
+        )
 
     def adopt_upstream(
         self, upstream: upstream_checkpoint.UpstreamCheckpoint, *, boot_id: str, now: float

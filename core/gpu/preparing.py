@@ -820,6 +820,7 @@ def gpu_checkpoint_from_cdi(
     *,
     boot_id: str,
     now: float = 0.0,
+    dynamic_mig: bool = False,
 ) -> records.Checkpoint:
     """Entries provable from the GPU claims' CDI specs after the checkpoint was lost.
 
@@ -829,7 +830,8 @@ def gpu_checkpoint_from_cdi(
     afresh), no device is shareable (other claims wait until the kubelet unprepares it), no
     time-slice is known to have been set (none is reset). A VFIO function's address, and the
     GPUs of an MPS daemon (proved by a device's pipe mount), are looked up in the inventory
-    at unprepare.
+    at unprepare. With `dynamic_mig` (gate DynamicMIG: every MIG device was created at
+    prepare), the MIG devices a spec names are recorded as created, so unprepare destroys them.
     """
     entries: dict[names.ClaimUID, records.Entry] = {}
     for uid, spec in sorted(specs.items()):
@@ -849,7 +851,11 @@ def gpu_checkpoint_from_cdi(
         entries[uid] = models.CheckpointEntry(
             claim_uid=uid, namespace="", name="", state=models.ClaimState.PREPARE_COMPLETED,
             record=records.GpuClaimRecord(
-                held=held, vfio_api=_gives_vfio_api(spec), mps=_mps_of_spec(uid, spec)
+                held=held, vfio_api=_gives_vfio_api(spec), mps=_mps_of_spec(uid, spec),
+                dynamic_migs=tuple(sorted(
+                    p for p in (devices.MigPlacement.from_name(h.name) for h in held)
+                    if p is not None
+                )) if dynamic_mig else (),
             ),
             devices=prepared, updated_at=now,
         )

@@ -291,3 +291,20 @@ def test_created_spec_refuses_a_device_without_capability_minors() -> None:
 def test_a_mig_step_without_its_port_wired_is_a_type_error(action: actions.GpuAction) -> None:
     with pytest.raises(TypeError, match="wired"):
         executing.execute_gpu_actions((action,), time_slicer=None, vfio=None)
+
+
+def test_a_checkpoint_rebuilt_from_specs_destroys_dynamic_mig_devices_at_unprepare() -> None:
+    sim, cdi, created = _node(), _CDI(), {}
+    claim = f.claim(_1G, "gpu-1")
+    _run(_prepare(claim, sim=sim).steps, sim, cdi, created)
+    specs = {names.ClaimUID(claim.uid): cdi.specs[claim.uid]}
+
+    static = p.gpu_checkpoint_from_cdi(specs, boot_id="b").entries[claim.uid]
+    assert static.record.dynamic_migs == ()  # the gate off: a MIG device made out of band
+    rebuilt = p.gpu_checkpoint_from_cdi(specs, boot_id="b", dynamic_mig=True)
+    assert rebuilt.entries[claim.uid].record.dynamic_migs == (_1G_PLACEMENT,)
+    undo = p.plan_gpu_unprepare(
+        models.ClaimRef(uid=claim.uid, namespace="ml", name="train"),
+        checkpoint=rebuilt, inventory=sim.gpu_inventory(), now=200.0,
+    )
+    assert undo.steps[0] == actions.DestroyMigDevice(placement=_1G_PLACEMENT)
