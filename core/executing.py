@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import contextlib
 import typing
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping, MutableMapping, Sequence
 from typing import TypeVar
 
 from core import errors, models, ports
 from core.gpu import actions as gpu_actions
+from core.gpu import devices as gpu_devices
+from core.gpu import dynamic_mig
 
 # A half's own device action (`core.gpu.actions.GpuAction`; `typing.Never` for none).
 ActionT = TypeVar("ActionT")
@@ -113,8 +115,16 @@ def execute_gpu_actions(
     vfio: ports.VfioBinder | None,
     compute_mode: ports.ComputeModeSetter | None = None,
     mps_daemons: ports.MpsDaemons | None = None,
+    mig: ports.MigPartitioner | None = None,
+    cdi: ports.CDIStore | None = None,
+    created: MutableMapping[gpu_devices.MigPlacement, gpu_devices.MigDeviceInfo] | None = None,
 ) -> None:
     """Carry out the GPU half's device actions in order through their ports.
+
+    Dynamic MIG: `created` is the caller's record of the MIG devices created so far (by
+    placement; it outlives one call, as the driver runs a plan one step at a time): a create
+    adds to it, a destroy removes from it, and `WriteMigCDISpec` renders its devices from it
+    and writes the spec through `cdi`.
 
     A port left unwired (None) for an action the planner asked for is a wiring bug: TypeError.
     """
@@ -142,6 +152,20 @@ def execute_gpu_actions(
                 _daemons(mps_daemons).await_ready(daemon_id)
             case gpu_actions.StopMpsDaemon(daemon_id=daemon_id):
                 _daemons(mps_daemons).stop(daemon_id)
+            case gpu_actions.CreateMigDevice(placement=placement):
+                partitioner, made = _mig(mig, created)
+                # NB: a device an earlier try of this claim left there goes first (the planner
+                # refused the placement if another claim holds it), so a retry can create it.
+                partitioner.destroy_mig_device(placement)
+                made[placement] = partitioner.create_mig_device(placement)
+            case gpu_actions.DestroyMigDevice(placement=placement):
+                partitioner, made = _mig(mig, created)
+                partitioner.destroy_mig_device(placement)
+                made.pop(placement, None)
+            case gpu_actions.WriteMigCDISpec(claim_uid=uid):
+                if cdi is None or created is None:
+                    raise TypeError("a MIG CDI spec step was planned but no CDI store is wired")
+                cdi.write(uid, dynamic_mig.created_spec(action, created))
             case _:
                 typing.assert_never(action)
 
@@ -150,3 +174,14 @@ def _daemons(mps_daemons: ports.MpsDaemons | None) -> ports.MpsDaemons:
     if mps_daemons is None:
         raise TypeError("an MPS daemon step was planned but no MPS daemons port is wired")
     return mps_daemons
+
+
+def _mig(
+    mig: ports.MigPartitioner | None,
+    created: MutableMapping[gpu_devices.MigPlacement, gpu_devices.MigDeviceInfo] | None,
+) -> tuple[
+    ports.MigPartitioner, MutableMapping[gpu_devices.MigPlacement, gpu_devices.MigDeviceInfo]
+]:
+    if mig is None or created is None:
+        raise TypeError("a MIG device step was planned but no MIG partitioner is wired")
+    return mig, created

@@ -111,10 +111,7 @@ REGISTRY: Final[Mapping[str, Gate]] = {
                 name=NVML_DEVICE_HEALTH_CHECK, default=False, stage=Stage.ALPHA,
                 unbuilt_in=_GPU_PLUGIN, feature="GPU health checking through NVML events",
             ),
-            Gate(
-                name=DYNAMIC_MIG, default=False, stage=Stage.ALPHA,
-                unbuilt_in=_GPU_PLUGIN, feature="creating MIG devices on demand at prepare",
-            ),
+            Gate(name=DYNAMIC_MIG, default=False, stage=Stage.ALPHA),
             Gate(
                 name=DEVICE_METADATA, default=False, stage=Stage.ALPHA,
                 unbuilt_in=_GPU_PLUGIN, feature="device metadata files in workload containers",

@@ -11,7 +11,7 @@ import contextlib
 import dataclasses
 import enum
 from collections.abc import Iterator, Mapping
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from core import device_health, models, names
 from core.gpu import configs as gpu_configs
@@ -102,6 +102,15 @@ class Cluster(Protocol):
         self, *, involved: models.ObjectRef, reason: str, message: str, warning: bool = True
     ) -> None:
         """Record a Kubernetes Event about `involved` (best effort)."""
+        ...
+
+
+@runtime_checkable
+class ServerVersion(Protocol):
+    """The API server's version (GET /version), for what the shape of objects depends on."""
+
+    def server_version(self) -> str:
+        """Its `gitVersion` ("v1.35.2"); errors.ClusterError when it cannot be read."""
         ...
 
 

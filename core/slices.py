@@ -98,6 +98,7 @@ def plan_slice_sync(
     alone (the API server may add defaults); one whose ownerReferences differ from desired ones
     (a slice published before its Node's UID was known, or for an earlier Node of that name)
     gets them replaced; desired slices without ownerReferences leave existing ones alone.
+    A slice holding `devices` or `sharedCounters` its desired spec lacks gets them removed.
     Output: creates, then patches, then deletes, each sorted by name; empty when the two
     already agree.
     """
@@ -112,8 +113,11 @@ def plan_slice_sync(
             creates.append(models.CreateObject(kind=_SLICE_KIND, obj=want))
             continue
         patch: dict[str, Any] = {}
-        if not _contains(have.get("spec", {}), want.get("spec", {})):
-            patch["spec"] = want.get("spec", {})
+        want_spec, have_spec = want.get("spec", {}), have.get("spec", {})
+        # NB: null in a merge patch removes the field.
+        dropped = {f: None for f in _CONTENT_FIELDS if f not in want_spec and have_spec.get(f)}
+        if dropped or not _contains(have_spec, want_spec):
+            patch["spec"] = {**want_spec, **dropped}
         owners = _owners(want)
         if owners and not _contains(_owners(have), owners):
             patch["metadata"] = {"ownerReferences": owners}
@@ -133,6 +137,11 @@ def plan_slice_sync(
         if name not in desired_by_name
     ]
     return (*creates, *patches, *deletes)
+
+
+# What a slice publishes: a desired slice without one of them (dynamic MIG's counters-only
+# slice, or a pool back to plain devices) has it removed from the existing slice.
+_CONTENT_FIELDS = ("devices", "sharedCounters")
 
 
 def _name(obj: Mapping[str, Any]) -> str:

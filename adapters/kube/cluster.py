@@ -101,6 +101,14 @@ class KubeCluster:
     def close(self) -> None:
         self._api.close()
 
+    def server_version(self) -> str:
+        """`core.ports.ServerVersion`: the API server's `gitVersion` (GET /version)."""
+        answer = self._api.request_json(_codec.Request(method="GET", path="/version"))
+        version = answer.get("gitVersion")
+        if not isinstance(version, str) or not version:
+            raise errors.ClusterError(f"GET /version answered no gitVersion: {answer!r:.200}")
+        return version
+
     def get(self, kind: str, *, namespace: str, name: str) -> Mapping[str, Any]:
         request = _codec.get_request(kinds.by_kind(kind), namespace=namespace, name=name)
         return self._api.request_json(request)

@@ -10,13 +10,16 @@ changes, so the scheduler never mixes slices of two different pool versions.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from adapters.kube import retrying
 from core import errors, executing, kinds, ports, slices
 
 log = logging.getLogger(__name__)
+
+# Builds the pool's slices for (pool generation, Node UID); see `SlicePublisher.publish_built`.
+SliceBuilder = Callable[[int, str], Sequence[Mapping[str, Any]]]
 
 
 class SlicePublisher:
@@ -45,8 +48,16 @@ class SlicePublisher:
         Idempotent. Retries on resourceVersion conflicts (another writer, or a stale read)
         by re-listing; other cluster errors propagate for the caller's backoff.
         """
+        self.publish_built(lambda generation, node_uid: slices.build_resource_slices(
+            node_name=self._node_name, driver=self._driver, devices=devices,
+            generation=generation, node_uid=node_uid,
+        ))
+
+    def publish_built(self, build: SliceBuilder) -> None:
+        """As `publish`, for a pool whose slices the caller lays out (`build(generation, node
+        UID)`): dynamic MIG's counter sets, and slices holding only counters, no `devices`."""
         node_uid = self.node_uid()
-        retrying.retry_on_conflict(lambda: self._sync(devices, node_uid=node_uid))
+        retrying.retry_on_conflict(lambda: self._sync(build, node_uid=node_uid))
 
     def node_uid(self) -> str:
         """The UID of this node's Node object, read on every publish (a Node deleted and
@@ -65,23 +76,14 @@ class SlicePublisher:
             return ""
         return str((node.get("metadata") or {}).get("uid") or "")
 
-    def _sync(self, devices: Sequence[Mapping[str, Any]], *, node_uid: str) -> None:
+    def _sync(self, build: SliceBuilder, *, node_uid: str) -> None:
         existing = self.existing()
         generation = max((_generation(obj) for obj in existing), default=0)
-        desired = slices.build_resource_slices(
-            node_name=self._node_name, driver=self._driver, devices=devices,
-            generation=generation, node_uid=node_uid,
-        )
+        desired = build(generation, node_uid)
         actions = slices.plan_slice_sync(desired=desired, existing=existing)
         if not actions:
             return
-        desired = slices.build_resource_slices(
-            node_name=self._node_name,
-            driver=self._driver,
-            devices=devices,
-            generation=generation + 1,
-            node_uid=node_uid,
-        )
+        desired = build(generation + 1, node_uid)
         actions = slices.plan_slice_sync(desired=desired, existing=existing)
         log.info(
             "publishing resource slices node=%s driver=%s generation=%d slices=%d actions=%d",

@@ -246,6 +246,10 @@ class EmbeddedAPIServer:
         body = handler.rfile.read(length) if length > 0 else b""
         try:
             self._admit(handler, method)
+            if method == "GET" and split.path == "/version":
+                # NB: what a real API server answers there (its other fields left out).
+                self._send_json(handler, 200, {"gitVersion": self._cluster.server_version()})
+                return
             route = _http_codec.parse_route(split.path)
             query = _http_codec.parse_query(split.query)
             if method == "GET" and query.watch and not route.name:

@@ -48,6 +48,8 @@ IMMUTABLE_SPEC_KINDS = frozenset({kinds.RESOURCE_CLAIM.kind, kinds.RESOURCE_CLAI
 _GENERATE_NAME_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
 _FIRST_RESOURCE_VERSION = 100
 DEFAULT_HISTORY_SIZE = 10_000
+#: The Kubernetes version the cluster answers for (GET /version) unless told another.
+DEFAULT_SERVER_VERSION = "v1.35.0"
 
 _Key = tuple[str, str, str]  # kind, namespace, name
 
@@ -101,10 +103,12 @@ class InMemoryCluster:
         history_size: int = DEFAULT_HISTORY_SIZE,
         uid_factory: Callable[[], str] | None = None,
         seed: int | None = None,
+        server_version: str = DEFAULT_SERVER_VERSION,
     ) -> None:
         if history_size < 1:
             raise ValueError("history_size must be at least 1")
         self._clock = clock
+        self._server_version = server_version
         self._uid_factory = uid_factory or (lambda: str(uuid.uuid4()))
         self._random = random.Random(seed)
         self._lock = threading.RLock()
@@ -122,6 +126,24 @@ class InMemoryCluster:
         self._closed = False
         # Bumped by `compact`: a watch opened before it ends with GoneError.
         self._compactions = 0
+
+    def server_version(self) -> str:
+        """`core.ports.ServerVersion`: the Kubernetes version this cluster stands in for."""
+        return self._server_version
+
+    def _check_slice_layout(self, kind: str, obj: Mapping[str, Any]) -> None:
+        """From Kubernetes 1.35 a ResourceSlice holds devices or shared counters, not both (as
+        the real API server's validation refuses them)."""
+        if kind != kinds.RESOURCE_SLICE.kind or _minor_version(self._server_version) < 35:
+            return
+        spec = obj.get("spec") or {}
+        if spec.get("devices") and spec.get("sharedCounters"):
+            name = (obj.get("metadata") or {}).get("name")
+            raise errors.ClusterError(
+                f"ResourceSlice {name} is invalid: spec.sharedCounters: Invalid value: "
+                f"may not be set together with spec.devices (Kubernetes "
+                f"{self._server_version}): publish the counter sets in a slice of their own"
+            )
 
     # -- test and demo hooks -------------------------------------------------------------
 
@@ -362,6 +384,7 @@ class InMemoryCluster:
                 f"{kind} {self._describe(key)} is being deleted: no new finalizers can be"
                 " added; remove the finalizer from the patch"
             )
+        self._check_slice_layout(kind, updated)
         if kind in IMMUTABLE_SPEC_KINDS and updated.get("spec") != current.get("spec"):
             raise errors.ClusterError(
                 f"{kind} {self._describe(key)} is invalid: spec: Invalid value: field is"
@@ -493,6 +516,7 @@ class InMemoryCluster:
                 )
             meta["name"] = self._generated_name(kind, namespace, str(prefix))
         key = self._key(kind, namespace, str(meta["name"]))
+        self._check_slice_layout(kind, new)
         if self._lookup(key) is not None:
             raise errors.AlreadyExistsError(
                 f"{kind} {self._describe(key)} already exists; choose another name or delete it"
@@ -611,3 +635,9 @@ class InMemoryCluster:
                 continue
             log.debug("garbage-collect kind=%s name=%s", dependent[0], self._describe(dependent))
             self._delete_locked(dependent)
+
+
+def _minor_version(version: str) -> int:
+    """The minor of a 1.x `gitVersion` ("v1.35.0" -> 35); 0 where it tells none."""
+    parts = version.removeprefix("v").split(".")
+    return int(parts[1]) if len(parts) > 1 and parts[1].isdigit() else 0

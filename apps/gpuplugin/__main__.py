@@ -7,6 +7,7 @@ import os
 import sys
 from collections.abc import Sequence
 
+from adapters import nvml
 from adapters.fs import cdihook, driverroot, procfs
 from adapters.fs import vfio as fs_vfio
 from adapters.mps import daemons as mps_daemons
@@ -118,6 +119,21 @@ def _start(
             fault_marked.MarkedMpsDaemons(_mps_daemons(settings, cluster))
             if resolved_gates.enabled(gates.MPS_SUPPORT) else None
         ),
+        mig=(
+            _mig_partitioner(discovery) if resolved_gates.enabled(gates.DYNAMIC_MIG) else None
+        ),
+    )
+
+
+def _mig_partitioner(discovery: ports.GpuDiscovery) -> ports.MigPartitioner:
+    """Dynamic MIG's creates and destroys on the GPUs `discovery` probes (simulated or NVML)."""
+    if isinstance(discovery, nvml.SimulatedGpus):
+        return discovery
+    if isinstance(discovery, nvml.NvmlInventory):
+        return nvml.NvmlMigPartitioner(inventory=discovery)
+    raise errors.ConfigError(
+        f"feature gate {gates.DYNAMIC_MIG}=true needs NVML or simulated GPUs (--nvml); "
+        f"{type(discovery).__name__} cannot create MIG devices"
     )
 
 

@@ -2,12 +2,20 @@
 
 `GpuHalf` plans with `core.gpu.preparing` against the node's discovered devices and the
 driver's host files. Its own device actions (time-slices, vfio binding, compute modes, MPS
-control daemons) are carried out by `core.executing.execute_gpu_actions` through their ports.
-`new_driver` builds the claim driver with it.
+control daemons, dynamic MIG devices) are carried out by `core.executing.execute_gpu_actions`
+through their ports. `new_driver` builds the claim driver with it.
+
+Dynamic MIG (a `MigPartitioner` wired): at start-up, before serving, every MIG device no
+completed claim holds is destroyed (`core.gpu.dynamic_mig`); the half remembers the devices
+its prepares created, so their specs are written from them and later plans see them before
+the next discovery does.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import logging
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 
@@ -16,11 +24,13 @@ from apps.pluginkit import claim_half
 from apps.pluginkit import driver as claim_driver
 from apps.pluginkit import metrics as plugin_metrics
 from core import device_status, executing, models, names, ports, upstream_checkpoint
-from core.gpu import actions, devices
+from core.gpu import actions, devices, dynamic_mig
 from core.gpu import checkpoint_records as gpu_records
 from core.gpu import device_status as gpu_device_status
 from core.gpu import preparing as gpu_preparing
 from core.gpu import upstream_import as gpu_upstream_import
+
+log = logging.getLogger(__name__)
 
 # The vfio device nodes of each passthrough-ready function, by PCI address.
 VfioNodes = Callable[[], Mapping[str, Sequence[devices.DeviceNode]]]
@@ -48,12 +58,14 @@ def new_driver(
     compute_mode: ports.ComputeModeSetter | None = None,
     mps_daemons: ports.MpsDaemons | None = None,
     mps_root: str | None = None,
+    mig: ports.MigPartitioner | None = None,
 ) -> GpuPluginDriver:
     """The claim driver that prepares and unprepares `gpu.nvidia.com` claims on one node.
 
     `mps_daemons` and `mps_root` (the host directory of their files) wire MPS; without them
     MPS claims are refused with the reason. With `claim_status`, prepares write their
-    devices' entries of the claims' `status.devices` (unprepares clear them).
+    devices' entries of the claims' `status.devices` (unprepares clear them). `mig` (gate
+    DynamicMIG) creates and destroys MIG devices; its specs go to the plugin's CDI root.
     """
     half = GpuHalf(
         gates=gates, inventory=inventory, files=files,
@@ -69,6 +81,8 @@ def new_driver(
         compute_mode=compute_mode,
         mps_daemons=mps_daemons,
         mps_root=mps_root if mps_daemons is not None else None,
+        mig=mig,
+        cdi=ports.cdi,
     )
     return claim_driver.ClaimDriver(
         half=half, ports=ports, node=node, clock=clock, metrics=metrics,
@@ -97,9 +111,11 @@ class GpuHalf:
         compute_mode: ports.ComputeModeSetter | None = None,
         mps_daemons: ports.MpsDaemons | None = None,
         mps_root: str | None = None,
+        mig: ports.MigPartitioner | None = None,
+        cdi: ports.CDIStore | None = None,
     ) -> None:
         self._gates = gates
-        self._inventory = inventory
+        self._discovered = inventory
         self._files = files
         self._time_slicer = time_slicer
         self._vfio = vfio
@@ -107,6 +123,20 @@ class GpuHalf:
         self._compute_mode = compute_mode
         self._mps_daemons = mps_daemons
         self._mps_root = mps_root
+        self._mig = mig
+        self._cdi = cdi
+        # MIG devices this process created, by placement (dynamic MIG).
+        self._created: dict[devices.MigPlacement, devices.MigDeviceInfo] = {}
+        self._created_lock = threading.Lock()
+
+    def _inventory(self) -> devices.GpuInventory:
+        """The last discovery, with the MIG devices created since (destroyed ones dropped)."""
+        found = self._discovered()
+        with self._created_lock:
+            created = dict(self._created)
+        known = {m.name for m in found.migs}
+        extra = tuple(m for m in created.values() if m.name not in known)
+        return dataclasses.replace(found, migs=(*found.migs, *extra)) if extra else found
 
     # ------------------------------------------------------------ its checkpoint
 
@@ -122,8 +152,11 @@ class GpuHalf:
         boot_id: str,
         now: float,
     ) -> gpu_records.Checkpoint:
-        """The GPU claims the readable specs prove; unreadable ones get no entry."""
-        return gpu_preparing.gpu_checkpoint_from_cdi(specs, boot_id=boot_id, now=now)
+        """The GPU claims the readable specs prove; unreadable ones get no entry (with dynamic
+        MIG, their MIG devices recorded as created)."""
+        return gpu_preparing.gpu_checkpoint_from_cdi(
+            specs, boot_id=boot_id, now=now, dynamic_mig=self._mig is not None
+        )
 
     def adopt_upstream(
         self, upstream: upstream_checkpoint.UpstreamCheckpoint, *, boot_id: str, now: float
@@ -202,11 +235,14 @@ class GpuHalf:
     # ------------------------------------------------------------ its device actions
 
     def apply(self, action: actions.GpuAction) -> None:
-        """Carry out a time-slice, vfio, compute-mode or MPS daemon action through its port."""
-        executing.execute_gpu_actions(
-            (action,), time_slicer=self._time_slicer, vfio=self._vfio,
-            compute_mode=self._compute_mode, mps_daemons=self._mps_daemons,
-        )
+        """Carry out a time-slice, vfio, compute-mode, MPS daemon or MIG action through its
+        port."""
+        with self._created_lock:
+            executing.execute_gpu_actions(
+                (action,), time_slicer=self._time_slicer, vfio=self._vfio,
+                compute_mode=self._compute_mode, mps_daemons=self._mps_daemons,
+                mig=self._mig, cdi=self._cdi, created=self._created,
+            )
 
     def plan_rollback(
         self,
@@ -228,8 +264,26 @@ class GpuHalf:
     # ------------------------------------------------------------ follow-ups (none)
 
     def after_recover(self, current: gpu_records.Checkpoint, *, node: models.NodeFacts) -> None:
-        """Nothing to report at start-up."""
-        return None
+        """Dynamic MIG: destroy every MIG device no completed claim holds, before serving.
+
+        A destroy that fails stops the start (the plugin restarts and tries again): serving
+        beside a device nobody will free would leave its memory slices taken for good.
+        """
+        if self._mig is None:
+            return
+        unknown = dynamic_mig.unknown_mig_devices(self._discovered(), current)
+        for placement in unknown:
+            self._mig.destroy_mig_device(placement)
+            log.info(
+                "event=mig_device_torn_down node=%s gpu_minor=%d gi_profile_id=%d "
+                "placement_start=%d reason=no_completed_claim",
+                node.node_name, placement.parent_minor, placement.gi_profile_id,
+                placement.placement_start,
+            )
+        log.info(
+            "event=dynamic_mig_ready node=%s destroyed=%d kept=%d", node.node_name,
+            len(unknown), len(self._discovered().migs) - len(unknown),
+        )
 
     def after_unprepare(
         self, entry: gpu_records.Entry, *, after: gpu_records.Checkpoint, node: models.NodeFacts

@@ -19,9 +19,10 @@ from apps.pluginkit import serving
 from apps.pluginkit.serving import Plugin
 
 __all__ = ["DeviceCache", "Plugin", "start_gpu_plugin"]
-from core import models, names, ports
+from core import errors, models, names, ports
+from core import gates as feature_gates
 from core.gpu import cdi as gpu_cdi
-from core.gpu import checkpoint_records, devices
+from core.gpu import checkpoint_records, devices, partitions
 from core.gpu import shares as gpu_shares
 from core.gpu import slices as gpu_slices
 
@@ -74,6 +75,7 @@ def start_gpu_plugin(
     consumable: gpu_shares.ConsumableShares = gpu_shares.DISABLED,
     compute_mode: ports.ComputeModeSetter | None = None,
     mps_daemons: ports.MpsDaemons | None = None,
+    mig: ports.MigPartitioner | None = None,
 ) -> Plugin[models.NodeFacts]:
     """Discover, recover state and start serving the kubelet; slices follow registration.
 
@@ -81,8 +83,15 @@ def start_gpu_plugin(
     claim's CDI spec; empty, none. `consumable` (`--consumable-shares`) publishes full GPUs
     and MIG devices for several claims at once. `mps_daemons` (gate MPSSupport) runs MPS
     claims' control daemons, their files under `settings.mps_control_root`; None refuses MPS
-    claims.
+    claims. `mig` (gate DynamicMIG) creates MIG devices at prepare: the plugin then publishes
+    every partition a GPU could hold (`core.gpu.partitions`, laid out for the API server's
+    version, read through `cluster`, a `ports.ServerVersion`, at the first publish) and,
+    before serving, destroys the MIG devices no completed claim holds.
     """
+    dynamic_mig = mig is not None and gates.enabled(feature_gates.DYNAMIC_MIG)
+    if dynamic_mig and not isinstance(cluster, ports.ServerVersion):
+        raise TypeError("dynamic MIG needs a cluster port that tells its server version")
+    layouts: list[partitions.SliceLayout] = []  # NB: read once, at the first publish
     os.makedirs(settings.plugin_dir, exist_ok=True)
     node = models.NodeFacts(node_name=names.NodeName(settings.node_name), boot_id=boot_id)
     found = DeviceCache(discovery, node_name=settings.node_name)
@@ -115,8 +124,11 @@ def start_gpu_plugin(
         compute_mode=compute_mode,
         mps_daemons=mps_daemons,
         mps_root=settings.mps_control_root,
+        mig=mig if dynamic_mig else None,
     )
     recovered = driver.recover()
+    if dynamic_mig:
+        found.refresh()  # NB: without the MIG devices the recovery destroyed
     publisher = kube_slices.SlicePublisher(
         cluster, driver=gpu_settings.DRIVER_NAME, node_name=settings.node_name
     )
@@ -124,6 +136,20 @@ def start_gpu_plugin(
     health = plugin_device_health.PublishedDeviceHealth(pool=settings.node_name)
 
     def publish() -> None:
+        if dynamic_mig:
+            assert isinstance(cluster, ports.ServerVersion)
+            layouts[:] = layouts or [_slice_layout(cluster)]
+            contents = partitions.plan_partitioned_slices(
+                found.refresh(), layout=layouts[0], consumable=consumable
+            )
+            publisher.publish_built(lambda generation, node_uid: (
+                partitions.build_partitioned_slices(
+                    contents, node_name=settings.node_name, generation=generation,
+                    node_uid=node_uid,
+                )
+            ))
+            health.published([d for content in contents for d in content.devices])
+            return
         devices = gpu_slices.plan_gpu_devices(found.refresh(), gates=gates, consumable=consumable)
         publisher.publish(devices)
         health.published(devices)
@@ -142,3 +168,14 @@ def start_gpu_plugin(
         len(recovered.entries), consumable, plugin.server.dra_socket_path,
     )
     return plugin
+
+
+def _slice_layout(cluster: ports.ServerVersion) -> partitions.SliceLayout:
+    """Where dynamic MIG's counters go, for the API server's version."""
+    version = cluster.server_version()
+    try:
+        layout = partitions.layout_for(version)
+    except ValueError as exc:
+        raise errors.ClusterError(f"GET /version: {exc}") from exc
+    log.info("event=dynamic_mig_slice_layout server_version=%s layout=%s", version, layout.value)
+    return layout

@@ -60,6 +60,15 @@ class DeferredCluster:
         assert self._cluster is not None
         return self._cluster
 
+    def server_version(self) -> str:
+        """`ports.ServerVersion` of the built client; ClusterError where it cannot tell."""
+        client = self._client()
+        if not isinstance(client, ports.ServerVersion):
+            raise errors.ClusterError(
+                f"the API client {type(client).__name__} cannot tell the server's version"
+            )
+        return client.server_version()
+
     def get(self, kind: str, *, namespace: str, name: str) -> Mapping[str, Any]:
         return self._client().get(kind, namespace=namespace, name=name)
 

@@ -3,15 +3,21 @@
 The planner in `core.gpu.preparing` returns these beside the shared plugin steps
 (`models.WriteCheckpoint`, `models.WriteCDISpec`, ...), in the order they must run; the
 driver carries each out through a port (`TimeSlicer`, `VfioBinder`, `ComputeModeSetter`,
-`MpsDaemons`). Each is idempotent:
+`MpsDaemons`, `MigPartitioner`). Each is idempotent:
 running it again after a crash between it and the next step changes nothing.
+
+Dynamic MIG (gate DynamicMIG): a MIG device's CDI nodes (its capability minors) exist only
+once it is created, so a claim holding one gets `WriteMigCDISpec` in place of the shared
+`models.WriteCDISpec`: the planner renders every other device, and the executor adds the MIG
+devices from what `CreateMigDevice` returned, in the same run.
 """
 
 from __future__ import annotations
 
 import dataclasses
 
-from core.gpu import configs, mps
+from core import models, names
+from core.gpu import configs, devices, mps
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -65,7 +71,37 @@ class StopMpsDaemon:
     daemon_id: str
 
 
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class CreateMigDevice:
+    """Create the MIG device at `placement` (replacing one an earlier try of the same claim
+    left there: the planner refused the placement if another claim holds it)."""
+
+    placement: devices.MigPlacement
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class DestroyMigDevice:
+    """Destroy the MIG device at `placement`; nothing there counts as done."""
+
+    placement: devices.MigPlacement
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class WriteMigCDISpec:
+    """Write the claim's CDI spec once its MIG devices exist (`dynamic_mig.created_spec`).
+
+    `cdi_devices` are the claim's CDI devices in spec order: rendered ones as JSON, and the
+    placements of MIG devices this prepare created, rendered from the created devices.
+    """
+
+    claim_uid: names.ClaimUID
+    cdi_devices: tuple[models.JSONObject | devices.MigPlacement, ...]
+    files: devices.DriverFiles
+    # The IOMMU API device the spec gives ("" none).
+    vfio_api: str = ""
+
+
 GpuAction = (
     SetTimeSlice | BindVfio | UnbindVfio | SetComputeMode | StartMpsDaemon | AwaitMpsDaemon
-    | StopMpsDaemon
+    | StopMpsDaemon | CreateMigDevice | DestroyMigDevice | WriteMigCDISpec
 )

@@ -4,7 +4,9 @@ An entry of the GPU plugin's checkpoint holds the shared fields (`core.checkpoin
 `GpuClaimRecord`: which devices the claim holds (and whether they may be shared), what was
 done to the GPUs (time-slices set, the IOMMU API device given, MPS control daemons started and
 the GPUs they put in EXCLUSIVE_PROCESS). Member `mpsDaemons` is written only when a claim has
-one, so records without MPS encode byte for byte as before. Entry member `gpu` (format
+one, so records without MPS encode byte for byte as before; likewise `dynamicMIG`, the MIG
+devices a prepare creates (gate DynamicMIG), recorded before the first is created so that
+unprepare, rollback and the stale sweep destroy them. Entry member `gpu` (format
 version 2). Version 1 kept the same JSON under the entry's `gpu` member beside ComputeDomain
 fields that meant nothing for GPU claims; a missing or malformed one (hand-edited) reads as
 the device names of the entry, each held exclusively: the safe reading for conflict checks.
@@ -73,6 +75,8 @@ class GpuClaimRecord:
     vfio_api: str = ""
     # MPS control daemons, recorded before any is started (PrepareStarted).
     mps: tuple[MpsRecord, ...] = ()
+    # MIG devices this claim creates (dynamic MIG), recorded before any is created.
+    dynamic_migs: tuple[devices.MigPlacement, ...] = ()
 
 
 Entry = models.CheckpointEntry[GpuClaimRecord]
@@ -98,6 +102,8 @@ class _Codec:
         }
         if record.mps:  # NB: only when set: records without MPS stay byte-identical
             out["mpsDaemons"] = [_mps_to_json(m) for m in record.mps]
+        if record.dynamic_migs:  # NB: likewise for records without dynamic MIG
+            out["dynamicMIG"] = [_placement_to_json(m) for m in record.dynamic_migs]
         return out
 
     def decode(self, raw: Any) -> GpuClaimRecord:
@@ -119,9 +125,19 @@ class _Codec:
         mps = tuple(_mps_from_json(item) for item in daemons)
         if any(m is None for m in mps):
             raise ValueError(f"'{KEY}.mpsDaemons' holds an item without an id")
+        created = raw.get("dynamicMIG", [])
+        if not isinstance(created, list):
+            raise ValueError(f"'{KEY}.dynamicMIG' is not a list")
+        placements = tuple(_placement_from_json(item) for item in created)
+        if any(m is None for m in placements):
+            raise ValueError(
+                f"'{KEY}.dynamicMIG' holds an item without integer gpuMinor, giProfileID and "
+                "placementStart"
+            )
         return GpuClaimRecord(
             held=tuple(h for h in held if h is not None), time_sliced=tuple(sliced), vfio_api=api,
             mps=tuple(m for m in mps if m is not None),
+            dynamic_migs=tuple(m for m in placements if m is not None),
         )
 
     def decode_legacy(self, entry: Mapping[str, Any]) -> GpuClaimRecord:
@@ -199,6 +215,28 @@ def _mps_from_json(raw: Any) -> MpsRecord | None:
         daemon_id=raw["id"],
         gpu_uuids=_strings(raw.get("gpuUUIDs")),
         devices=_strings(raw.get("devices")),
+    )
+
+
+def _placement_to_json(placement: devices.MigPlacement) -> dict[str, Any]:
+    return {
+        "gpuMinor": placement.parent_minor,
+        "giProfileID": placement.gi_profile_id,
+        "placementStart": placement.placement_start,
+    }
+
+
+def _placement_from_json(raw: Any) -> devices.MigPlacement | None:
+    if not isinstance(raw, Mapping):
+        return None
+    minor, profile_id, start = raw.get("gpuMinor"), raw.get("giProfileID"), raw.get(
+        "placementStart"
+    )
+    # NB: `type(...) is int`, not isinstance: JSON true is no minor.
+    if type(minor) is not int or type(profile_id) is not int or type(start) is not int:
+        return None
+    return devices.MigPlacement(
+        parent_minor=minor, gi_profile_id=profile_id, placement_start=start
     )
 
 

@@ -10,6 +10,13 @@ prepare cannot resurrect it.
 What the GPU half must remember about a claim beyond the shared entry fields (which devices
 it holds, whether they may be shared, what was done to the GPUs) is the entry's typed
 `gpu.checkpoint_records.GpuClaimRecord`.
+
+Dynamic MIG (gate DynamicMIG): an allocated partition (`gpu-<minor>-mig-<profile>-<id>-<start>`)
+is created at prepare. Its placement is recorded in PrepareStarted before `CreateMigDevice`,
+and the spec is written by `WriteMigCDISpec` from what the create returned (the capability
+minors exist only then); unprepare, rollback and the stale sweep destroy it. A kill between
+create and PrepareCompleted leaves a PrepareStarted entry: the start-up teardown
+(`gpu.dynamic_mig`) destroys the device, and the kubelet's retried prepare creates it again.
 """
 
 from __future__ import annotations
@@ -21,7 +28,7 @@ from typing import Any, Final
 from core import checkpoint as checkpoints
 from core import errors, models, names
 from core import gates as feature_gates
-from core.gpu import actions, configs, devices, mps, overlap, pinned_memory, shares
+from core.gpu import actions, configs, devices, mps, overlap, partitions, pinned_memory, shares
 from core.gpu import cdi as gpu_cdi
 from core.gpu import checkpoint_records as records
 
@@ -59,12 +66,16 @@ class _Planned:
     gpu: devices.GpuInfo | None = None
     mig: devices.MigDeviceInfo | None = None
     vfio: devices.VfioDeviceInfo | None = None
+    # A MIG device this prepare creates (dynamic MIG).
+    dynamic: devices.MigPlacement | None = None
 
     @property
     def kind(self) -> str:
         if self.gpu is not None:
             return devices.GPU_TYPE
-        return devices.MIG_TYPE if self.mig is not None else devices.VFIO_TYPE
+        if self.mig is not None or self.dynamic is not None:
+            return devices.MIG_TYPE
+        return devices.VFIO_TYPE
 
     def held(self) -> records.HeldDevice:
         shared = self.vfio is None and configs.allows_sharing(self.config)
@@ -80,6 +91,11 @@ class _Planned:
         if self.mig is not None:
             return records.HeldDevice(
                 name=self.mig.name, kind=self.kind, gpu_minor=self.mig.parent_minor,
+                shared=shared, admin_access=admin, consumable=share, config=config,
+            )
+        if self.dynamic is not None:
+            return records.HeldDevice(
+                name=self.result.device, kind=self.kind, gpu_minor=self.dynamic.parent_minor,
                 shared=shared, admin_access=admin, consumable=share, config=config,
             )
         assert self.vfio is not None
@@ -110,7 +126,8 @@ def plan_gpu_prepare(
     are refused. Idempotent: a completed claim gets the same devices and no steps. Steps:
     PrepareStarted, GPU actions (vfio binds, time-slices, then for MPS: EXCLUSIVE_PROCESS,
     each daemon started, each daemon Ready), the CDI spec, PrepareCompleted. On error no
-    step at all.
+    step at all. With gate DynamicMIG, an allocated MIG partition is created after the
+    binds and time-slices, and the spec is a `WriteMigCDISpec` (see the module docstring).
     """
     entry = checkpoint.entries.get(claim.uid)
     if entry is not None and checkpoints.is_reusable(entry):
@@ -120,7 +137,7 @@ def plan_gpu_prepare(
         planned = _planned(claim, inventory=inventory, gates=gates, pool=pool)
         _check_conflicts(claim, planned, checkpoint=checkpoint)
         daemons = _mps_daemons(claim, planned, gates=gates, mps_root=mps_root)
-        spec, vfio_api = _spec(
+        spec_step, vfio_api = _spec(
             claim.uid, planned, files=files, vfio_nodes=vfio_nodes,
             mps_edits=_mps_edits(daemons, mps_root=mps_root),
         )
@@ -129,9 +146,10 @@ def plan_gpu_prepare(
     gpu_steps, sliced = _gpu_steps(planned, gates=gates)
     # NB: one record per device, however many shares of it the claim holds.
     held = {h.name: h for h in (p.held() for p in planned)}
+    created = tuple(sorted({p.dynamic for p in planned if p.dynamic is not None}))
     record = records.GpuClaimRecord(
         held=tuple(held.values()), time_sliced=sliced, vfio_api=vfio_api,
-        mps=tuple(_mps_record(d) for d in daemons),
+        mps=tuple(_mps_record(d) for d in daemons), dynamic_migs=created,
     )
     prepared = tuple(
         models.PreparedDevice(
@@ -163,8 +181,9 @@ def plan_gpu_prepare(
         # computedomain.preparing).
         models.WriteCheckpoint(checkpoint=writes.started, changed=writes.changed, durable=False),
         *gpu_steps,
+        *(actions.CreateMigDevice(placement=placement) for placement in created),
         *_mps_steps(daemons),
-        models.WriteCDISpec(claim_uid=claim.uid, spec=spec),
+        spec_step,
         models.WriteCheckpoint(checkpoint=writes.completed, changed=writes.changed),
     )
     return GpuClaimOutcome(steps=steps, checkpoint=writes.completed, devices=prepared)
@@ -189,6 +208,7 @@ def _planned(
         )
     by_name = _inventory_by_name(inventory)
     decoded = _decoded_configs(claim, gates=gates)
+    dynamic_mig = gates.enabled(feature_gates.DYNAMIC_MIG)
     planned: list[_Planned] = []
     for result in ours:
         if pool and result.pool != pool:
@@ -198,6 +218,12 @@ def _planned(
                 f"pool is {pool!r}; the claim was allocated for another node: delete the pod "
                 "so the claim is allocated again"
             )
+        placement = _partition(result.device, inventory) if dynamic_mig else None
+        if placement is not None:
+            config = _config_for(result, kind=devices.MIG_TYPE, decoded=decoded)
+            shares.check_share_config(result, config, claim=f"{claim.namespace}/{claim.name}")
+            planned.append(_Planned(result=result, config=config, dynamic=placement))
+            continue
         found = by_name.get(result.device)
         if found is None:
             raise errors.PermanentError(
@@ -237,6 +263,17 @@ def _planned(
 
 
 _Device = devices.GpuInfo | devices.MigDeviceInfo | devices.VfioDeviceInfo
+
+
+def _partition(name: str, inventory: devices.GpuInventory) -> devices.MigPlacement | None:
+    """The placement of `name` where it is a MIG partition this node publishes (dynamic MIG)."""
+    placement = devices.MigPlacement.from_name(name)
+    if placement is None:
+        return None
+    gpu = next((g for g in inventory.gpus if g.minor == placement.parent_minor), None)
+    if gpu is None or not partitions.is_partitionable(gpu):
+        return None
+    return placement if partitions.find_mig(gpu, name) is not None else None
 
 
 def _inventory_by_name(inventory: devices.GpuInventory) -> dict[str, _Device]:
@@ -520,16 +557,36 @@ def _spec(
     files: devices.DriverFiles,
     vfio_nodes: Mapping[str, Sequence[devices.DeviceNode]] | None,
     mps_edits: Mapping[str, models.JSONObject],
-) -> tuple[models.JSONObject, str]:
+) -> tuple[models.WriteCDISpec | actions.WriteMigCDISpec, str]:
+    """The spec step: the spec itself, or (a MIG device to create) the devices to render once
+    it exists. Raises PermanentError where a device cannot be given to a container."""
     vfio_api = next((
         _api_node(p.vfio, p.config) for p in planned
         if p.vfio is not None and isinstance(p.config, configs.VfioDeviceConfig)
         and p.config.enable_api_device
     ), "")
-    return _spec_of(
-        claim_uid,
-        [p.gpu or p.mig or p.vfio for p in planned if (p.gpu or p.mig or p.vfio) is not None],
-        files=files, vfio_nodes=vfio_nodes, vfio_api=vfio_api, mps_edits=mps_edits,
+    existing = [p.gpu or p.mig or p.vfio for p in planned if p.dynamic is None]
+    if all(p.dynamic is None for p in planned):
+        spec = _spec_of(
+            claim_uid, existing, files=files, vfio_nodes=vfio_nodes, vfio_api=vfio_api,
+            mps_edits=mps_edits,
+        )
+        return models.WriteCDISpec(claim_uid=claim_uid, spec=spec), vfio_api
+    if files.caps_major is None:
+        raise errors.PermanentError(
+            f"MIG device {next(p.result.device for p in planned if p.dynamic is not None)} "
+            "cannot be prepared: this node did not show the nvidia-caps major (/proc/devices); "
+            "check that the driver root and /proc are mounted into the GPU plugin, then restart it"
+        )
+    rendered = dict(_cdi_devices(
+        claim_uid, existing, files=files, vfio_nodes=vfio_nodes, mps_edits=mps_edits
+    ))
+    items: dict[str, models.JSONObject | devices.MigPlacement] = {}
+    for p in planned:
+        # NB: one CDI device per device, however many shares of it the claim holds.
+        items.setdefault(p.result.device, p.dynamic or rendered[p.result.device])
+    return actions.WriteMigCDISpec(
+        claim_uid=claim_uid, cdi_devices=tuple(items.values()), files=files, vfio_api=vfio_api,
     ), vfio_api
 
 
@@ -548,28 +605,38 @@ def _spec_of(
     vfio_api: str,
     mps_edits: Mapping[str, models.JSONObject] | None = None,
 ) -> models.JSONObject:
-    listed: list[models.JSONObject] = []
-    driver_files = False
+    listed = _cdi_devices(
+        claim_uid, found, files=files, vfio_nodes=vfio_nodes, mps_edits=mps_edits
+    )
+    # NB: only a claim of passthrough functions alone gets no driver files.
+    driver_files = any(not isinstance(d, devices.VfioDeviceInfo) for d in found if d is not None)
+    edits = gpu_cdi.common_edits(files, driver_files=driver_files, vfio_api=vfio_api)
+    return gpu_cdi.claim_spec(devices_json=[device for _, device in listed], edits=edits)
+
+
+def _cdi_devices(
+    claim_uid: str,
+    found: Sequence[_Device | None],
+    *,
+    files: devices.DriverFiles,
+    vfio_nodes: Mapping[str, Sequence[devices.DeviceNode]] | None,
+    mps_edits: Mapping[str, models.JSONObject] | None,
+) -> list[tuple[str, models.JSONObject]]:
+    """(slice device name, CDI device) of each device, in order, once per device."""
+    listed: list[tuple[str, models.JSONObject]] = []
     # NB: one CDI device per device, however many shares of it the claim holds.
     unique = {device.name: device for device in found if device is not None}
     for device in unique.values():
         if isinstance(device, devices.GpuInfo):
-            listed.append(_with_edits(
-                gpu_cdi.gpu_device(claim_uid, device, files=files), (mps_edits or {}).get(
-                    device.name)
-            ))
-            driver_files = True
+            rendered = gpu_cdi.gpu_device(claim_uid, device, files=files)
         elif isinstance(device, devices.MigDeviceInfo):
-            listed.append(_with_edits(
-                gpu_cdi.mig_device(claim_uid, device, files=files), (mps_edits or {}).get(
-                    device.name)
-            ))
-            driver_files = True
-        elif isinstance(device, devices.VfioDeviceInfo):
+            rendered = gpu_cdi.mig_device(claim_uid, device, files=files)
+        else:
             nodes = None if vfio_nodes is None else vfio_nodes.get(device.pci_bus_id)
-            listed.append(gpu_cdi.vfio_device(claim_uid, device, nodes=nodes))
-    edits = gpu_cdi.common_edits(files, driver_files=driver_files, vfio_api=vfio_api)
-    return gpu_cdi.claim_spec(devices_json=listed, edits=edits)
+            listed.append((device.name, gpu_cdi.vfio_device(claim_uid, device, nodes=nodes)))
+            continue
+        listed.append((device.name, _with_edits(rendered, (mps_edits or {}).get(device.name))))
+    return listed
 
 
 def _with_edits(
@@ -600,11 +667,11 @@ def plan_gpu_unprepare(
     tombstone is a no-op. The entry is dropped before the spec is deleted, as in the
     ComputeDomain half: a kill in between leaves a spec no entry holds (removed at start-up),
     never a completed entry whose answer has no file. A claim that bound vfio functions, set
-    time-slices or started MPS daemons is undone before that: daemons stopped and their GPUs
-    back to DEFAULT compute mode, functions given back to nvidia, time-slices reset to
-    Default (on GPUs no other claim still holds). The entry is the only record of what to
-    undo, so a kill part-way through the undo leaves it, and its spec, for the kubelet's
-    retried unprepare (every step is idempotent).
+    time-slices, started MPS daemons or created MIG devices is undone before that: daemons
+    stopped and their GPUs back to DEFAULT compute mode, functions given back to nvidia, MIG
+    devices destroyed, time-slices reset to Default (on GPUs no other claim still holds). The
+    entry is the only record of what to undo, so a kill part-way through the undo leaves it,
+    and its spec, for the kubelet's retried unprepare (every step is idempotent).
     """
     entry = checkpoint.entries.get(ref.uid)
     if entry is None:
@@ -632,8 +699,9 @@ def plan_gpu_undo(
     entry: records.Entry, *, after: records.Checkpoint, inventory: devices.GpuInventory
 ) -> tuple[actions.GpuAction, ...]:
     """The GPU actions that undo what `entry` records (MPS daemons stopped and compute mode
-    restored, vfio functions given back, time-slices reset where no claim in `after` holds
-    the GPU): unprepare's undo, for the stale-claim sweep to run before it drops the entry."""
+    restored, vfio functions given back, MIG devices it created destroyed, time-slices reset
+    where no claim in `after` holds the GPU): unprepare's undo, for the stale-claim sweep to
+    run before it drops the entry."""
     return _undo_steps(entry, after=after, inventory=inventory)
 
 
@@ -656,6 +724,7 @@ def _undo_steps(
             unbinds.add(bus_id)
     steps: list[actions.GpuAction] = list(_mps_undo(record, inventory=inventory))
     steps.extend(actions.UnbindVfio(pci_bus_id=b) for b in sorted(unbinds))
+    steps.extend(actions.DestroyMigDevice(placement=m) for m in sorted(record.dynamic_migs))
     steps.extend(_time_slice_resets(record.time_sliced, claim_uid=entry.claim_uid, after=after))
     return tuple(steps)
 
@@ -687,13 +756,15 @@ def plan_gpu_rollback(
     The same rule as unprepare's undo: vfio functions it bound are given back (never shared),
     and time-slices it set are reset to Default only on GPUs no claim in `rollback_to` holds;
     MPS daemons it started are stopped and GPUs it put in EXCLUSIVE_PROCESS go back to
-    DEFAULT. Reverse order of `done`; deterministic.
+    DEFAULT; MIG devices it created are destroyed. Reverse order of `done`; deterministic.
     """
     undone: list[actions.GpuAction] = []
     sliced: list[str] = []
     for step in reversed(done):
         if isinstance(step, actions.BindVfio):
             undone.append(actions.UnbindVfio(pci_bus_id=step.pci_bus_id))
+        elif isinstance(step, actions.CreateMigDevice):
+            undone.append(actions.DestroyMigDevice(placement=step.placement))
         elif isinstance(step, actions.SetTimeSlice):
             sliced.extend(step.gpu_uuids)
         elif isinstance(step, actions.StartMpsDaemon):
@@ -749,6 +820,7 @@ def gpu_checkpoint_from_cdi(
     *,
     boot_id: str,
     now: float = 0.0,
+    dynamic_mig: bool = False,
 ) -> records.Checkpoint:
     """Entries provable from the GPU claims' CDI specs after the checkpoint was lost.
 
@@ -758,7 +830,8 @@ def gpu_checkpoint_from_cdi(
     afresh), no device is shareable (other claims wait until the kubelet unprepares it), no
     time-slice is known to have been set (none is reset). A VFIO function's address, and the
     GPUs of an MPS daemon (proved by a device's pipe mount), are looked up in the inventory
-    at unprepare.
+    at unprepare. With `dynamic_mig` (gate DynamicMIG: every MIG device was created at
+    prepare), the MIG devices a spec names are recorded as created, so unprepare destroys them.
     """
     entries: dict[names.ClaimUID, records.Entry] = {}
     for uid, spec in sorted(specs.items()):
@@ -778,7 +851,11 @@ def gpu_checkpoint_from_cdi(
         entries[uid] = models.CheckpointEntry(
             claim_uid=uid, namespace="", name="", state=models.ClaimState.PREPARE_COMPLETED,
             record=records.GpuClaimRecord(
-                held=held, vfio_api=_gives_vfio_api(spec), mps=_mps_of_spec(uid, spec)
+                held=held, vfio_api=_gives_vfio_api(spec), mps=_mps_of_spec(uid, spec),
+                dynamic_migs=tuple(sorted(
+                    p for p in (devices.MigPlacement.from_name(h.name) for h in held)
+                    if p is not None
+                )) if dynamic_mig else (),
             ),
             devices=prepared, updated_at=now,
         )

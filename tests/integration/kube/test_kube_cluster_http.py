@@ -307,3 +307,18 @@ def test_slice_publisher_over_http(kube: cluster.KubeCluster) -> None:
     (only,) = publisher.existing()
     assert only["spec"]["pool"]["generation"] == 2
     assert [d["name"] for d in only["spec"]["devices"]] == ["channel-0", "daemon-0"]
+
+
+def test_server_version_is_the_gitversion_of_get_version(
+    kube: cluster.KubeCluster, memory: memory_cluster.InMemoryCluster
+) -> None:
+    assert isinstance(kube, ports.ServerVersion)
+    assert kube.server_version() == memory.server_version() == "v1.35.0"
+
+
+def test_server_version_without_a_gitversion_is_a_cluster_error(
+    kube: cluster.KubeCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(kube._api, "request_json", lambda request: {"major": "1"})
+    with pytest.raises(errors.ClusterError, match="no gitVersion"):
+        kube.server_version()

@@ -7,8 +7,10 @@ from typing import Any
 import kube_fake_cluster
 import pytest
 
+from adapters import nvml
 from adapters.kube import slices
 from core import errors, executing, models, names
+from core.gpu import partitions
 
 DRIVER = names.DRIVER_NAME
 
@@ -174,4 +176,63 @@ def test_slices_published_before_the_node_existed_get_their_owner_on_the_next_pu
     publisher.publish([_device(0)])
     assert _owner_uids(cluster, "node-1") == [[uid]]
     (only,) = _pool(cluster, "node-1")
+    assert only["spec"]["devices"] == [_device(0)]
+
+
+def _partitioned(layout: partitions.SliceLayout) -> slices.SliceBuilder:
+    contents = partitions.plan_partitioned_slices(
+        nvml.simulated_gpus("hgx-h100").gpu_inventory(), layout=layout
+    )
+    return lambda generation, node_uid: partitions.build_partitioned_slices(
+        contents, node_name="node-1", generation=generation, node_uid=node_uid
+    )
+
+
+def test_publisher_publishes_a_counters_only_slice_without_devices() -> None:
+    cluster = kube_fake_cluster.FakeCluster()
+    publisher = slices.SlicePublisher(cluster, driver="gpu.nvidia.com", node_name="node-1")
+    publisher.publish_built(_partitioned(partitions.SliceLayout.SPLIT))
+    pool = _pool(cluster, "node-1")
+    assert len(pool) == 9  # the counter sets, then one slice per GPU
+    first = pool[0]["spec"]
+    assert "devices" not in first and len(first["sharedCounters"]) == 8
+    assert all("sharedCounters" not in s["spec"] for s in pool[1:])
+    assert {s["spec"]["pool"]["generation"] for s in pool} == {1}
+    publisher.publish_built(_partitioned(partitions.SliceLayout.SPLIT))
+    assert {s["spec"]["pool"]["generation"] for s in _pool(cluster, "node-1")} == {1}
+
+
+def test_publisher_publishes_counters_beside_their_devices_for_1_34() -> None:
+    cluster = kube_fake_cluster.FakeCluster(server_version="v1.34.4")
+    publisher = slices.SlicePublisher(cluster, driver="gpu.nvidia.com", node_name="node-1")
+    publisher.publish_built(_partitioned(partitions.SliceLayout.COMBINED))
+    pool = _pool(cluster, "node-1")
+    assert len(pool) == 8
+    assert all(len(s["spec"]["sharedCounters"]) == 1 and s["spec"]["devices"] for s in pool)
+
+
+def test_a_1_35_cluster_refuses_counters_beside_devices_as_the_real_one_does() -> None:
+    cluster = kube_fake_cluster.FakeCluster(server_version="v1.35.2")
+    publisher = slices.SlicePublisher(cluster, driver="gpu.nvidia.com", node_name="node-1")
+    with pytest.raises(errors.ClusterError, match=r"may not be set together with spec\.devices"):
+        publisher.publish_built(_partitioned(partitions.SliceLayout.COMBINED))
+    publisher.publish_built(_partitioned(partitions.SliceLayout.SPLIT))
+    (counters, *_) = _pool(cluster, "node-1")
+    with pytest.raises(errors.ClusterError, match="may not be set together"):
+        cluster.patch(
+            "ResourceSlice", namespace="", name=counters["metadata"]["name"],
+            patch={"spec": {"devices": [_device(0)]}},
+        )
+
+
+def test_a_layout_change_removes_what_the_new_slices_do_not_hold() -> None:
+    cluster = kube_fake_cluster.FakeCluster(server_version="v1.35.2")
+    publisher = slices.SlicePublisher(cluster, driver="gpu.nvidia.com", node_name="node-1")
+    publisher.publish([_device(0)])  # the gate off: devices in slice 0
+    publisher.publish_built(_partitioned(partitions.SliceLayout.SPLIT))
+    first = _pool(cluster, "node-1")[0]["spec"]
+    assert "devices" not in first and first["sharedCounters"]
+    publisher.publish([_device(0)])  # the gate off again
+    (only,) = _pool(cluster, "node-1")
+    assert "sharedCounters" not in only["spec"]
     assert only["spec"]["devices"] == [_device(0)]

@@ -67,3 +67,21 @@ def test_a_client_not_ready_in_time_is_reported() -> None:
     with pytest.raises(errors.ClusterError, match="not ready within"):
         cluster.get(kinds.NODE.kind, namespace="", name="n")
     never.set()
+
+
+def test_server_version_is_the_built_clients() -> None:
+    real = memory_cluster.InMemoryCluster(server_version="v1.34.4")
+    cluster = deferred_cluster.DeferredCluster(lambda: real).start()
+    assert isinstance(cluster, ports.ServerVersion)
+    assert cluster.server_version() == "v1.34.4"
+
+
+def test_server_version_of_a_client_that_cannot_tell_is_a_cluster_error() -> None:
+    class _NoVersion:
+        """A cluster port without `server_version`."""
+
+    cluster = deferred_cluster.DeferredCluster(
+        lambda: _NoVersion()  # type: ignore[arg-type,return-value]
+    ).start()
+    with pytest.raises(errors.ClusterError, match="cannot tell the server's version"):
+        cluster.server_version()
