@@ -5,8 +5,10 @@ the embedded cluster get allocated claims the kubelet plugin can prepare: it cre
 claims from their ResourceClaimTemplates, picks devices from published ResourceSlices whose
 DeviceClass and request CEL selectors hold (real CEL, via cel-python), keeps one claim per
 device (several on a device with `allowMultipleAllocations`, each result a share with its
-`shareID` and `consumedCapacity`, while its capacities last: `_capacity`), puts all of a pod's
-claims on one node and writes `status.allocation`/`reservedFor`.
+`shareID` and `consumedCapacity`, while its capacities last: `_capacity`), never lets the
+devices allocated from a pool consume more of its shared counters than they hold (KEP-4815
+partitionable devices: `_counters`), puts all of a pod's claims on one node and writes
+`status.allocation`/`reservedFor`.
 
 NB: device choice is first-fit without backtracking, over nodes and devices in a stable order.
 """
@@ -24,7 +26,7 @@ from typing import Any
 import celpy
 from celpy import adapter, celparser, celtypes, evaluation
 
-from adapters.memory import _capacity
+from adapters.memory import _capacity, _counters
 from core import errors, kinds, models, ports
 
 log = logging.getLogger(__name__)
@@ -57,6 +59,8 @@ class _Device:
     # `allowMultipleAllocations`: several claims, each consuming part of `capacities`.
     allow_multiple: bool = False
     capacities: Mapping[str, _capacity.Capacity] = dataclasses.field(default_factory=dict)
+    # `consumesCounters`: what the device takes from its pool's counter sets.
+    consumes: _counters.Consumption = dataclasses.field(default_factory=dict)
 
     @property
     def id(self) -> _DeviceId:
@@ -193,13 +197,15 @@ class Allocator:
         nodes = self._candidate_nodes(pod, claims)
         requests = [r for claim in pending for r in _requests_of(claim)]
         classes = {r.class_name: self._device_class(r) for r in requests}
-        devices = self._published_devices()
+        slices = self._newest_slices()
+        devices = self._published_devices(slices)
+        counters = _counters.counters_of(slices)
         taken, shared = self._allocated_device_ids()
         chosen_node = ""
         picks: dict[tuple[tuple[str, str], str], list[_Pick]] = {}
         failure = ""
         for node in nodes:
-            attempt = self._fit(node, requests, classes, devices, taken, shared)
+            attempt = self._fit(node, requests, classes, devices, taken, shared, counters)
             if isinstance(attempt, str):
                 failure = failure or attempt
                 continue
@@ -336,8 +342,8 @@ class Allocator:
                 f" {request.class_name!r} does not exist; install the driver's device classes"
             ) from None
 
-    def _published_devices(self) -> list[_Device]:
-        """Devices of the newest generation of every pool, in slice-name then slice order."""
+    def _newest_slices(self) -> list[Mapping[str, Any]]:
+        """The slices of the newest generation of every pool, by slice name."""
         slices = self._cluster.list(kinds.RESOURCE_SLICE.kind).items
         newest: dict[tuple[str, str], int] = {}
         for s in slices:
@@ -345,14 +351,20 @@ class Allocator:
             pool_key = (str(spec.get("driver", "")), str((spec.get("pool") or {}).get("name", "")))
             generation = int((spec.get("pool") or {}).get("generation", 0))
             newest[pool_key] = max(newest.get(pool_key, generation), generation)
+        return [
+            s for s in sorted(slices, key=lambda s: str(s["metadata"]["name"]))
+            if int(((s.get("spec") or {}).get("pool") or {}).get("generation", 0)) == newest[(
+                str((s.get("spec") or {}).get("driver", "")),
+                str(((s.get("spec") or {}).get("pool") or {}).get("name", "")))]
+        ]
+
+    def _published_devices(self, slices: Sequence[Mapping[str, Any]]) -> list[_Device]:
+        """Devices of `slices` (the newest generations), in slice-name then slice order."""
         devices: list[_Device] = []
-        for s in sorted(slices, key=lambda s: str(s["metadata"]["name"])):
+        for s in slices:
             spec = s.get("spec") or {}
             driver = str(spec.get("driver", ""))
-            pool = spec.get("pool") or {}
-            pool_name = str(pool.get("name", ""))
-            if int(pool.get("generation", 0)) != newest[(driver, pool_name)]:
-                continue
+            pool_name = str((spec.get("pool") or {}).get("name", ""))
             node_name = "" if spec.get("allNodes") else str(spec.get("nodeName", ""))
             if not node_name and not spec.get("allNodes"):
                 continue  # nodeSelector-scoped slices are not supported here
@@ -366,6 +378,7 @@ class Allocator:
                         cel_value=device_cel_value(driver=driver, device=device),
                         allow_multiple=device.get("allowMultipleAllocations") is True,
                         capacities=_capacity.capacities_of(device),
+                        consumes=_counters.consumption_of(driver, pool_name, device),
                     )
                 )
         return devices
@@ -394,10 +407,19 @@ class Allocator:
         devices: Sequence[_Device],
         taken: set[_DeviceId],
         shared: Mapping[_DeviceId, Mapping[str, int]],
+        counters: Mapping[_counters.CounterKey, int],
     ) -> dict[tuple[tuple[str, str], str], list[_Pick]] | str:
         """Devices per (claim, request) on `node`, or why some request does not fit there."""
         used = set(taken)
         consumption = {key: dict(amounts) for key, amounts in shared.items()}
+        by_id = {d.id: d for d in devices}
+        counted: set[_DeviceId] = set()
+        counters_used: dict[_counters.CounterKey, int] = {}
+        for key in (*taken, *shared):
+            if key in by_id and key not in counted:
+                counted.add(key)
+                _counters.add(counters_used, by_id[key].consumes)
+        overrun = ""
         picks: dict[tuple[tuple[str, str], str], list[_Pick]] = {}
         local = [d for d in devices if d.node_name in ("", node)]
         for request in requests:
@@ -407,8 +429,14 @@ class Allocator:
             free: list[_Pick] = []
             for device in matching:
                 fits, share = _share_of(device, request, consumption)
-                if fits and device.id not in used:
-                    free.append((device, share))
+                if not fits or device.id in used:
+                    continue
+                if device.id not in counted:
+                    short = _counters.exceeded(device.consumes, counters_used, counters)
+                    if short:
+                        overrun = overrun or f"{device.name} would exceed {short}"
+                        continue
+                free.append((device, share))
             label = f"request {request.name!r} of claim {_claim_label(request.claim_key)}"
             if not matching:
                 shown = " && ".join(f"({e})" for e in expressions) or "true"
@@ -416,33 +444,42 @@ class Allocator:
                     f"{label}: no device on node {node!r} matches DeviceClass"
                     f" {request.class_name!r} and the request selectors: {shown}"
                 )
-            if request.mode == "All":
-                if len(free) != len(matching):
-                    return (
-                        f"{label}: allocationMode All needs all {len(matching)} matching"
-                        f" device(s) on node {node!r}, but {len(matching) - len(free)} are"
-                        " already allocated to other claims"
-                    )
-                chosen = free
-            else:
-                if len(free) < request.count:
-                    return (
-                        f"{label}: needs {request.count} device(s) of DeviceClass"
-                        f" {request.class_name!r} on node {node!r}; {len(matching)} match but"
-                        f" only {len(free)} are free (one claim per device, or not enough of"
-                        " a shareable device's capacity left)"
-                    )
-                chosen = free[: request.count]
+            wanted = len(matching) if request.mode == "All" else request.count
             picked: list[_Pick] = []
-            for device, share in chosen:
+            for device, share in free:
+                if len(picked) == wanted:
+                    break
+                if device.id not in counted:
+                    short = _counters.exceeded(device.consumes, counters_used, counters)
+                    if short:  # beside a device picked for this request
+                        overrun = overrun or f"{device.name} would exceed {short}"
+                        continue
+                    counted.add(device.id)
+                    _counters.add(counters_used, device.consumes)
                 if share is None:
                     used.add(device.id)
-                    picked.append((device, None))
-                    continue
-                total = consumption.setdefault(device.id, {})
-                for name, amount in share.items():
-                    total[name] = total.get(name, 0) + amount
+                else:
+                    total = consumption.setdefault(device.id, {})
+                    for name, amount in share.items():
+                        total[name] = total.get(name, 0) + amount
                 picked.append((device, share))
+            if len(picked) < wanted and request.mode == "All":
+                return (
+                    f"{label}: allocationMode All needs all {len(matching)} matching"
+                    f" device(s) on node {node!r}, but {len(matching) - len(picked)} are"
+                    " already allocated to other claims"
+                    + (f" or would overrun a shared counter ({overrun})" if overrun else "")
+                )
+            if len(picked) < wanted:
+                return (
+                    f"{label}: needs {request.count} device(s) of DeviceClass"
+                    f" {request.class_name!r} on node {node!r}; {len(matching)} match but"
+                    f" only {len(picked)} are free (one claim per device, or not enough of"
+                    " a shareable device's capacity left"
+                    + (f"; {overrun}, shared counters being consumed by allocated devices"
+                       if overrun else "")
+                    + ")"
+                )
             picks[(request.claim_key, request.name)] = picked
         return picks
 
