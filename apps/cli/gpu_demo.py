@@ -31,7 +31,7 @@ from adapters.nvml import gpu_simulation
 from adapters.nvml import simulated as nvml_simulated
 from adapters.nvsmi import simulated as nvsmi_simulated
 from adapters.nvsmi import timeslice
-from apps.cli import embedded, gpu_mps_demo, gpu_shares_demo, mps_runner
+from apps.cli import embedded, gpu_mig_demo, gpu_mps_demo, gpu_shares_demo, mps_runner
 from apps.gpuplugin import mps_daemon
 from apps.gpuplugin import settings as gpu_settings
 from apps.gpuplugin import wiring as gpu_wiring
@@ -51,6 +51,7 @@ MPS_IMAGE = "nvidia-dra-driver:demo"
 # How often the plugin looks whether a daemon is Ready (the bench measures through it).
 MPS_POLL_S = 0.002
 MPS_GATES = f"{gates.MPS_SUPPORT}=true"
+MIG_GATES = f"{gates.DYNAMIC_MIG}=true"
 Say = Callable[[str], None]
 
 # The chart's DeviceClasses of the GPU half (helm templates deviceclass-gpu.yaml and
@@ -176,6 +177,8 @@ class GpuNode:
     owns_workdir: bool
     # With gate MPSSupport: plays deployment controller and kubelet for the daemons.
     mps_runner: mps_runner.MpsRunner | None = None
+    # The simulated NVML the plugin discovers (and, with DynamicMIG, partitions).
+    gpus: gpu_simulation.SimulatedGpus | None = None
 
     def stop(self) -> None:
         """Stop kubelet, plugin, MPS daemons and cluster; remove the workdir when made here."""
@@ -207,18 +210,21 @@ def mps_daemons_of(
 
 def start_plugin(
     cluster: memory_cluster.InMemoryCluster, settings: gpu_settings.Settings, files: NodeFiles,
-    *, profile: str,
+    *, profile: str, gpus: gpu_simulation.SimulatedGpus | None = None,
 ) -> gpu_wiring.Plugin[models.NodeFacts]:
     """Start the GPU plugin in this process for a simulated node (no registration wait);
-    with gate MPSSupport it runs MPS daemons as Deployments in `cluster`."""
+    with gate MPSSupport it runs MPS daemons as Deployments in `cluster`; with gate DynamicMIG
+    it creates and destroys MIG devices on `gpus` (the simulated NVML; a fresh one if None)."""
     resolved = gates.resolve_gates(gates.parse_feature_gates(settings.feature_gates))
+    if gpus is None:
+        gpus = gpu_simulation.simulated_gpus(profile, node_name=settings.node_name)
     with open(files.boot_id_path, encoding="utf-8") as handle:
         boot_id = handle.read().strip()
     smi = timeslice.NvidiaSmiTimeSlicer(files.nvidia_smi)
     return gpu_wiring.start_gpu_plugin(
         settings,
         cluster=cluster,
-        discovery=gpu_simulation.simulated_gpus(profile, node_name=settings.node_name),
+        discovery=gpus,
         files=driverroot.DriverRoot(
             files.driver_root, dev_root=files.dev_root, proc_devices=files.proc_devices
         ),
@@ -229,6 +235,7 @@ def start_plugin(
         compute_mode=smi,
         mps_daemons=(mps_daemons_of(cluster, settings, files)
                      if resolved.enabled(gates.MPS_SUPPORT) else None),
+        mig=gpus if resolved.enabled(gates.DYNAMIC_MIG) else None,
     )
 
 
@@ -260,8 +267,9 @@ def start_gpu_node(
         resolved = gates.resolve_gates(gates.parse_feature_gates(settings.feature_gates))
         runner = (mps_runner.MpsRunner(cluster, namespace=settings.namespace)
                   if resolved.enabled(gates.MPS_SUPPORT) else None)
+        gpus = gpu_simulation.simulated_gpus(profile, node_name=node_name)
         try:
-            plugin = start_plugin(cluster, settings, files, profile=profile)
+            plugin = start_plugin(cluster, settings, files, profile=profile, gpus=gpus)
         except BaseException:
             if runner is not None:
                 runner.close()
@@ -275,7 +283,7 @@ def start_gpu_node(
     node = GpuNode(
         cluster=cluster, allocator=memory_allocator.Allocator(cluster), plugin=plugin,
         kubelet=kubelet, settings=settings, files=files, profile=profile, workdir=root,
-        owns_workdir=owned, mps_runner=runner,
+        owns_workdir=owned, mps_runner=runner, gpus=gpus,
     )
     try:
         kubelet.wait_for_plugin(DRIVER, timeout_s=10)
@@ -406,6 +414,24 @@ def _show_spec(spec: Mapping[str, Any], *, say: Say) -> None:
         say(f"  {where}: deviceNodes={nodes} env={env} mounts={len(mounts)}")
 
 
+def _mig_chapter(profile: str, *, workdir: str, say: Say) -> gpu_mig_demo.MigReport | None:
+    """The dynamic MIG chapter on `a100-mig` (its claims' profiles are A100 40GB ones and
+    fill its one partitionable GPU); None on the other profiles."""
+    if profile != gpu_mig_demo.PROFILE:
+        say(f"dynamic MIG chapter: shown on --profile {gpu_mig_demo.PROFILE} only")
+        return None
+    before = len(gpu_simulation.simulated_gpus(profile, node_name=NODE_NAME).gpu_inventory().migs)
+    node = start_gpu_node(os.path.join(workdir, "mig") if workdir else "",
+                          profile=profile, feature_gates=MIG_GATES)
+    try:
+        say(f"restarted the GPU plugin with --feature-gates={MIG_GATES}: MIG devices are "
+            "created when a claim is prepared, in the layout the scheduler chose")
+        return gpu_mig_demo.run_mig_story(
+            node, torn_down=before - len(gpu_mig_demo.mig_devices(node)), say=say)
+    finally:
+        node.stop()
+
+
 def run(profile: str, *, workdir: str) -> int:
     """The GPU demo for one profile; 0 when every claim was prepared and cleaned up."""
     started = time.monotonic()
@@ -451,6 +477,9 @@ def run(profile: str, *, workdir: str) -> int:
             "demo plays their deployment controller and kubelet, running the real wrapper and "
             "a stand-in nvidia-cuda-mps-control)")
         with_mps = gpu_mps_demo.run_mps_story(mps_node, say=say)
+        mps_node.stop()
+        mps_node = None
+        with_mig = _mig_chapter(profile, workdir=workdir, say=say)
     except (errors.DriverError, memory_allocator.AllocationError) as exc:
         print(f"error: {exc.message}", file=sys.stderr)
         return 1
@@ -462,8 +491,10 @@ def run(profile: str, *, workdir: str) -> int:
             if started_node is not None:
                 started_node.stop()
     ok = (report.leftover_cdi_files == 0 and report.leftover_checkpoint_entries == 0
-          and shared.clean and len(set(shared.allocated.values())) == 1 and with_mps.clean)
-    prepared = len(report.cdi_ids) + len(shared.allocated) + 1
+          and shared.clean and len(set(shared.allocated.values())) == 1 and with_mps.clean
+          and (with_mig is None or with_mig.clean))
+    prepared = (len(report.cdi_ids) + len(shared.allocated) + 1
+                + (0 if with_mig is None else len(with_mig.allocated)))
     print(f"done in {time.monotonic() - started:.1f}s: {prepared} claim(s) prepared "
           f"and unprepared, {'clean' if ok else 'NOT clean'}", flush=True)
     return 0 if ok else 1

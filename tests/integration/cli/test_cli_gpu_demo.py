@@ -6,8 +6,10 @@ A100 MIG profile) are prepared and unprepared over the DRA socket; then, with co
 shares on, two one-share claims are given the same GPU and prepared beside each other; then,
 with MPSSupport on, an MPS claim is prepared once its daemon Deployment is Ready (GPU in
 EXCLUSIVE_PROCESS, CDI env CUDA_MPS_PIPE_DIRECTORY) and unprepared back to DEFAULT with no
-Deployment left. The CDI specs written are valid against the reference CDI schema; an unknown
-profile is refused with the known ones.
+Deployment left; then, with DynamicMIG on (a100-mig), the scheduler picks non-overlapping MIG
+placements by the counters, one claim too many stays pending, the MIG devices are created at
+prepare and destroyed at unprepare. The CDI specs written are valid against the reference
+CDI schema; an unknown profile is refused with the known ones.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "cdi"))
 
 import test_cdi_schema as cdi_schema
 
-from apps.cli import gpu_demo, gpu_mps_demo
+from apps.cli import gpu_demo, gpu_mig_demo, gpu_mps_demo
 from core import errors
 
 REPO = str(pathlib.Path(__file__).resolve().parents[3])
@@ -105,7 +107,17 @@ def test_a100_mig_demo_prepares_a_full_gpu_and_a_mig_device() -> None:
         "claim gpu-demo/mps-gpu (GpuConfig sharing.strategy=MPS, "
         "defaultActiveThreadPercentage=50, defaultPinnedDeviceMemoryLimit=10Gi) allocated gpu-1",
         "compute mode of gpu-1 DEFAULT again; left: 0 MPS Deployments",
-        "5 claim(s) prepared and unprepared, clean",
+        "restarted the GPU plugin with --feature-gates=DynamicMIG=true",
+        "start-up teardown destroyed 4 MIG device(s)",
+        "claim mig-0-2g-10gb (2g.10gb): the scheduler chose gpu-0-mig-2g10gb-14-0",
+        "claim mig-1-2g-10gb (2g.10gb): the scheduler chose gpu-0-mig-2g10gb-14-2",
+        "claim mig-2-3g-20gb (3g.20gb): the scheduler chose gpu-0-mig-3g20gb-9-4",
+        "claim mig-3-1g-5gb (1g.5gb) stays pending: ",
+        "would exceed counter",
+        "MIG devices created in the simulated NVML: 2g.10gb@gpu0:0, 2g.10gb@gpu0:2, "
+        "3g.20gb@gpu0:4",
+        "MIG devices destroyed; left: 0",
+        "8 claim(s) prepared and unprepared, clean",
     ):
         assert expected in out, f"{expected!r} missing from:\n{out}"
 
@@ -155,4 +167,18 @@ def test_the_mps_chapter_prepares_with_its_daemon_and_leaves_nothing(profile: st
     assert report.deployment.startswith("mps-control-daemon-") and report.ready
     assert report.pipe_env
     assert (report.mode_prepared, report.mode_after) == ("EXCLUSIVE_PROCESS", "DEFAULT")
+    assert report.clean, report
+
+
+def test_the_mig_chapter_chooses_disjoint_placements_and_leaves_no_mig_device() -> None:
+    node = gpu_demo.start_gpu_node("", profile=gpu_mig_demo.PROFILE,
+                                   feature_gates=gpu_demo.MIG_GATES)
+    try:
+        report = gpu_mig_demo.run_mig_story(node, torn_down=4, say=_quiet)
+        assert gpu_mig_demo.mig_devices(node) == ()
+    finally:
+        node.stop()
+    assert report.created == ("2g.10gb@gpu0:0", "2g.10gb@gpu0:2", "3g.20gb@gpu0:4")
+    assert list(report.refused) == ["mig-3-1g-5gb"]
+    assert "would exceed counter" in report.refused["mig-3-1g-5gb"]
     assert report.clean, report
