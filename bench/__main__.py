@@ -33,6 +33,8 @@ def main() -> int:
     parser.add_argument("--only-gpu", action="store_true", help="GPU half's figures only")
     parser.add_argument("--only-mps", action="store_true",
                         help="the MPS prepare vs full-GPU prepare figure only")
+    parser.add_argument("--only-mig", action="store_true",
+                        help="the dynamic MIG prepare vs full-GPU prepare figure only")
     parser.add_argument("--only-controlplane", action="store_true",
                         help="the real control plane's figures only")
     parser.add_argument("--quick", action="store_true", help="small sizes (smoke run)")
@@ -56,6 +58,11 @@ def main() -> int:
               flush=True)
         results["gpu_mps_vs_full_gpu"] = gpu.mps_vs_full_gpu(samples=samples)
         return _write(results, started, args.out)
+    if args.only_mig:
+        print("GPU half: dynamic MIG prepare (device created) vs full-GPU prepare "
+              "(interleaved), slice sizes ...", flush=True)
+        results["gpu_mig_vs_full_gpu"] = gpu.mig_vs_full_gpu(samples=samples)
+        return _write(results, started, args.out)
     if not (args.only_plugin or args.only_gpu):
         print("real control plane: pod -> Running, CD -> workload Running, node release ...",
               flush=True)
@@ -77,6 +84,9 @@ def main() -> int:
             print("GPU half: MPS prepare (daemon Ready) vs full-GPU prepare (interleaved) ...",
                   flush=True)
             results["gpu_mps_vs_full_gpu"] = gpu.mps_vs_full_gpu(samples=samples)
+            print("GPU half: dynamic MIG prepare (device created) vs full-GPU prepare "
+                  "(interleaved), slice sizes ...", flush=True)
+            results["gpu_mig_vs_full_gpu"] = gpu.mig_vs_full_gpu(samples=samples)
     if args.only_gpu:
         return _write(results, started, args.out)
     with tempfile.TemporaryDirectory(prefix="cd-bench-", dir=os.getcwd()) as tmp:

@@ -21,6 +21,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -289,5 +290,72 @@ def mps_vs_full_gpu(*, samples: int) -> dict[str, Any]:
         }
     finally:
         for node in (mps_node, full_node):
+            if node is not None:
+                node.stop()
+
+
+# A 1g.10gb MIG partition of gpu-0 at placement 0 (hgx-h100), created at prepare.
+MIG_PARTITION = "gpu-0-mig-1g10gb-19-0"
+
+
+def _slice_size(node: gpu_demo.GpuNode) -> dict[str, int]:
+    """The node's GPU ResourceSlices: how many, their devices, and bytes as compact JSON."""
+    slices = [s for s in node.cluster.list(kinds.RESOURCE_SLICE.kind).items
+              if s["spec"].get("driver") == GPU_DRIVER]
+    return {
+        "slices": len(slices),
+        "devices": sum(len(s["spec"].get("devices") or ()) for s in slices),
+        "counter_sets": sum(len(s["spec"].get("sharedCounters") or ()) for s in slices),
+        "bytes_compact_json": sum(len(json.dumps(s, separators=(",", ":"))) for s in slices),
+    }
+
+
+def mig_vs_full_gpu(*, samples: int) -> dict[str, Any]:
+    """One dynamic MIG claim (the MIG device created at prepare and destroyed at unprepare,
+    simulated NVML) vs one full GPU, each on its own 8-GPU node (gate DynamicMIG on and off):
+    prepare and unprepare, interleaved sample by sample; and both nodes' slice sizes."""
+    full_node: gpu_demo.GpuNode | None = None
+    mig_node: gpu_demo.GpuNode | None = None
+    try:
+        full_node = gpu_demo.start_gpu_node("", profile=PROFILE)
+        mig_node = gpu_demo.start_gpu_node("", profile=PROFILE,
+                                           feature_gates=gpu_demo.MIG_GATES)
+        full_refs = _gpu_claims(full_node, samples, device="gpu-0")
+        mig_refs = _gpu_claims(mig_node, samples, device=MIG_PARTITION)
+        timings: dict[str, list[float]] = {
+            "full_gpu_prepare": [], "mig_prepare": [], "full_gpu_unprepare": [],
+            "mig_unprepare": [],
+        }
+        sides = (("full_gpu", full_node.kubelet, full_refs),
+                 ("mig", mig_node.kubelet, mig_refs))
+        for i in range(samples):
+            for side, kubelet, refs in sides if i % 2 == 0 else sides[::-1]:
+                for step, call in (("prepare", kubelet.prepare), ("unprepare", kubelet.unprepare)):
+                    started = time.perf_counter()
+                    result = call(GPU_DRIVER, (refs[i],))
+                    timings[f"{side}_{step}"].append(time.perf_counter() - started)
+                    scenarios._checked(result)
+        assert mig_node.gpus is not None
+        left = mig_node.gpus.gpu_inventory().migs
+        if left:
+            raise errors.PermanentError(f"{len(left)} MIG device(s) left after the run")
+        summary = {name: stats.summarize(values) for name, values in timings.items()}
+        return {
+            "samples": samples,
+            "profile": PROFILE,
+            "mig_device": MIG_PARTITION,
+            "nvml": "simulated (adapters.nvml.gpu_simulation): create/destroy in memory",
+            **summary,
+            "mig_prepare_p50_over_full_gpu_prepare_p50": scenarios._ratio(
+                summary["mig_prepare"]["p50_ms"], summary["full_gpu_prepare"]["p50_ms"]),
+            "mig_prepare_p99_over_full_gpu_prepare_p99": scenarios._ratio(
+                summary["mig_prepare"]["p99_ms"], summary["full_gpu_prepare"]["p99_ms"]),
+            "mig_unprepare_p50_over_full_gpu_unprepare_p50": scenarios._ratio(
+                summary["mig_unprepare"]["p50_ms"], summary["full_gpu_unprepare"]["p50_ms"]),
+            "slice_size_without_gate": _slice_size(full_node),
+            "slice_size_with_dynamic_mig": _slice_size(mig_node),
+        }
+    finally:
+        for node in (mig_node, full_node):
             if node is not None:
                 node.stop()
