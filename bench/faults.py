@@ -27,6 +27,14 @@ and their GPUs are in EXCLUSIVE_PROCESS, and that once every claim is unprepared
 no Deployment, daemon pod or daemon directory is left, every GPU is back in DEFAULT and no
 checkpoint entry remains, also after one more restart.
 
+Mode `mig` runs the GPU plugin with gate DynamicMIG instead, every claim a 1g.10gb MIG
+partition of its own GPU: besides the file steps it is killed right before each MIG device
+created or destroyed (`mig.create`, `mig.destroy`), so also after a create and before the CDI
+write or PrepareCompleted, and after a destroy before the checkpoint drops the claim. The
+simulated GPUs keep their MIG state in the driver root, so it outlives the killed plugin; after
+the restart the node must hold exactly the MIG devices of the prepared claims, and none once
+every claim is unprepared, also after one more restart.
+
 The plugin runs as `python -m apps.kubeletplugin` against an embedded API server, driven
 over its real gRPC sockets. The last line of the output is the summary
 `faults: <points> injection points x <modes> modes, <n> consistent, <m> inconsistent`
@@ -71,7 +79,8 @@ from core.gpu import mps
 PROFILE = "gb200-nvl72"
 NAMESPACE = "faults"
 MPS_MODE = "mps"
-MODES: tuple[str, ...] = ("hostManaged", "driverManaged", MPS_MODE)
+MIG_MODE = "mig"
+MODES: tuple[str, ...] = ("hostManaged", "driverManaged", MPS_MODE, MIG_MODE)
 GPU_PROFILE = "hgx-h100"
 DRIVER_NAMESPACE = "nvidia-dra-driver"
 START_TIMEOUT_S = 90.0
@@ -525,7 +534,7 @@ class MpsNode(Node):
         root = self.plugin_dir / mps.CONTROL_FILES_DIR
         return sorted(n for n in os.listdir(root) if (root / n).is_dir()) if root.is_dir() else []
 
-    def mps_problems(self, held: Sequence[models.ClaimRef], *, when: str) -> list[str]:
+    def device_problems(self, held: Sequence[models.ClaimRef], *, when: str) -> list[str]:
         """Exactly the claims `held` have a daemon (Deployment, directories) and an
         EXCLUSIVE_PROCESS GPU; every other GPU is DEFAULT; nothing held: no daemon pod."""
         wanted = {str(ref.uid) for ref in held}
@@ -548,8 +557,68 @@ class MpsNode(Node):
         return problems
 
 
+class MigNode(MpsNode):
+    """A simulated GPU node whose plugin runs dynamic MIG claims (gate DynamicMIG), each a
+    1g.10gb partition of a GPU of its own, created at prepare and destroyed at unprepare.
+
+    The simulated GPUs keep their MIG state in the driver root, so it outlives a killed
+    plugin as a GPU's does; the harness reads it there. No MPS daemon runs here.
+    """
+
+    def plugin_args(self) -> list[str]:
+        args = super().plugin_args()
+        at = args.index("--feature-gates")
+        return [*args[:at], "--feature-gates", f"{gates.DYNAMIC_MIG}=true"]
+
+    def claim(self, name: str) -> models.ClaimRef:
+        """A claim of a 1g.10gb partition of the next unused GPU, allocated to a pod here."""
+        device = f"gpu-{len(self.gpu_of)}-mig-1g10gb-19-0"
+        pod = self.cluster.create(kinds.POD.kind, {
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": f"{name}-pod", "namespace": NAMESPACE},
+            "spec": {"nodeName": self.node, "containers": [{"name": "main", "image": "x"}]},
+        })
+        created = self.cluster.create(kinds.RESOURCE_CLAIM.kind, {
+            "apiVersion": names.DRA_GROUP_VERSION, "kind": "ResourceClaim",
+            "metadata": {"name": name, "namespace": NAMESPACE},
+            "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {
+                "deviceClassName": "mig.nvidia.com"}}]}},
+        })
+        self.cluster.patch(
+            kinds.RESOURCE_CLAIM.kind, namespace=NAMESPACE, name=name, subresource="status",
+            patch={"status": {
+                "allocation": {"devices": {"results": [{
+                    "request": "gpu", "driver": self.driver, "pool": self.node,
+                    "device": device}]}},
+                "reservedFor": [{"resource": "pods", "name": f"{name}-pod",
+                                 "uid": pod["metadata"]["uid"]}],
+            }},
+        )
+        uid = str(created["metadata"]["uid"])
+        self.gpu_of[uid] = device
+        return models.ClaimRef(uid=names.ClaimUID(uid), namespace=NAMESPACE, name=name)
+
+    def mig_devices(self) -> set[str]:
+        """The MIG devices the simulated node holds now (its state file in the driver root)."""
+        gpus = gpu_simulation.simulated_gpus(
+            GPU_PROFILE, node_name=self.node,
+            state_path=gpu_simulation.state_path_in(self.files.driver_root))
+        return {m.name for m in gpus.gpu_inventory().migs}
+
+    def device_problems(self, held: Sequence[models.ClaimRef], *, when: str) -> list[str]:
+        """The node holds exactly the MIG devices of the claims `held`."""
+        wanted = {self.gpu_of[str(ref.uid)] for ref in held if str(ref.uid) in self.gpu_of}
+        found = self.mig_devices()
+        return ([f"{when}: MIG device {d} of no prepared claim is left"
+                 for d in sorted(found - wanted)]
+                + [f"{when}: prepared claim's MIG device {d} is missing"
+                   for d in sorted(wanted - found)])
+
+
 def new_node(root: pathlib.Path, *, mode: str) -> Node:
-    """The node of `mode`: a ComputeDomain node, or a GPU node running MPS claims."""
+    """The node of `mode`: a ComputeDomain node, or a GPU node running MPS or MIG claims."""
+    if mode == MIG_MODE:
+        return MigNode(root, mode=mode)
     return MpsNode(root, mode=mode) if mode == MPS_MODE else Node(root, mode=mode)
 
 
@@ -667,13 +736,13 @@ def _check(node: Node, ledger: Ledger) -> list[str]:
     if isinstance(node, MpsNode):
         held = [ref for ref, _ids in ledger.prepared.values()]
         held += [] if fresh_problems else [fresh]
-        problems += node.mps_problems(held, when="after the restart")
+        problems += node.device_problems(held, when="after the restart")
         problems += _drain(node, ledger, held)
     if ledger.unprepared or ledger.deleted:
         node.last_process.reap()
         again = _restart_and_look(node, ledger, cleaned_before=True)
         if isinstance(node, MpsNode):
-            again += node.mps_problems((), when="after one more restart")
+            again += node.device_problems((), when="after one more restart")
         problems += [p for p in again if p not in problems]
     return problems
 
@@ -688,7 +757,7 @@ def _drain(node: MpsNode, ledger: Ledger, held: Sequence[models.ClaimRef]) -> li
             continue
         ledger.prepared.pop(str(ref.uid), None)
         ledger.unprepared[str(ref.uid)] = ref
-    problems += node.mps_problems((), when="after every claim was unprepared")
+    problems += node.device_problems((), when="after every claim was unprepared")
     entries = _safe_entries(node)
     if entries:
         problems.append(f"after every claim was unprepared: checkpoint entries left: "

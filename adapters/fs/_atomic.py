@@ -54,7 +54,10 @@ COMPUTE_MODE: Final = "gpu.compute-mode"
 MPS_START: Final = "mps.start"
 MPS_AWAIT: Final = "mps.await"
 MPS_STOP: Final = "mps.stop"
-GPU_ACTION_POINTS: Final = (COMPUTE_MODE, MPS_START, MPS_AWAIT, MPS_STOP)
+# Dynamic MIG: a MIG device created or destroyed on the GPU.
+MIG_CREATE: Final = "mig.create"
+MIG_DESTROY: Final = "mig.destroy"
+GPU_ACTION_POINTS: Final = (COMPUTE_MODE, MPS_START, MPS_AWAIT, MPS_STOP, MIG_CREATE, MIG_DESTROY)
 FAULT_POINTS: Final = (
     *(f"{kind}.{step}" for kind in FILE_KINDS for step in WRITE_STEPS),
     CDI_UNLINK,

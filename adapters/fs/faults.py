@@ -9,11 +9,13 @@ test of a module-level bool.
 from adapters.fs._atomic import (
     COMPUTE_MODE,
     GPU_ACTION_POINTS,
+    MIG_CREATE,
+    MIG_DESTROY,
     MPS_AWAIT,
     MPS_START,
     MPS_STOP,
     fault_point,
 )
 
-__all__ = ["COMPUTE_MODE", "GPU_ACTION_POINTS", "MPS_AWAIT", "MPS_START", "MPS_STOP",
-           "fault_point"]
+__all__ = ["COMPUTE_MODE", "GPU_ACTION_POINTS", "MIG_CREATE", "MIG_DESTROY", "MPS_AWAIT",
+           "MPS_START", "MPS_STOP", "fault_point"]

@@ -31,6 +31,9 @@ LIBRARIES = (
 FULL_VERSION_LIBRARIES = ("libnvidia-gpucomp",)
 BINARIES = ("nvidia-smi", "nvidia-debugdump", "nvidia-persistenced", "nvidia-cuda-mps-control")
 FIRMWARE = ("gsp_ga10x.bin", "gsp_tu10x.bin")
+# Where the simulated GPUs keep their MIG state across plugin processes
+# (`adapters.nvml.gpu_simulation.STATE_DIR`).
+SIMULATED_STATE_DIR = "/var/lib/nvidia-simulated"
 # (path, major, minor) of the control nodes on a typical host.
 CONTROL_NODES = (
     ("/dev/nvidiactl", 195, 255),
@@ -94,6 +97,7 @@ def install(
     os.makedirs(firmware_dir, exist_ok=True)
     for name in FIRMWARE:
         _write(os.path.join(firmware_dir, name), b"\0" * 16)
+    os.makedirs(_inside(root, SIMULATED_STATE_DIR), exist_ok=True)
     if ld_cache:
         os.makedirs(_inside(root, "/etc"), exist_ok=True)
         _write(_inside(root, "/etc/ld.so.conf"), (library_dir + "\n").encode())

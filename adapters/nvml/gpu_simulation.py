@@ -22,7 +22,9 @@ fabric records of a node of that name, so both halves of a simulated node agree.
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
+import os
 import threading
 import uuid
 
@@ -187,9 +189,25 @@ def gpu_profile(name: str) -> GpuProfile:
         ) from None
 
 
-def simulated_gpus(profile: str, *, node_name: str = DEFAULT_NODE_NAME) -> SimulatedGpus:
-    """The simulated node `node_name` of a GPU profile; ConfigError for an unknown profile."""
-    return SimulatedGpus(profile=profile, node_name=node_name)
+# Where, under a simulated driver root (`adapters.fs.simulated_driverroot.install` makes the
+# directory), the MIG state of the simulated GPUs lives, so that it outlives the plugin
+# process as a real GPU's does.
+STATE_DIR = "var/lib/nvidia-simulated"
+STATE_FILE = "mig-state.json"
+
+
+def simulated_gpus(
+    profile: str, *, node_name: str = DEFAULT_NODE_NAME, state_path: str | None = None
+) -> SimulatedGpus:
+    """The simulated node `node_name` of a GPU profile; ConfigError for an unknown profile.
+    With `state_path`, its MIG devices are read from and kept in that file."""
+    return SimulatedGpus(profile=profile, node_name=node_name, state_path=state_path)
+
+
+def state_path_in(driver_root: str) -> str | None:
+    """The MIG state file of a simulated driver root; None where `driver_root` is none."""
+    directory = os.path.join(driver_root, STATE_DIR)
+    return os.path.join(directory, STATE_FILE) if os.path.isdir(directory) else None
 
 
 def mig_cap_minor(*, gpu_minor: int, gi_id: int, ci_id: int | None = None) -> int:
@@ -208,14 +226,18 @@ class SimulatedGpus:
 
     The inventory is the same on every call until a MIG device is created or destroyed;
     the MIG state lives in this object (thread-safe), as it lives in the GPU across plugin
-    restarts on a real node.
+    restarts on a real node; with `state_path` also in that file (read at construction,
+    replaced atomically on each change), so that it outlives the process too.
     """
 
-    def __init__(self, *, profile: str, node_name: str = DEFAULT_NODE_NAME) -> None:
+    def __init__(
+        self, *, profile: str, node_name: str = DEFAULT_NODE_NAME, state_path: str | None = None
+    ) -> None:
         self.profile = gpu_profile(profile)
         self.node_name = node_name
+        self._state_path = state_path
         self._lock = threading.Lock()
-        self._gpus = list(self.profile.gpus)
+        self._gpus = _load_state(state_path, self.profile) or list(self.profile.gpus)
         self._inventory = _inventory(self.profile, self._gpus, node_name=node_name)
 
     def __repr__(self) -> str:
@@ -301,6 +323,45 @@ class SimulatedGpus:
     def _replace(self, minor: int, gpu: Gpu) -> None:
         self._gpus[minor] = gpu
         self._inventory = _inventory(self.profile, self._gpus, node_name=self.node_name)
+        if self._state_path is not None:
+            _save_state(self._state_path, self.profile, self._gpus)
+
+
+def _load_state(path: str | None, profile: GpuProfile) -> list[Gpu] | None:
+    """The GPUs as `path` keeps them (None: no file, or another profile's)."""
+    if path is None:
+        return None
+    try:
+        with open(path, encoding="utf-8") as handle:
+            state = json.load(handle)
+    except FileNotFoundError:
+        return None
+    if state.get("profile") != profile.name or len(state.get("gpus") or ()) != len(profile.gpus):
+        return None
+    return [
+        dataclasses.replace(gpu, mig_enabled=bool(kept["migEnabled"]), migs=tuple(
+            MigDevice(profile=str(m["profile"]), placement_start=int(m["placementStart"]),
+                      gi_id=int(m["giId"]), ci_id=int(m["ciId"]))
+            for m in kept["migs"]))
+        for gpu, kept in zip(profile.gpus, state["gpus"], strict=True)
+    ]
+
+
+def _save_state(path: str, profile: GpuProfile, gpus: list[Gpu]) -> None:
+    """Replace `path` with the GPUs' MIG state, atomically (the GPU's own state: no fault
+    point, a kill never leaves it half-changed)."""
+    state = {"profile": profile.name, "gpus": [
+        {"migEnabled": gpu.mig_enabled, "migs": [
+            {"profile": m.profile, "placementStart": m.placement_start, "giId": m.gi_id,
+             "ciId": m.ci_id} for m in gpu.migs]}
+        for gpu in gpus
+    ]}
+    temp = f"{path}.{os.getpid()}.tmp"
+    with open(temp, "w", encoding="utf-8") as handle:
+        json.dump(state, handle, sort_keys=True)
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(temp, path)
 
 
 def _mig_spec(parent: devices.GpuInfo, placement: devices.MigPlacement) -> partitions.MigSpec:

@@ -53,7 +53,10 @@ def gpu_discovery_from_spec(
     if spec.startswith(SIMULATED_PREFIX):
         profile = spec.removeprefix(SIMULATED_PREFIX)
         if profile in gpu_simulation.gpu_profile_names():
-            return gpu_simulation.simulated_gpus(profile, node_name=node_name)
+            return gpu_simulation.simulated_gpus(
+                profile, node_name=node_name,
+                state_path=gpu_simulation.state_path_in(driver_root),
+            )
     choices = ", ".join(
         f"{SIMULATED_PREFIX}{profile}" for profile in gpu_simulation.gpu_profile_names()
     )

@@ -120,7 +120,8 @@ def _start(
             if resolved_gates.enabled(gates.MPS_SUPPORT) else None
         ),
         mig=(
-            _mig_partitioner(discovery) if resolved_gates.enabled(gates.DYNAMIC_MIG) else None
+            fault_marked.MarkedMigPartitioner(_mig_partitioner(discovery))
+            if resolved_gates.enabled(gates.DYNAMIC_MIG) else None
         ),
     )
 

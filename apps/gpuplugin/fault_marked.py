@@ -1,16 +1,16 @@
 """The GPU half's lasting device actions, each marked as a fault point before it runs.
 
 `make faults` (bench/faults.py) kills the plugin process right before a compute mode is set,
-an MPS daemon is started, awaited or stopped, as it does before each durable file step, and
-checks that the restarted plugin leaves nothing running or misconfigured. Unarmed (the
-`CD_DRA_FAULT*` variables unset), each mark is a no-op.
+an MPS daemon is started, awaited or stopped, a MIG device created or destroyed, as it does
+before each durable file step, and checks that the restarted plugin leaves nothing running
+or misconfigured. Unarmed (the `CD_DRA_FAULT*` variables unset), each mark is a no-op.
 """
 
 from __future__ import annotations
 
 from adapters.fs import faults
 from core import ports
-from core.gpu import mps
+from core.gpu import devices, mps
 
 
 class MarkedComputeMode:
@@ -45,3 +45,20 @@ class MarkedMpsDaemons:
         """Mark, then stop the daemon."""
         faults.fault_point(faults.MPS_STOP)
         self._inner.stop(daemon_id)
+
+
+class MarkedMigPartitioner:
+    """A `ports.MigPartitioner` whose creates and destroys are fault points `mig.*`."""
+
+    def __init__(self, inner: ports.MigPartitioner) -> None:
+        self._inner = inner
+
+    def create_mig_device(self, placement: devices.MigPlacement) -> devices.MigDeviceInfo:
+        """Mark, then create the MIG device at `placement`."""
+        faults.fault_point(faults.MIG_CREATE)
+        return self._inner.create_mig_device(placement)
+
+    def destroy_mig_device(self, placement: devices.MigPlacement) -> bool:
+        """Mark, then destroy the MIG device at `placement` (False: there was none)."""
+        faults.fault_point(faults.MIG_DESTROY)
+        return self._inner.destroy_mig_device(placement)

@@ -153,6 +153,9 @@ class _Codec:
                     ) if isinstance(sliced, list) else (),
                     vfio_api=str(raw.get("vfioAPIDevice") or ""),
                     mps=_tolerant_mps(raw.get("mpsDaemons")),
+                    # NB: a snapshot (format version 1) keeps them here too: without them an
+                    # unprepare after a restart would not destroy the claim's MIG devices.
+                    dynamic_migs=_tolerant_placements(raw.get("dynamicMIG")),
                 )
         named = entry.get("devices")
         return GpuClaimRecord(held=tuple(
@@ -238,6 +241,11 @@ def _placement_from_json(raw: Any) -> devices.MigPlacement | None:
     return devices.MigPlacement(
         parent_minor=minor, gi_profile_id=profile_id, placement_start=start
     )
+
+
+def _tolerant_placements(raw: Any) -> tuple[devices.MigPlacement, ...]:
+    items = raw if isinstance(raw, list) else ()
+    return tuple(m for m in (_placement_from_json(i) for i in items) if m is not None)
 
 
 def _tolerant_mps(raw: Any) -> tuple[MpsRecord, ...]:

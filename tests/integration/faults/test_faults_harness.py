@@ -3,7 +3,8 @@
 Covers: the hook SIGKILLs the process exactly at the n-th hit of its point and traces every
 hit; a malformed `CD_DRA_FAULT` stops the process with what to write; the harness kills the
 real plugin process, restarts it and judges the node (one point per mode, so CI runs the
-whole loop); the summary line and the exit status.
+whole loop); the summary line and the exit status; mode mps's and mode mig's checks, and a
+plugin killed between MPS steps or around a MIG device's create or destroy.
 """
 
 from __future__ import annotations
@@ -17,7 +18,9 @@ import sys
 import pytest
 
 from adapters.fs import _atomic
+from adapters.nvml import gpu_simulation
 from bench import faults
+from core.gpu import devices
 
 pytestmark = pytest.mark.slow
 
@@ -206,7 +209,7 @@ def test_the_mps_checks_name_a_stray_daemon_a_left_directory_and_an_exclusive_gp
 ) -> None:
     node = faults.MpsNode(tmp_path, mode=faults.MPS_MODE)
     try:
-        assert node.mps_problems((), when="fresh") == []
+        assert node.device_problems((), when="fresh") == []
         node.cluster.create("Deployment", {
             "apiVersion": "apps/v1", "kind": "Deployment",
             "metadata": {"name": "mps-control-daemon-u1-abcde",
@@ -219,7 +222,7 @@ def test_the_mps_checks_name_a_stray_daemon_a_left_directory_and_an_exclusive_gp
         subprocess.run([str(smi), "-i", node.gpu_uuids["gpu-3"], "-c", "EXCLUSIVE_PROCESS"],
                        check=True, capture_output=True)
 
-        problems = node.mps_problems((), when="now")
+        problems = node.device_problems((), when="now")
     finally:
         node.close()
 
@@ -241,6 +244,57 @@ def test_a_plugin_killed_between_mps_steps_leaves_nothing_once_restarted_and_unp
     operation: faults.Operation, point: str, hit: int,
 ) -> None:
     case = faults.Case(mode=faults.MPS_MODE, operation=operation, point=point, hit=hit)
+
+    verdict = faults.run_case(case)
+
+    assert verdict.killed
+    assert verdict.consistent, verdict.line()
+
+
+# ---------------------------------------------------------------- mode mig (dynamic MIG)
+
+
+def test_the_mig_checks_name_a_stray_and_a_missing_mig_device(tmp_path: pathlib.Path) -> None:
+    node = faults.MigNode(tmp_path, mode=faults.MIG_MODE)
+    try:
+        assert "DynamicMIG=true" in node.plugin_args()
+        assert "MPSSupport=true" not in node.plugin_args()
+        held = node.claim("held")
+        assert node.device_problems((), when="fresh") == []
+        gpus = gpu_simulation.simulated_gpus(
+            faults.GPU_PROFILE, node_name=node.node,
+            state_path=gpu_simulation.state_path_in(node.files.driver_root))
+        gpus.create_mig_device(devices.MigPlacement(
+            parent_minor=5, gi_profile_id=19, placement_start=0))
+
+        problems = node.device_problems((held,), when="now")
+    finally:
+        node.close()
+
+    assert problems == [
+        "now: MIG device gpu-5-mig-1g10gb-19-0 of no prepared claim is left",
+        "now: prepared claim's MIG device gpu-0-mig-1g10gb-19-0 is missing",
+    ]
+
+
+@pytest.mark.parametrize(("operation", "point", "hit"), [
+    # Killed before the create; after it, before the CDI write; before PrepareCompleted
+    # (the third journal append: the start-up's, PrepareStarted's, then this).
+    (faults.Operation.PREPARE, _atomic.MIG_CREATE, 1),
+    (faults.Operation.PREPARE, "cdi.tmp-write", 1),
+    (faults.Operation.PREPARE, "journal.append", 3),
+    # Killed before the destroy (the setup's prepare made the first hit); after it, before
+    # the checkpoint drops the claim.
+    (faults.Operation.UNPREPARE, _atomic.MIG_DESTROY, 2),
+    (faults.Operation.UNPREPARE, "journal.append", 4),
+    # Killed after a graceful stop's snapshot (version 1), before the journal was emptied:
+    # the snapshot alone must still say which MIG devices the claim created.
+    (faults.Operation.STOP, "journal.truncate", 1),
+])
+def test_a_plugin_killed_around_a_mig_create_or_destroy_leaves_exactly_the_prepared_devices(
+    operation: faults.Operation, point: str, hit: int,
+) -> None:
+    case = faults.Case(mode=faults.MIG_MODE, operation=operation, point=point, hit=hit)
 
     verdict = faults.run_case(case)
 
