@@ -32,7 +32,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from core import models
-from core.gpu import devices
+from core.gpu import devices, migprofiles
 
 SCHEMA_VERSION = 1
 CLUSTER_UUID_LEN = 16
@@ -256,6 +256,10 @@ def _gpu_info(gpu: ProbeGpu, *, report: ProbeReport) -> devices.GpuInfo:
         mig_capable=gpu.mig_capable,
         mig_enabled=gpu.mig_enabled,
         addressing_mode=gpu.addressing_mode,
+        # NB: the profile tables are ours, by product name (DynamicMIG publishes a GPU's
+        # partitions only when its model is listed there); NVML's own profile and placement
+        # queries would serve every model, but cannot be exercised without a GPU here.
+        mig_profiles=migprofiles.BY_PRODUCT.get(gpu.name, ()) if gpu.mig_capable else (),
     )
 
 

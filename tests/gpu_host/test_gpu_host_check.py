@@ -10,7 +10,9 @@ host's `/dev`) against an embedded API server, with its plugin dir and CDI root 
   productName, pciBusID (normalised to NVML's short domain, lower case), driverVersion (as
   semver: leading zeros dropped) and capacity memory (MiB);
 - a claim for that GPU is prepared, and every device node and every mounted host path of its
-  CDI spec exists on this host.
+  CDI spec exists on this host;
+- the partitions gate DynamicMIG would publish for each GPU, read through real NVML (MIG mode is
+  not changed), written to `dynamic-mig.json`.
 
 The slice and the spec are written as JSON to `$GPU_CHECK_OUT` (default `/tmp/gpu-check`).
 """
@@ -292,3 +294,24 @@ def test_a_claim_for_the_gpu_is_prepared_with_host_paths_that_exist(
     with grpc_client.DRAClient(str(host.plugin_dir / names.DRA_SOCKET_NAME)) as dra:
         assert dra.unprepare([ref])[ref.uid].error == ""
     assert not spec_file.exists()
+
+
+def test_dynamic_mig_partitions_this_host_would_publish_are_listed(out_dir: pathlib.Path) -> None:
+    """What gate DynamicMIG would publish for this host's GPUs, read through real NVML and
+    written to `dynamic-mig.json`; nothing is changed on the GPUs (no MIG mode switch)."""
+    from adapters.nvml import real
+    from core.gpu import partitions
+
+    inventory = real.NvmlInventory(driver_root=os.environ.get("NVIDIA_DRIVER_ROOT", "/"))
+    listed = {}
+    for gpu in inventory.gpu_inventory().gpus:
+        listed[gpu.name] = {
+            "productName": gpu.product_name, "migCapable": gpu.mig_capable,
+            "migEnabled": gpu.mig_enabled, "partitionable": partitions.is_partitionable(gpu),
+            "partitions": [spec.name for spec in partitions.possible_migs(gpu)],
+        }
+    (out_dir / "dynamic-mig.json").write_text(json.dumps(listed, indent=2), encoding="utf-8")
+    print(json.dumps({name: len(g["partitions"]) for name, g in listed.items()}))
+    for name, gpu in listed.items():
+        if gpu["partitionable"]:
+            assert gpu["partitions"], f"{name} is partitionable but lists no partition"

@@ -20,7 +20,7 @@ import pytest
 from adapters import nvml
 from adapters.nvml import probe, real
 from core import models, ports
-from core.gpu import devices
+from core.gpu import devices, migprofiles
 
 FAKE_PYNVML = textwrap.dedent(
     '''
@@ -203,6 +203,7 @@ def test_gpus_are_reported_with_upstreams_facts(tmp_path: pathlib.Path) -> None:
         mig_capable=True,
         mig_enabled=True,
         addressing_mode=None,
+        mig_profiles=migprofiles.A100_40GB,
     )
     assert (gpu1.name, gpu1.pci_bus_id, gpu1.mig_enabled) == ("gpu-5", "0000:0f:00.0", False)
 

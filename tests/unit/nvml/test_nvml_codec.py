@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from adapters.nvml import _codec
 from core import models
-from core.gpu import devices
+from core.gpu import devices, migprofiles
 
 CLUSTER = bytes(range(16))
 
@@ -266,6 +266,7 @@ def test_gpu_inventory_carries_every_gpu_fact_and_its_mig_devices() -> None:
             numa_node=0,
             mig_capable=True,
             mig_enabled=True,
+            mig_profiles=migprofiles.A100_40GB,
         ),
     )
     (mig,) = inventory.migs
@@ -273,6 +274,15 @@ def test_gpu_inventory_carries_every_gpu_fact_and_its_mig_devices() -> None:
     assert mig.name == "gpu-3-mig-3g20gb-9-4"
     assert (mig.gi_cap_minor, mig.ci_cap_minor, mig.multiprocessors) == (21, 22, 42)
     assert inventory.vfios == ()
+
+
+def test_mig_profiles_come_from_the_tables_by_product_and_only_when_mig_capable() -> None:
+    unknown, incapable = _detailed(name="NVIDIA H9000", migs=()), _detailed(
+        mig_capable=False, mig_enabled=False, migs=())
+    h100 = _detailed(name="NVIDIA H100 80GB HBM3", migs=())
+    profiles = [g.mig_profiles for g in (_codec.gpu_inventory(_report(gpu)).gpus[0]
+                                         for gpu in (unknown, incapable, h100))]
+    assert profiles == [(), (), migprofiles.H100_80GB]
 
 
 def test_gpu_inventory_lists_gpus_in_nvml_index_order() -> None:
