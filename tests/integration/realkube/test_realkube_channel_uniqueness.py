@@ -317,10 +317,10 @@ def _duplicate_events(admin: KubeCluster) -> set[str]:
 
 # NB: an open defect, not a slow machine: with two controllers that do not elect a leader, the
 # repair of an injected duplicate livelocks (each deletes and recreates the newer ComputeDomain's
-# ResourceClaimTemplate behind the other's cache; the status keeps the duplicate channel). Seen
-# at load average 0.6 on 2026-11-26 (2 full runs and 3 of 5 runs of this test failed); the timeout message says what is
-# still missing and shows both controllers' logs. Elected controllers (the supported setup,
-# above) are not affected.
+# ResourceClaimTemplate behind the other's cache; the status keeps the duplicate channel).
+# Seen at load average 0.6 on 2026-11-26 (2 full runs and 3 of 5 runs of this test failed);
+# the timeout message says what is still missing and shows both controllers' logs. Elected
+# controllers (the supported setup, above) are not affected.
 @pytest.mark.xfail(strict=False, reason="open defect: duplicate repair by two unelected "
                    "controllers can livelock on the ResourceClaimTemplate (see NB above)")
 def test_two_unelected_controllers_leave_no_duplicate_once_a_burst_settles(
