@@ -122,59 +122,46 @@ def _as_v1alpha1(response: dra_health_v1_pb2.NodeWatchResourcesResponse) -> Any:
     return _codec.convert(response, dra_health_v1alpha1_pb2.NodeWatchResourcesResponse)
 
 
-class _V1Servicer(dra_health_v1_pb2_grpc.DRAResourceHealthServicer):
+class _Watching:
+    """One version's `NodeWatchResources`: the shared stream, encoded for that version."""
+
+    def __init__(
+        self, streams: HealthStreams, *, encode: Callable[[Any], Any], version: str
+    ) -> None:
+        self._streams = streams
+        self._encode = encode
+        self._version = version
+
+    async def NodeWatchResources(
+        self, request: Any, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> AsyncIterator[Any]:
+        async for message in self._streams.watch(
+            encode=self._encode, version=self._version, peer=context.peer()
+        ):
+            yield message
+
+
+class _V1Servicer(_Watching, dra_health_v1_pb2_grpc.DRAResourceHealthServicer):
     """`v1.DRAResourceHealth` (kubelet 1.37+)."""
 
-    def __init__(self, streams: HealthStreams) -> None:
-        self._streams = streams
 
-    async def NodeWatchResources(
-        self, request: Any, context: grpc.aio.ServicerContext[Any, Any]
-    ) -> AsyncIterator[Any]:
-        async for message in self._streams.watch(
-            encode=_identity, version="v1", peer=context.peer()
-        ):
-            yield message
-
-
-class _V1Beta1Servicer(dra_health_v1beta1_pb2_grpc.DRAResourceHealthServicer):
+class _V1Beta1Servicer(_Watching, dra_health_v1beta1_pb2_grpc.DRAResourceHealthServicer):
     """`v1beta1.DRAResourceHealth` (kubelet 1.36)."""
 
-    def __init__(self, streams: HealthStreams) -> None:
-        self._streams = streams
 
-    async def NodeWatchResources(
-        self, request: Any, context: grpc.aio.ServicerContext[Any, Any]
-    ) -> AsyncIterator[Any]:
-        async for message in self._streams.watch(
-            encode=_as_v1beta1, version="v1beta1", peer=context.peer()
-        ):
-            yield message
-
-
-class _V1Alpha1Servicer(dra_health_v1alpha1_pb2_grpc.DRAResourceHealthServicer):
+class _V1Alpha1Servicer(_Watching, dra_health_v1alpha1_pb2_grpc.DRAResourceHealthServicer):
     """`v1alpha1.DRAResourceHealth` (kubelet 1.34, 1.35; later ones still accept it)."""
-
-    def __init__(self, streams: HealthStreams) -> None:
-        self._streams = streams
-
-    async def NodeWatchResources(
-        self, request: Any, context: grpc.aio.ServicerContext[Any, Any]
-    ) -> AsyncIterator[Any]:
-        async for message in self._streams.watch(
-            encode=_as_v1alpha1, version="v1alpha1", peer=context.peer()
-        ):
-            yield message
 
 
 def add_to_server(streams: HealthStreams, server: Any) -> None:
     """Register the stream in all three versions on an asyncio gRPC server."""
     dra_health_v1_pb2_grpc.add_DRAResourceHealthServicer_to_server(  # type: ignore[no-untyped-call]
-        _V1Servicer(streams), server
+        _V1Servicer(streams, encode=_identity, version="v1"), server
     )
     dra_health_v1beta1_pb2_grpc.add_DRAResourceHealthServicer_to_server(  # type: ignore[no-untyped-call]
-        _V1Beta1Servicer(streams), server
+        _V1Beta1Servicer(streams, encode=_as_v1beta1, version="v1beta1"), server
     )
     dra_health_v1alpha1_pb2_grpc.add_DRAResourceHealthServicer_to_server(  # type: ignore[no-untyped-call]
-        _V1Alpha1Servicer(streams), server
+        _V1Alpha1Servicer(
+            streams, encode=_as_v1alpha1, version="v1alpha1"), server
     )
