@@ -18,7 +18,7 @@ import shutil
 import tempfile
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 from adapters.fs import procfs
@@ -331,6 +331,21 @@ def running(**kwargs: Any) -> Iterator[Embedded]:
         yield embedded
     finally:
         embedded.stop()
+
+
+def unprepare_and_delete_pods(
+    kubelet: Any, allocator: memory_allocator.Allocator, cluster: memory_cluster.InMemoryCluster,
+    scheduled: Iterable[memory_allocator.ScheduledPod], *, driver: str, namespace: str,
+) -> None:
+    """As the kubelet and scheduler would once each pod is gone: unprepare its claims of
+    `driver`, give its devices back and delete it; an unprepare error stops the demo."""
+    for pod in scheduled:
+        results = kubelet.unprepare(driver, claim_refs(pod.claims))
+        failed = [r.error for r in results.values() if r.error]
+        if failed:
+            raise errors.RetryableError(f"NodeUnprepareResources failed: {'; '.join(failed)}")
+        allocator.release_pod(pod.pod)
+        cluster.delete(kinds.POD.kind, namespace=namespace, name=pod.pod["metadata"]["name"])
 
 
 def claim_refs(claims: tuple[Mapping[str, Any], ...]) -> tuple[models.ClaimRef, ...]:

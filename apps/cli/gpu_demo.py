@@ -383,13 +383,8 @@ def run_story(node: GpuNode, *, say: Say) -> GpuReport:
         if spec is not None:
             report.cdi_specs[claim["metadata"]["name"]] = spec
             _show_spec(spec, say=say)
-    for pod in scheduled:
-        results = node.kubelet.unprepare(DRIVER, embedded.claim_refs(pod.claims))
-        failed = [r.error for r in results.values() if r.error]
-        if failed:
-            raise errors.RetryableError(f"NodeUnprepareResources failed: {'; '.join(failed)}")
-        node.allocator.release_pod(pod.pod)
-        cluster.delete(kinds.POD.kind, namespace=NAMESPACE, name=pod.pod["metadata"]["name"])
+    embedded.unprepare_and_delete_pods(
+        node.kubelet, node.allocator, cluster, scheduled, driver=DRIVER, namespace=NAMESPACE)
     report.leftover_cdi_files = len(cdi_dir.claim_uids())
     current = fs_checkpoints.read_checkpoint(node.settings.checkpoint_path, gpu_records.CODEC)
     report.leftover_checkpoint_entries = 0 if current is None else sum(

@@ -118,13 +118,8 @@ def run_mig_story(node: GpuNode, *, torn_down: int, say: Say) -> MigReport:
         say(f"NodePrepareResources for {pod.claims[0]['metadata']['name']}: {', '.join(ids)}")
     report.created = mig_devices(node)
     say(f"MIG devices created in the simulated NVML: {', '.join(report.created)}")
-    for pod in scheduled:
-        results = node.kubelet.unprepare(DRIVER, embedded.claim_refs(pod.claims))
-        failed = [r.error for r in results.values() if r.error]
-        if failed:
-            raise errors.RetryableError(f"NodeUnprepareResources failed: {'; '.join(failed)}")
-        node.allocator.release_pod(pod.pod)
-        cluster.delete(kinds.POD.kind, namespace=NAMESPACE, name=pod.pod["metadata"]["name"])
+    embedded.unprepare_and_delete_pods(
+        node.kubelet, node.allocator, cluster, scheduled, driver=DRIVER, namespace=NAMESPACE)
     report.left_after = mig_devices(node)
     say(f"NodeUnprepareResources for {len(scheduled)} claim(s): MIG devices destroyed; left: "
         f"{len(report.left_after)}")

@@ -110,13 +110,8 @@ def run_shares_story(node: GpuNode, *, say: Say) -> SharesReport:
     shared = sorted(set(report.allocated.values()))
     say(f"{len(scheduled)} pods share {', '.join(shared)}: both claims prepared beside each "
         "other (consumable shares with equal configs)")
-    for pod in scheduled:
-        results = node.kubelet.unprepare(DRIVER, embedded.claim_refs(pod.claims))
-        failed = [r.error for r in results.values() if r.error]
-        if failed:
-            raise errors.RetryableError(f"NodeUnprepareResources failed: {'; '.join(failed)}")
-        node.allocator.release_pod(pod.pod)
-        cluster.delete(kinds.POD.kind, namespace=NAMESPACE, name=pod.pod["metadata"]["name"])
+    embedded.unprepare_and_delete_pods(
+        node.kubelet, node.allocator, cluster, scheduled, driver=DRIVER, namespace=NAMESPACE)
     cdi_dir = fs_cdi.CDIDirectory(node.settings.cdi_root, file_name=gpu_cdi.spec_file_name)
     report.leftover_cdi_files = len(cdi_dir.claim_uids())
     current = fs_checkpoints.read_checkpoint(node.settings.checkpoint_path, gpu_records.CODEC)
