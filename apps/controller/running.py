@@ -156,6 +156,7 @@ class Controller:
             c.claims.add_handler(self._on_claim)
 
     def _on_domain(self, old: Obj | None, new: Obj | None) -> None:
+        self._enqueue_channel_rivals(old, new)
         if new is not None:
             self.queue.add(informer.object_key(new))
             return
@@ -169,6 +170,25 @@ class Controller:
         if new is None and old is not None:
             # A claim gone may free the channel of a deleted ComputeDomain.
             self._enqueue_waiting_for_channel()
+
+    def _enqueue_channel_rivals(self, old: Obj | None, new: Obj | None) -> None:
+        """Channel isolation: a CD whose channel changed (or that came or went) re-queues the
+        other CDs naming the old or new channel. Which of two holders moves depends on both
+        (`channels.duplicate_standing`), and the one that must move may have no event of its
+        own: the earlier holder's status naming its channel is the only change there is."""
+        if not self.reconciler.config.channel_isolation:
+            return
+        before = channels.domain_channel_from_k8s(old).channel_id if old else None
+        after = channels.domain_channel_from_k8s(new).channel_id if new else None
+        if before == after and old is not None and new is not None:
+            return
+        me = informer.object_key(new if new is not None else old or {})
+        for channel in {before, after} - {None}:
+            for raw in self.caches.domains.by_index(controller_caches.CHANNEL_INDEX,
+                                                    str(channel)):
+                key = informer.object_key(raw)
+                if key != me:
+                    self.queue.add(key)
 
     def _enqueue_waiting_for_channel(self) -> None:
         """Channel isolation: re-queue every CD still without a channel (a channel may be free)."""

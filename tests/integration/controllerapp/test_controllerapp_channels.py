@@ -234,3 +234,27 @@ def test_two_controllers_at_once_never_leave_two_domains_on_one_channel() -> Non
             wait_until(settled, what=f"burst {burst}: every CD Ready on a channel of its own, "
                        "its template carrying it", timeout_s=60)
     cluster.close()
+
+
+def test_a_domain_whose_channel_another_takes_over_is_reconciled_and_told_apart() -> None:
+    """Only the ComputeDomain whose status changed gets an event; when it is the earlier one
+    (it keeps the channel), the later holder must still be re-queued and re-assigned."""
+    cluster = memory_cluster.InMemoryCluster()
+    with _controller(cluster):
+        _create(cluster, "a")
+        _create(cluster, "b")
+        wait_until(lambda: _ready(cluster, "a", "b"), what="both Ready", timeout_s=30)
+        first, later = sorted(("a", "b"), key=lambda n: _order(cluster, n))
+        taken = _channel(cluster, later)
+        # A racing controller without the precondition names the later one's channel on the
+        # earlier one: the earlier one keeps it, so the later one (no event of its own) moves.
+        cluster.patch(CD, namespace=NS, name=first, subresource="status",
+                      patch={"status": {"channelID": taken}})
+        wait_until(lambda: _channel(cluster, later) not in (None, taken)
+                   and _rct_channel(cluster, later) == _channel(cluster, later)
+                   and _rct_channel(cluster, first) == taken
+                   and _ready(cluster, first, later),
+                   what="the later one re-assigned, both templates carrying their channel",
+                   timeout_s=30)
+        assert set(_duplicate_events(cluster)) == {"a", "b"}
+    cluster.close()
