@@ -10,12 +10,13 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import enum
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from core import device_health, models, names
 from core.gpu import configs as gpu_configs
 from core.gpu import devices as gpu_devices
+from core.gpu import health as gpu_health
 from core.gpu import mps as gpu_mps
 
 # The half's checkpoint record (`models.RecordCodec`).
@@ -333,6 +334,21 @@ class DeviceHealthSource(Protocol):
 
     def device_health(self) -> tuple[device_health.DeviceHealth, ...]:
         """The complete list, sorted; empty before anything was published."""
+        ...
+
+
+class GpuHealthEvents(Protocol):
+    """The node's GPU health events (NVML's event loop, gate NVMLDeviceHealthCheck), watched
+    in the background from `start` until `stop`."""
+
+    def start(self, on_event: Callable[[gpu_health.HealthEvent], None]) -> None:
+        """Begin watching; `on_event` is called from a background thread for every event.
+        Events the watch cannot see arrive as `UNMONITORED` (for one GPU, or the node when
+        the watcher itself failed), never as silence."""
+        ...
+
+    def stop(self) -> None:
+        """Stop watching and wait for the background work to end (idempotent)."""
         ...
 
 
