@@ -54,6 +54,9 @@ class Settings:
     mps_shm_tmpfs: bool = True
     # How long one prepare attempt waits for a daemon to turn Ready (then it is retried).
     mps_ready_timeout_s: float = 10.0
+    # XIDs that only inform (gate NVMLDeviceHealthCheck), beside the defaults, as given
+    # (checked at start: `core.gpu.health.xid_policy`).
+    additional_xids_to_ignore: str = ""
 
     @property
     def mps_control_root(self) -> str:
@@ -109,6 +112,9 @@ COMMAND = flags.command(
         flags.option("--mps-ready-timeout-seconds", env="MPS_READY_TIMEOUT_SECONDS",
                      type=flags.SECONDS, default="10",
                      help="how long one prepare attempt waits for an MPS daemon to be Ready"),
+        flags.option("--additional-xids-to-ignore", env="ADDITIONAL_XIDS_TO_IGNORE", default="",
+                     help="comma-separated XIDs that only inform (taint effect None) besides "
+                     "13,31,43,45,68,109 (gate NVMLDeviceHealthCheck)"),
     ],
 )
 
@@ -149,4 +155,5 @@ def parse(argv: Sequence[str] | None, env: Mapping[str, str]) -> Settings:
         mps_service_account=values["mps_service_account"],
         mps_shm_tmpfs=values["mps_shm_tmpfs"],
         mps_ready_timeout_s=values["mps_ready_timeout_seconds"],
+        additional_xids_to_ignore=values["additional_xids_to_ignore"],
     )

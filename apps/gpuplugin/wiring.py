@@ -9,8 +9,10 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 
+from adapters.fs import health_state
 from adapters.kube import slices as kube_slices
 from apps.gpuplugin import driver as gpu_driver
+from apps.gpuplugin import health_monitor
 from apps.gpuplugin import settings as gpu_settings
 from apps.pluginkit import device_health as plugin_device_health
 from apps.pluginkit import driver as claim_driver
@@ -23,6 +25,7 @@ from core import errors, models, names, ports
 from core import gates as feature_gates
 from core.gpu import cdi as gpu_cdi
 from core.gpu import checkpoint_records, devices, partitions
+from core.gpu import health as gpu_health
 from core.gpu import shares as gpu_shares
 from core.gpu import slices as gpu_slices
 
@@ -76,6 +79,8 @@ def start_gpu_plugin(
     compute_mode: ports.ComputeModeSetter | None = None,
     mps_daemons: ports.MpsDaemons | None = None,
     mig: ports.MigPartitioner | None = None,
+    health_events: ports.GpuHealthEvents | None = None,
+    xid_policy: gpu_health.XidPolicy = gpu_health.DEFAULT_XID_POLICY,
 ) -> Plugin[models.NodeFacts]:
     """Discover, recover state and start serving the kubelet; slices follow registration.
 
@@ -86,7 +91,10 @@ def start_gpu_plugin(
     claims. `mig` (gate DynamicMIG) creates MIG devices at prepare: the plugin then publishes
     every partition a GPU could hold (`core.gpu.partitions`, laid out for the API server's
     version, read through `cluster`, a `ports.ServerVersion`, at the first publish) and,
-    before serving, destroys the MIG devices no completed claim holds.
+    before serving, destroys the MIG devices no completed claim holds. `health_events` (gate
+    NVMLDeviceHealthCheck) are watched from the start: each device they find sick is tainted
+    in the published slice (`core.gpu.health`, `xid_policy`) and reported in the kubelet's
+    health stream; the taints survive a plugin restart within one boot of the node.
     """
     dynamic_mig = mig is not None and gates.enabled(feature_gates.DYNAMIC_MIG)
     if dynamic_mig and not isinstance(cluster, ports.ServerVersion):
@@ -133,7 +141,32 @@ def start_gpu_plugin(
         cluster, driver=gpu_settings.DRIVER_NAME, node_name=settings.node_name
     )
 
-    health = plugin_device_health.PublishedDeviceHealth(pool=settings.node_name)
+    republish: list[Callable[[], None]] = []  # NB: the plugin's slice resync, once serving
+    monitor = (
+        health_monitor.GpuHealthMonitor(
+            events=health_events, boot_id=boot_id, policy=xid_policy,
+            store=health_state.HealthStateFile(
+                os.path.join(settings.plugin_dir, health_state.FILE_NAME)),
+            placements=lambda: gpu_health.placements(found.current()),
+            on_change=lambda: _call_each(republish),
+        )
+        if health_events is not None else None
+    )
+    health = plugin_device_health.PublishedDeviceHealth(
+        pool=settings.node_name,
+        monitor=monitor.observations if monitor is not None else None,
+    )
+    effect_none: list[bool] = []  # NB: read once, at the first publish of a tainted device
+
+    def tainted(devices: Sequence[models.JSONObject]) -> Sequence[models.JSONObject]:
+        if monitor is None:
+            return devices
+        state = monitor.state
+        if not state.taints:
+            return devices
+        if not effect_none:
+            effect_none.append(_effect_none_supported(cluster))
+        return gpu_health.with_taints(devices, state, effect_none=effect_none[0])
 
     def publish() -> None:
         if dynamic_mig:
@@ -151,7 +184,7 @@ def start_gpu_plugin(
             health.published([d for content in contents for d in content.devices])
             return
         devices = gpu_slices.plan_gpu_devices(found.refresh(), gates=gates, consumable=consumable)
-        publisher.publish(devices)
+        publisher.publish(tainted(devices))
         health.published(devices)
 
     plugin = serving.serve(
@@ -160,6 +193,10 @@ def start_gpu_plugin(
     )
     if plugin.server.health_streams is not None:
         health.on_change = plugin.server.health_streams.notify
+    if monitor is not None:
+        republish += [plugin.slices.republish, health.observed_changed]
+        monitor.start()
+        plugin.on_stop.append(monitor.stop)
     inventory = found.current()
     log.info(
         "event=gpu_plugin_started node=%s gpus=%d migs=%d vfios=%d prepared_claims=%d "
@@ -168,6 +205,22 @@ def start_gpu_plugin(
         len(recovered.entries), consumable, plugin.server.dra_socket_path,
     )
     return plugin
+
+
+def _call_each(calls: Sequence[Callable[[], None]]) -> None:
+    for call in calls:
+        call()
+
+
+def _effect_none_supported(cluster: ports.Cluster) -> bool:
+    """Whether the API server takes taint effect `None`; without a version to read, assume
+    not (such taints only inform: leaving them out never makes a slice be refused)."""
+    if not isinstance(cluster, ports.ServerVersion):
+        return False
+    version = cluster.server_version()
+    supported = gpu_health.effect_none_supported(version)
+    log.info("event=device_taint_effects server_version=%s effect_none=%s", version, supported)
+    return supported
 
 
 def _slice_layout(cluster: ports.ServerVersion) -> partitions.SliceLayout:

@@ -51,13 +51,21 @@ class SliceResync:
         self._period_s = period_s
         self._retry_s = retry_s
         self._wake = threading.Event()
+        self._registered = False
         self.published = threading.Event()
         # Set while the loop waits for the first registration (nothing is published then).
         self.waiting_for_registration = threading.Event()
 
     def registered(self) -> None:
         """The kubelet confirmed (again) that we are registered: publish now."""
+        self._registered = True
         self._wake.set()
+
+    def republish(self) -> None:
+        """What is published changed (a device tainted): publish now, on the resync thread,
+        if the kubelet registered us; else the first registration publishes it."""
+        if self._registered:
+            self._wake.set()
 
     def start(self, stopping: threading.Event) -> threading.Thread:
         thread = threading.Thread(

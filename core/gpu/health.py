@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Final
 
@@ -99,6 +100,9 @@ class XidPolicy:
 
     def effect(self, xid: int) -> TaintEffect:
         return TaintEffect.NONE if xid in self.ignored else TaintEffect.NO_SCHEDULE
+
+
+DEFAULT_XID_POLICY: Final = XidPolicy()
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -220,6 +224,15 @@ def with_taints(
                   if effect_none or t.effect is not TaintEffect.NONE]
         result.append({**device, "taints": taints} if taints else dict(device))
     return result
+
+
+def effect_none_supported(server_version: str) -> bool:
+    """Whether an API server of `server_version` ("v1.34.4") accepts taint effect `None`
+    (added in Kubernetes 1.35); ValueError for a version without major.minor."""
+    found = re.match(r"v?(\d+)\.(\d+)", server_version)
+    if found is None:
+        raise ValueError(f"{server_version!r} is not a Kubernetes version (want e.g. v1.35.2)")
+    return (int(found.group(1)), int(found.group(2))) >= (1, 35)
 
 
 def taint_to_k8s(taint: DeviceTaint) -> models.JSONObject:
