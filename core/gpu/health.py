@@ -58,7 +58,8 @@ class HealthEventKind(enum.Enum):
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class HealthEvent:
     """What the event loop saw. `gpu_uuid` "" means every GPU of the node (NVML lost, or
-    cannot say which); `gi_id`/`ci_id` name a MIG device, `WHOLE_GPU` the GPU itself."""
+    cannot say which); `gi_id`/`ci_id` name a MIG device, either one `WHOLE_GPU` the GPU
+    itself (as upstream reads NVML's event)."""
 
     kind: HealthEventKind
     gpu_uuid: str = ""
@@ -124,7 +125,7 @@ def xid_policy(additional: str) -> XidPolicy:
         text = item.strip()
         if not text:
             continue
-        if not text.isdigit() or int(text) > 2**32 - 1:
+        if not (text.isascii() and text.isdigit()) or int(text) > 2**32 - 1:
             raise errors.ConfigError(
                 f"--additional-xids-to-ignore (ADDITIONAL_XIDS_TO_IGNORE) has {text!r}: it "
                 "must be a comma-separated list of XID numbers, e.g. \"48,79\"")
@@ -150,7 +151,7 @@ def affected_devices(event: HealthEvent, where: Iterable[Placement]) -> tuple[st
     for place in where:
         if event.gpu_uuid and place.gpu_uuid != event.gpu_uuid:
             continue
-        whole = event.gi_id == WHOLE_GPU or not event.gpu_uuid
+        whole = not event.gpu_uuid or WHOLE_GPU in (event.gi_id, event.ci_id)
         if whole or (place.gi_id, place.ci_id) == (event.gi_id, event.ci_id):
             found.add(place.device)
     return tuple(sorted(found))
@@ -257,7 +258,8 @@ def state_to_json(state: HealthState) -> models.JSONObject:
 
 def state_from_json(raw: Any) -> HealthState:
     """The saved state; DecodeError saying what is wrong (the caller starts from nothing)."""
-    if not isinstance(raw, Mapping) or raw.get("version") != STATE_VERSION:
+    if not isinstance(raw, Mapping) or type(raw.get("version")) is not int or (
+            raw["version"] != STATE_VERSION):
         raise errors.DecodeError(f"device health state: want an object with version "
                                  f"{STATE_VERSION}, got {str(raw)[:200]}")
     boot_id = raw.get("bootID")
@@ -269,14 +271,22 @@ def state_from_json(raw: Any) -> HealthState:
     for device, items in entries.items():
         if not isinstance(items, list):
             raise errors.DecodeError(f"device health state: {device!r} needs a list of taints")
-        taints[str(device)] = tuple(sorted(_taint_from_json(device, t) for t in items))
+        loaded = [_taint_from_json(device, t) for t in items]
+        keys = [t.key for t in loaded]
+        if len(set(keys)) != len(keys):
+            twice = next(key for key in keys if keys.count(key) > 1)
+            raise errors.DecodeError(
+                f"device health state: {device!r} has two taints of {twice} (one per key)")
+        taints[str(device)] = tuple(sorted(loaded))
     return HealthState(boot_id=boot_id, taints=taints)
 
 
 def _taint_from_json(device: str, raw: Any) -> DeviceTaint:
     try:
-        return DeviceTaint(key=str(raw["key"]), value=str(raw.get("value") or ""),
-                           effect=TaintEffect(raw["effect"]))
+        key, value = raw["key"], raw.get("value", "")
+        if not (isinstance(key, str) and key and isinstance(value, str)):
+            raise TypeError("key must be a non-empty string and value a string")
+        return DeviceTaint(key=key, value=value, effect=TaintEffect(raw["effect"]))
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise errors.DecodeError(
             f"device health state: a taint of {device!r} is malformed ({exc!r}): {raw!r}"
