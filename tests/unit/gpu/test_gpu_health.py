@@ -557,3 +557,14 @@ def test_saved_taints_are_loaded_sorted() -> None:
         {"key": XID_KEY, "value": "79", "effect": "NoSchedule"},
         {"key": GPU_LOST_KEY, "effect": "NoSchedule"}]}))
     assert [t.key for t in loaded.of("gpu-1")] == [GPU_LOST_KEY, XID_KEY]
+
+
+@pytest.mark.parametrize(("version", "supported"), [
+    ("v1.34.4", False), ("v1.35.0", True), ("1.37.2+k3s1", True), ("v2.0.0", True)])
+def test_taint_effect_none_is_known_from_kubernetes_1_35(version: str, supported: bool) -> None:
+    assert health.effect_none_supported(version) is supported
+
+
+def test_a_server_version_without_major_minor_is_refused() -> None:
+    with pytest.raises(ValueError, match="not a Kubernetes version"):
+        health.effect_none_supported("unknown")
