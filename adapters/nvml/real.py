@@ -191,18 +191,24 @@ class NvmlInventory:
 
     def child_env(self) -> dict[str, str]:
         """The environment NVML children get (this package importable, the driver's libraries)."""
-        if self._env is not None:
-            env = dict(self._env)
-        else:
-            env = dict(os.environ)
-            python_path = env.get("PYTHONPATH", "")
-            env["PYTHONPATH"] = os.pathsep.join(p for p in (_IMPORT_ROOT, python_path) if p)
-        library_dirs = driver_library_dirs(self.driver_root)
-        if library_dirs:
-            env["LD_LIBRARY_PATH"] = os.pathsep.join(
-                p for p in (*library_dirs, env.get("LD_LIBRARY_PATH", "")) if p
-            )
-        return env
+        return child_env(driver_root=self.driver_root, env=self._env)
+
+
+def child_env(*, driver_root: str, env: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The environment of a child that loads NVML: `env` (default: ours, with this package
+    importable), with the library directories of `driver_root` leading LD_LIBRARY_PATH."""
+    if env is not None:
+        result = dict(env)
+    else:
+        result = dict(os.environ)
+        python_path = result.get("PYTHONPATH", "")
+        result["PYTHONPATH"] = os.pathsep.join(p for p in (_IMPORT_ROOT, python_path) if p)
+    library_dirs = driver_library_dirs(driver_root)
+    if library_dirs:
+        result["LD_LIBRARY_PATH"] = os.pathsep.join(
+            p for p in (*library_dirs, result.get("LD_LIBRARY_PATH", "")) if p
+        )
+    return result
 
 
 def _signal_name(number: int) -> str:
