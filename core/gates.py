@@ -107,10 +107,7 @@ REGISTRY: Final[Mapping[str, Gate]] = {
             Gate(name=TIME_SLICING_SETTINGS, default=False, stage=Stage.ALPHA),
             Gate(name=MPS_SUPPORT, default=False, stage=Stage.ALPHA),
             Gate(name=PASSTHROUGH_SUPPORT, default=False, stage=Stage.ALPHA),
-            Gate(
-                name=NVML_DEVICE_HEALTH_CHECK, default=False, stage=Stage.ALPHA,
-                unbuilt_in=_GPU_PLUGIN, feature="GPU health checking through NVML events",
-            ),
+            Gate(name=NVML_DEVICE_HEALTH_CHECK, default=False, stage=Stage.ALPHA),
             Gate(name=DYNAMIC_MIG, default=False, stage=Stage.ALPHA),
             Gate(
                 name=DEVICE_METADATA, default=False, stage=Stage.ALPHA,

@@ -116,7 +116,7 @@ def plan_slice_sync(
         want_spec, have_spec = want.get("spec", {}), have.get("spec", {})
         # NB: null in a merge patch removes the field.
         dropped = {f: None for f in _CONTENT_FIELDS if f not in want_spec and have_spec.get(f)}
-        if dropped or not _contains(have_spec, want_spec):
+        if dropped or not _contains(have_spec, want_spec) or _taints_differ(have_spec, want_spec):
             patch["spec"] = {**want_spec, **dropped}
         owners = _owners(want)
         if owners and not _contains(_owners(have), owners):
@@ -151,6 +151,17 @@ def _name(obj: Mapping[str, Any]) -> str:
 def _owners(obj: Mapping[str, Any]) -> list[Any]:
     refs = (obj.get("metadata") or {}).get("ownerReferences")
     return list(refs) if isinstance(refs, list | tuple) else []
+
+
+def _taints_differ(have_spec: Mapping[str, Any], want_spec: Mapping[str, Any]) -> bool:
+    """Whether a device's taints differ (a taint lifted must go: containment alone would keep
+    it). Compared without `timeAdded`, which the API server fills in."""
+    def taints(spec: Mapping[str, Any]) -> list[list[tuple[Any, Any, Any]]]:
+        devices = spec.get("devices")
+        return [[(t.get("key"), t.get("value") or "", t.get("effect"))
+                 for t in (d.get("taints") or ()) if isinstance(t, Mapping)]
+                for d in (devices if isinstance(devices, list) else ()) if isinstance(d, Mapping)]
+    return taints(have_spec) != taints(want_spec)
 
 
 def _contains(have: Any, want: Any) -> bool:

@@ -12,6 +12,7 @@ from adapters.fs import cdihook, driverroot, procfs
 from adapters.fs import vfio as fs_vfio
 from adapters.mps import daemons as mps_daemons
 from adapters.mps import hostdirs as mps_hostdirs
+from adapters.nvml import gpu_simulation, health_events
 from adapters.nvml import inventory as nvml_inventory
 from adapters.nvsmi import timeslice
 from apps.gpuplugin import fault_marked, mps_daemon, wiring
@@ -20,6 +21,7 @@ from apps.pluginkit import process
 from apps.shell import logs, signals
 from core import errors, gates, models, ports
 from core.gpu import devices, mps
+from core.gpu import health as gpu_health
 from core.gpu import shares as gpu_shares
 
 log = logging.getLogger("gpu-kubelet-plugin")
@@ -72,6 +74,7 @@ def _gates(settings: gpu_settings.Settings) -> models.FeatureGates:
     gates.refuse_unbuilt(resolved, gates.Component.GPU_PLUGIN)
     # NB: checked here, beside the gates it needs, so a bad value stops the start at once.
     gpu_shares.parse_consumable_shares(settings.consumable_shares, gates=resolved)
+    gpu_health.xid_policy(settings.additional_xids_to_ignore)
     return resolved
 
 
@@ -123,7 +126,24 @@ def _start(
             fault_marked.MarkedMigPartitioner(_mig_partitioner(discovery))
             if resolved_gates.enabled(gates.DYNAMIC_MIG) else None
         ),
+        health_events=(
+            _health_events(settings, discovery)
+            if resolved_gates.enabled(gates.NVML_DEVICE_HEALTH_CHECK) else None
+        ),
+        xid_policy=gpu_health.xid_policy(settings.additional_xids_to_ignore),
     )
+
+
+def _health_events(
+    settings: gpu_settings.Settings, discovery: ports.GpuDiscovery
+) -> ports.GpuHealthEvents:
+    """NVML's event loop on the GPUs `discovery` probes; for simulated GPUs, the events
+    appended to the simulated driver root's events file (raised by tests and the demo)."""
+    if isinstance(discovery, gpu_simulation.SimulatedGpus):
+        uuids = [gpu.uuid for gpu in discovery.gpu_inventory().gpus]
+        return health_events.simulated_health_events(
+            health_events.simulated_events_path(settings.container_driver_root), uuids)
+    return health_events.NvmlHealthEvents(driver_root=settings.container_driver_root)
 
 
 def _mig_partitioner(discovery: ports.GpuDiscovery) -> ports.MigPartitioner:

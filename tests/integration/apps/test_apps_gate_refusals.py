@@ -38,7 +38,7 @@ def _error_lines(done: subprocess.CompletedProcess[str]) -> list[str]:
 @pytest.mark.parametrize(
     ("module", "gate", "binary"),
     [
-        ("apps.gpuplugin", "NVMLDeviceHealthCheck", "gpu-kubelet-plugin"),
+        ("apps.gpuplugin", "DRAListTypeAttributes", "gpu-kubelet-plugin"),
         ("apps.kubeletplugin", "FabricManagerPartitioning", "compute-domain-kubelet-plugin"),
     ],
 )

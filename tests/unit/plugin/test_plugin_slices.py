@@ -102,6 +102,30 @@ def test_slice_sync_patches_a_changed_slice_with_its_resource_version() -> None:
     )
 
 
+def _with_taint(slice_: dict[str, Any], **taint: str) -> dict[str, Any]:
+    spec = slice_["spec"]
+    devices = [{**spec["devices"][0], "taints": [taint]}, *spec["devices"][1:]]
+    return {**slice_, "spec": {**spec, "devices": devices}}
+
+
+def test_slice_sync_lifts_a_taint_the_desired_device_no_longer_has() -> None:
+    """An extra field is normally the API server's default, but a taint left would keep a
+    healthy device refused."""
+    desired = _desired()
+    stored = _with_taint(desired[0], key="gpu.nvidia.com/xid", value="79", effect="NoSchedule",
+                         timeAdded="2026-11-26T08:00:00Z")
+    (action,) = slices.plan_slice_sync(desired=desired, existing=(stored,))
+    assert isinstance(action, models.PatchObject)
+    assert action.patch == {"spec": desired[0]["spec"]}
+
+
+def test_slice_sync_is_quiet_when_taints_agree_but_the_server_added_their_time() -> None:
+    desired = (_with_taint(_desired()[0], key="gpu.nvidia.com/gpu-lost", effect="NoSchedule"),)
+    stored = _with_taint(_desired()[0], key="gpu.nvidia.com/gpu-lost", effect="NoSchedule",
+                         timeAdded="2026-11-26T08:00:00Z")
+    assert slices.plan_slice_sync(desired=desired, existing=(stored,)) == ()
+
+
 def test_slice_sync_deletes_slices_no_longer_wanted() -> None:
     stale = {"metadata": {"name": "node-a-compute-domain.nvidia.com-1"}, "spec": {}}
     actions = slices.plan_slice_sync(desired=_desired(), existing=(_desired()[0], stale))
