@@ -12,7 +12,8 @@ host's `/dev`) against an embedded API server, with its plugin dir and CDI root 
 - a claim for that GPU is prepared, and every device node and every mounted host path of its
   CDI spec exists on this host;
 - the partitions gate DynamicMIG would publish for each GPU, read through real NVML (MIG mode is
-  not changed), written to `dynamic-mig.json`.
+  not changed), written to `dynamic-mig.json`;
+- gate NVMLDeviceHealthCheck's event loop starts and watches every GPU (`health.json`).
 
 The slice and the spec are written as JSON to `$GPU_CHECK_OUT` (default `/tmp/gpu-check`).
 """
@@ -20,6 +21,7 @@ The slice and the spec are written as JSON to `$GPU_CHECK_OUT` (default `/tmp/gp
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import json
 import os
 import pathlib
@@ -315,3 +317,26 @@ def test_dynamic_mig_partitions_this_host_would_publish_are_listed(out_dir: path
     for name, gpu in listed.items():
         if gpu["partitionable"]:
             assert gpu["partitions"], f"{name} is partitionable but lists no partition"
+
+
+def test_the_nvml_health_event_loop_starts_and_monitors_every_gpu(out_dir: pathlib.Path) -> None:
+    """Gate NVMLDeviceHealthCheck's event loop on this host's real NVML: it registers for XID
+    events on every GPU nvidia-smi lists and reports none of them unmonitored. Written to
+    `health.json` (monitored UUIDs and any event seen while starting)."""
+    from adapters.nvml import health_events
+    from core.gpu import health
+
+    seen: list[health.HealthEvent] = []
+    watch = health_events.NvmlHealthEvents(driver_root=os.environ.get("NVIDIA_DRIVER_ROOT", "/"))
+    watch.start(seen.append)
+    try:
+        assert watch.wait_ready(START_TIMEOUT_S), "the NVML health watch never said it is ready"
+        monitored = set(watch.monitored)
+    finally:
+        watch.stop()
+    record = {"monitored": sorted(monitored),
+              "events": [dataclasses.asdict(e) | {"kind": e.kind.value} for e in seen]}
+    (out_dir / "health.json").write_text(json.dumps(record, indent=2), encoding="utf-8")
+    print(json.dumps(record))
+    assert monitored == set(smi_rows()), "every GPU nvidia-smi lists is watched"
+    assert not [e for e in seen if e.kind is health.HealthEventKind.UNMONITORED]
