@@ -26,7 +26,7 @@ from typing import Any
 import celpy
 from celpy import adapter, celparser, celtypes, evaluation
 
-from adapters.memory import _capacity, _counters
+from adapters.memory import _capacity, _counters, _taints
 from core import errors, kinds, models, ports
 
 log = logging.getLogger(__name__)
@@ -61,6 +61,7 @@ class _Device:
     capacities: Mapping[str, _capacity.Capacity] = dataclasses.field(default_factory=dict)
     # `consumesCounters`: what the device takes from its pool's counter sets.
     consumes: _counters.Consumption = dataclasses.field(default_factory=dict)
+    taints: tuple[_taints.Taint, ...] = ()
 
     @property
     def id(self) -> _DeviceId:
@@ -77,6 +78,7 @@ class _Request:
     count: int
     # `capacity.requests`, by capacity name.
     capacity: Mapping[str, int] = dataclasses.field(default_factory=dict)
+    tolerations: tuple[_taints.Toleration, ...] = ()
 
 
 # What one allocated share consumes, by capacity name (None: an exclusive allocation).
@@ -379,6 +381,7 @@ class Allocator:
                         allow_multiple=device.get("allowMultipleAllocations") is True,
                         capacities=_capacity.capacities_of(device),
                         consumes=_counters.consumption_of(driver, pool_name, device),
+                        taints=_taints.taints_of(device),
                     )
                 )
         return devices
@@ -427,7 +430,12 @@ class Allocator:
             expressions = (*class_selectors, *request.selectors)
             matching = [d for d in local if self._matches(d, expressions)]
             free: list[_Pick] = []
+            tainted: list[str] = []
             for device in matching:
+                refused = _taints.untolerated(device.taints, request.tolerations)
+                if refused:
+                    tainted.append(f"{device.name} ({', '.join(str(t) for t in refused)})")
+                    continue
                 fits, share = _share_of(device, request, consumption)
                 if not fits or device.id in used:
                     continue
@@ -478,6 +486,7 @@ class Allocator:
                     " a shareable device's capacity left"
                     + (f"; {overrun}, shared counters being consumed by allocated devices"
                        if overrun else "")
+                    + (f"; tainted and not tolerated: {', '.join(tainted)}" if tainted else "")
                     + ")"
                 )
             picks[(request.claim_key, request.name)] = picked
@@ -600,6 +609,7 @@ def _requests_of(claim: Mapping[str, Any]) -> list[_Request]:
                 mode=mode,
                 count=int(exactly.get("count") or 1),
                 capacity=capacity,
+                tolerations=_taints.tolerations_of(exactly),
             )
         )
     return out
