@@ -134,9 +134,12 @@ class InMemoryCluster:
     def _check_slice_layout(self, kind: str, obj: Mapping[str, Any]) -> None:
         """From Kubernetes 1.35 a ResourceSlice holds devices or shared counters, not both (as
         the real API server's validation refuses them)."""
-        if kind != kinds.RESOURCE_SLICE.kind or _minor_version(self._server_version) < 35:
+        if kind != kinds.RESOURCE_SLICE.kind:
             return
         spec = obj.get("spec") or {}
+        self._check_taint_effects(obj)
+        if _minor_version(self._server_version) < 35:
+            return
         if spec.get("devices") and spec.get("sharedCounters"):
             name = (obj.get("metadata") or {}).get("name")
             raise errors.ClusterError(
@@ -144,6 +147,21 @@ class InMemoryCluster:
                 f"may not be set together with spec.devices (Kubernetes "
                 f"{self._server_version}): publish the counter sets in a slice of their own"
             )
+
+    def _check_taint_effects(self, obj: Mapping[str, Any]) -> None:
+        """Device taint effects the real API server of this version accepts (`None` from
+        Kubernetes 1.35)."""
+        allowed = {"NoSchedule", "NoExecute"}
+        if _minor_version(self._server_version) >= 35:
+            allowed.add("None")
+        for index, device in enumerate((obj.get("spec") or {}).get("devices") or ()):
+            for taint in device.get("taints") or ():
+                if taint.get("effect") not in allowed:
+                    name = (obj.get("metadata") or {}).get("name")
+                    raise errors.ClusterError(
+                        f"ResourceSlice {name} is invalid: spec.devices[{index}].taints: "
+                        f"Unsupported value: {taint.get('effect')!r}: supported values: "
+                        f"{', '.join(sorted(allowed))} (Kubernetes {self._server_version})")
 
     # -- test and demo hooks -------------------------------------------------------------
 

@@ -27,11 +27,18 @@ from adapters.memory import cluster as memory_cluster
 from adapters.mps import daemons as mps_daemons
 from adapters.mps import hostdirs as mps_hostdirs
 from adapters.mps import simulated as mps_simulated
-from adapters.nvml import gpu_simulation
+from adapters.nvml import gpu_simulation, health_events
 from adapters.nvml import simulated as nvml_simulated
 from adapters.nvsmi import simulated as nvsmi_simulated
 from adapters.nvsmi import timeslice
-from apps.cli import embedded, gpu_mig_demo, gpu_mps_demo, gpu_shares_demo, mps_runner
+from apps.cli import (
+    embedded,
+    gpu_health_demo,
+    gpu_mig_demo,
+    gpu_mps_demo,
+    gpu_shares_demo,
+    mps_runner,
+)
 from apps.gpuplugin import mps_daemon
 from apps.gpuplugin import settings as gpu_settings
 from apps.gpuplugin import wiring as gpu_wiring
@@ -52,6 +59,7 @@ MPS_IMAGE = "nvidia-dra-driver:demo"
 MPS_POLL_S = 0.002
 MPS_GATES = f"{gates.MPS_SUPPORT}=true"
 MIG_GATES = f"{gates.DYNAMIC_MIG}=true"
+HEALTH_GATES = f"{gates.NVML_DEVICE_HEALTH_CHECK}=true"
 Say = Callable[[str], None]
 
 # The chart's DeviceClasses of the GPU half (helm templates deviceclass-gpu.yaml and
@@ -179,6 +187,8 @@ class GpuNode:
     mps_runner: mps_runner.MpsRunner | None = None
     # The simulated NVML the plugin discovers (and, with DynamicMIG, partitions).
     gpus: gpu_simulation.SimulatedGpus | None = None
+    # With gate NVMLDeviceHealthCheck: the simulated NVML event loop the plugin watches.
+    health: health_events.NvmlHealthEvents | None = None
 
     def stop(self) -> None:
         """Stop kubelet, plugin, MPS daemons and cluster; remove the workdir when made here."""
@@ -211,10 +221,12 @@ def mps_daemons_of(
 def start_plugin(
     cluster: memory_cluster.InMemoryCluster, settings: gpu_settings.Settings, files: NodeFiles,
     *, profile: str, gpus: gpu_simulation.SimulatedGpus | None = None,
+    health: health_events.NvmlHealthEvents | None = None,
 ) -> gpu_wiring.Plugin[models.NodeFacts]:
     """Start the GPU plugin in this process for a simulated node (no registration wait);
     with gate MPSSupport it runs MPS daemons as Deployments in `cluster`; with gate DynamicMIG
-    it creates and destroys MIG devices on `gpus` (the simulated NVML; a fresh one if None)."""
+    it creates and destroys MIG devices on `gpus` (the simulated NVML; a fresh one if None);
+    with gate NVMLDeviceHealthCheck it watches `health` (the simulated event loop)."""
     resolved = gates.resolve_gates(gates.parse_feature_gates(settings.feature_gates))
     if gpus is None:
         gpus = gpu_simulation.simulated_gpus(profile, node_name=settings.node_name)
@@ -236,6 +248,7 @@ def start_plugin(
         mps_daemons=(mps_daemons_of(cluster, settings, files)
                      if resolved.enabled(gates.MPS_SUPPORT) else None),
         mig=gpus if resolved.enabled(gates.DYNAMIC_MIG) else None,
+        health_events=health if resolved.enabled(gates.NVML_DEVICE_HEALTH_CHECK) else None,
     )
 
 
@@ -268,8 +281,13 @@ def start_gpu_node(
         runner = (mps_runner.MpsRunner(cluster, namespace=settings.namespace)
                   if resolved.enabled(gates.MPS_SUPPORT) else None)
         gpus = gpu_simulation.simulated_gpus(profile, node_name=node_name)
+        health = (health_events.simulated_health_events(
+            health_events.simulated_events_path(files.driver_root),
+            [gpu.uuid for gpu in gpus.gpu_inventory().gpus])
+            if resolved.enabled(gates.NVML_DEVICE_HEALTH_CHECK) else None)
         try:
-            plugin = start_plugin(cluster, settings, files, profile=profile, gpus=gpus)
+            plugin = start_plugin(cluster, settings, files, profile=profile, gpus=gpus,
+                                  health=health)
         except BaseException:
             if runner is not None:
                 runner.close()
@@ -283,7 +301,7 @@ def start_gpu_node(
     node = GpuNode(
         cluster=cluster, allocator=memory_allocator.Allocator(cluster), plugin=plugin,
         kubelet=kubelet, settings=settings, files=files, profile=profile, workdir=root,
-        owns_workdir=owned, mps_runner=runner, gpus=gpus,
+        owns_workdir=owned, mps_runner=runner, gpus=gpus, health=health,
     )
     try:
         kubelet.wait_for_plugin(DRIVER, timeout_s=10)
@@ -427,6 +445,23 @@ def _mig_chapter(profile: str, *, workdir: str, say: Say) -> gpu_mig_demo.MigRep
         node.stop()
 
 
+def _health_chapter(profile: str, *, workdir: str, say: Say) -> gpu_health_demo.HealthReport | None:
+    """The device health chapter, on profiles with two GPUs not in MIG mode; None elsewhere."""
+    inventory = gpu_simulation.simulated_gpus(profile, node_name=NODE_NAME).gpu_inventory()
+    if sum(1 for g in inventory.gpus if not g.mig_enabled) < 2:
+        say(f"device health chapter: needs two GPUs not in MIG mode, {profile} has fewer")
+        return None
+    node = start_gpu_node(os.path.join(workdir, "health") if workdir else "",
+                          profile=profile, feature_gates=HEALTH_GATES)
+    try:
+        say(f"restarted the GPU plugin with --feature-gates={HEALTH_GATES}: it watches the "
+            "NVML event loop (here the simulated NVML's, raised by this demo) and taints sick "
+            "GPUs in its ResourceSlice (KEP-5055 device taints)")
+        return gpu_health_demo.run_health_story(node, say=say)
+    finally:
+        node.stop()
+
+
 def run(profile: str, *, workdir: str) -> int:
     """The GPU demo for one profile; 0 when every claim was prepared and cleaned up."""
     started = time.monotonic()
@@ -475,6 +510,7 @@ def run(profile: str, *, workdir: str) -> int:
         mps_node.stop()
         mps_node = None
         with_mig = _mig_chapter(profile, workdir=workdir, say=say)
+        with_health = _health_chapter(profile, workdir=workdir, say=say)
     except (errors.DriverError, memory_allocator.AllocationError) as exc:
         print(f"error: {exc.message}", file=sys.stderr)
         return 1
@@ -487,7 +523,8 @@ def run(profile: str, *, workdir: str) -> int:
                 started_node.stop()
     ok = (report.leftover_cdi_files == 0 and report.leftover_checkpoint_entries == 0
           and shared.clean and len(set(shared.allocated.values())) == 1 and with_mps.clean
-          and (with_mig is None or with_mig.clean))
+          and (with_mig is None or with_mig.clean)
+          and (with_health is None or with_health.clean))
     prepared = (len(report.cdi_ids) + len(shared.allocated) + 1
                 + (0 if with_mig is None else len(with_mig.allocated)))
     print(f"done in {time.monotonic() - started:.1f}s: {prepared} claim(s) prepared "

@@ -8,7 +8,9 @@ with MPSSupport on, an MPS claim is prepared once its daemon Deployment is Ready
 EXCLUSIVE_PROCESS, CDI env CUDA_MPS_PIPE_DIRECTORY) and unprepared back to DEFAULT with no
 Deployment left; then, with DynamicMIG on (a100-mig), the scheduler picks non-overlapping MIG
 placements by the counters, one claim too many stays pending, the MIG devices are created at
-prepare and destroyed at unprepare. The CDI specs written are valid against the reference
+prepare and destroyed at unprepare; then, with NVMLDeviceHealthCheck on (hgx-h100), a fatal XID
+raised in the simulated NVML taints gpu-0, a claim for it stays pending naming the taint, a
+tolerating claim gets it, an informational XID refuses nothing. The CDI specs written are valid against the reference
 CDI schema; an unknown profile is refused with the known ones.
 """
 
@@ -83,6 +85,15 @@ def test_hgx_h100_demo_publishes_eight_gpus_and_prepares_gpu_0() -> None:
         "NodeUnprepareResources for mps-gpu: daemon quit and its Deployment deleted, compute "
         "mode of gpu-0 DEFAULT again; left: 0 MPS Deployments, 0 daemon directories, 0 CDI "
         "spec files, 0 checkpoint entries",
+        # The device health chapter: a fatal XID taints gpu-0, which is then refused.
+        "restarted the GPU plugin with --feature-gates=NVMLDeviceHealthCheck=true",
+        "NVML event loop watching 8 GPU(s); raising XID 79 on gpu-0 (GPU-",
+        "gpu-0 tainted gpu.nvidia.com/xid=79:NoSchedule in the ResourceSlice ",
+        "claim wants-sick-gpu (selects gpu-0) stays pending: ",
+        "tainted and not tolerated: gpu-0 (gpu.nvidia.com/xid=79:NoSchedule)",
+        "claim tolerates-xid (toleration gpu.nvidia.com/xid Exists NoSchedule) gets gpu-0",
+        "XID 13 (an application error) on gpu-1: gpu.nvidia.com/xid=13:None only informs; "
+        "claim wants-noisy-gpu gets gpu-1",
         "4 claim(s) prepared and unprepared, clean",
     ):
         assert expected in out, f"{expected!r} missing from:\n{out}"

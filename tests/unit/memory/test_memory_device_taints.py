@@ -88,3 +88,23 @@ def test_a_tolerating_request_may_get_the_tainted_device(toleration: dict[str, s
 def test_a_toleration_of_something_else_does_not_help(toleration: dict[str, str]) -> None:
     taint = _taints.Taint(key=XID["key"], value=XID["value"], effect=XID["effect"])
     assert _taints.untolerated((taint,), _taints.tolerations_of({"tolerations": [toleration]}))
+
+
+@pytest.mark.parametrize(("version", "accepted"), [("v1.34.4", False), ("v1.35.0", True)])
+def test_the_embedded_api_server_takes_effect_none_from_1_35_as_the_real_one(
+    version: str, accepted: bool
+) -> None:
+    from core import errors
+
+    cluster = memory_cluster.InMemoryCluster(server_version=version)
+    informational = {"key": "gpu.nvidia.com/xid", "value": "13", "effect": "None"}
+    slice_ = {"metadata": {"name": "node-a-gpu"}, "spec": {
+        "driver": DRIVER, "pool": {"name": "node-a", "generation": 1, "resourceSliceCount": 1},
+        "nodeName": "node-a", "devices": [_gpu("gpu-0", informational)]}}
+    if accepted:
+        cluster.create("ResourceSlice", slice_)
+    else:
+        with pytest.raises(errors.ClusterError, match=r"Unsupported value: 'None'"):
+            cluster.create("ResourceSlice", slice_)
+    cluster.create("ResourceSlice", {**slice_, "metadata": {"name": "other"}, "spec": {
+        **slice_["spec"], "devices": [_gpu("gpu-0", XID)]}})
