@@ -193,7 +193,6 @@ def test_allowed_combinations_pass_dependency_validation() -> None:
 @pytest.mark.parametrize(
     "gate",
     [
-        "NVMLDeviceHealthCheck",
         "DeviceMetadata",
         "FabricManagerPartitioning",
         "DRAListTypeAttributes",
