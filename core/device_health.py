@@ -15,8 +15,15 @@ import enum
 from collections.abc import Iterable, Mapping
 
 # How long the kubelet should keep a state without hearing it again. The plugin re-sends the
-# list well within it (see `adapters.grpc.health`), so a live plugin never goes stale.
+# list well within it (see `adapters.grpc.health_stream`), so a live plugin never goes stale.
 DEFAULT_TIMEOUT_S = 60
+# How long the 1.34 kubelet keeps a state, whatever the plugin sends: its v1alpha1 message has
+# no `health_check_timeout_seconds` (nor `message`), it stamps each entry with its own receive
+# time and reads it as Unknown 30 s later (pkg/kubelet/cm/dra/healthinfo.go: `healthTimeout`).
+# Newer kubelets fall back to the same 30 s when the field is unset. The re-send interval
+# must stay under this, not merely under DEFAULT_TIMEOUT_S, or a 1.34 pod's
+# `allocatedResourcesStatus` flips to Unknown between two messages.
+KUBELET_FIXED_TIMEOUT_S = 30
 # The kubelet truncates longer messages.
 MAX_MESSAGE_CHARS = 1024
 

@@ -30,11 +30,12 @@ from adapters.grpc.generated import (
     dra_health_v1beta1_pb2,
     dra_health_v1beta1_pb2_grpc,
 )
-from core import ports
+from core import device_health, ports
 
 log = logging.getLogger(__name__)
 
-# Well under `core.device_health.DEFAULT_TIMEOUT_S`.
+# Under `core.device_health.KUBELET_FIXED_TIMEOUT_S` (the 1.34 kubelet's own 30 s, which
+# ignores the timeout we send), with room for a loaded node's scheduling delays.
 DEFAULT_RESEND_S = 20.0
 
 Encode = Callable[[dra_health_v1_pb2.NodeWatchResourcesResponse], Any]
@@ -51,6 +52,12 @@ class HealthStreams:
     ) -> None:
         if resend_s <= 0:
             raise ValueError(f"health resend interval must be positive seconds, got {resend_s}")
+        if resend_s >= device_health.KUBELET_FIXED_TIMEOUT_S:
+            # NB: a kubelet that ignores our timeout would read every device as Unknown for
+            # part of each interval.
+            raise ValueError(
+                f"health resend interval must be under the kubelet's fixed "
+                f"{device_health.KUBELET_FIXED_TIMEOUT_S} s, got {resend_s}")
         self._source = source
         self._resend_s = resend_s
         self._loop: asyncio.AbstractEventLoop | None = None
