@@ -23,6 +23,9 @@ from bench import (
     scenarios,
 )
 
+_HEALTH_TITLE = (f"GPU half: health event -> taint published; prepare with "
+                 f"{gpu.HEALTH_STREAMS} health streams open vs none (alternating blocks) ...")
+
 
 def main() -> int:
     parser = argparse.ArgumentParser(prog="python -m bench")
@@ -35,6 +38,9 @@ def main() -> int:
                         help="the MPS prepare vs full-GPU prepare figure only")
     parser.add_argument("--only-mig", action="store_true",
                         help="the dynamic MIG prepare vs full-GPU prepare figure only")
+    parser.add_argument("--only-health", action="store_true",
+                        help="the GPU health figures only: event -> taint published, prepare "
+                             "with 64 health streams open vs none")
     parser.add_argument("--only-controlplane", action="store_true",
                         help="the real control plane's figures only")
     parser.add_argument("--quick", action="store_true", help="small sizes (smoke run)")
@@ -63,6 +69,10 @@ def main() -> int:
               "(interleaved), slice sizes ...", flush=True)
         results["gpu_mig_vs_full_gpu"] = gpu.mig_vs_full_gpu(samples=samples)
         return _write(results, started, args.out)
+    if args.only_health:
+        print(_HEALTH_TITLE, flush=True)
+        results["gpu_health"] = gpu.health(samples=samples)
+        return _write(results, started, args.out)
     if not (args.only_plugin or args.only_gpu):
         print("real control plane: pod -> Running, CD -> workload Running, node release ...",
               flush=True)
@@ -87,6 +97,8 @@ def main() -> int:
             print("GPU half: dynamic MIG prepare (device created) vs full-GPU prepare "
                   "(interleaved), slice sizes ...", flush=True)
             results["gpu_mig_vs_full_gpu"] = gpu.mig_vs_full_gpu(samples=samples)
+            print(_HEALTH_TITLE, flush=True)
+            results["gpu_health"] = gpu.health(samples=samples)
     if args.only_gpu:
         return _write(results, started, args.out)
     with tempfile.TemporaryDirectory(prefix="cd-bench-", dir=os.getcwd()) as tmp:

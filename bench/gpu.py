@@ -17,10 +17,16 @@
   wrapper, which starts the stand-in `nvidia-cuda-mps-control` (a Python process) and sends it
   the settings; compute modes go through the stand-in `nvidia-smi`. Unprepare (the daemon
   quit, its pod gone, DEFAULT again) is reported too. p50/p99/n and their ratios.
+- `health` (issue 22): on a node with gate NVMLDeviceHealthCheck, an XID event appended to the
+  simulated events file until a watch of the in-memory cluster delivers the ResourceSlice
+  carrying its taint (the whole path: watch child, reader thread, state saved, slice
+  republished); and full-GPU prepare with 64 DRAResourceHealth v1 streams open against none,
+  in alternating blocks on the same plugin. p50/p99/n and the 64-streams / none ratio.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -29,14 +35,20 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
-from adapters.grpc import kubelet_emulator
+import grpc
+
+from adapters.grpc import client, kubelet_emulator
+from adapters.grpc.generated import dra_health_v1_pb2, dra_health_v1_pb2_grpc
 from adapters.memory import apiserver
 from adapters.memory import cluster as memory_cluster
+from adapters.nvml import health_events as nvml_health
 from apps.cli import embedded, gpu_demo
 from bench import scenarios, stats
 from core import errors, kinds, models, names
+from core.gpu import health as gpu_health
 
 GPU_DRIVER = gpu_demo.DRIVER
 PROFILE = "hgx-h100"
@@ -76,6 +88,24 @@ def _gpu_claims(
         refs.append(models.ClaimRef(uid=names.ClaimUID(created["metadata"]["uid"]),
                                     namespace=gpu_demo.NAMESPACE, name=name))
     return refs
+
+
+Side = tuple[str, kubelet_emulator.KubeletEmulator, Sequence[models.ClaimRef]]
+
+
+def _interleaved(
+    sides: Sequence[Side], indices: Iterable[int], timings: dict[str, list[float]]
+) -> None:
+    """Prepare then unprepare claim `i` of each side for each `i`, timing each call into
+    `timings["<side>_<step>"]`; which side goes first alternates, so neither always follows
+    the other's fsyncs."""
+    for i in indices:
+        for side, kubelet, refs in sides if i % 2 == 0 else sides[::-1]:
+            for step, call in (("prepare", kubelet.prepare), ("unprepare", kubelet.unprepare)):
+                started = time.perf_counter()
+                result = call(GPU_DRIVER, (refs[i],))
+                timings.setdefault(f"{side}_{step}", []).append(time.perf_counter() - started)
+                scenarios._checked(result)
 
 
 def prepare_vs_channel(workdir: str, *, samples: int) -> dict[str, Any]:
@@ -210,13 +240,7 @@ def consumable_share_vs_full_gpu(*, samples: int) -> dict[str, Any]:
         }
         sides = (("full_gpu", full_node.kubelet, full_refs),
                  ("share", share_node.kubelet, share_refs))
-        for i in range(samples):
-            for side, kubelet, refs in sides if i % 2 == 0 else sides[::-1]:
-                for step, call in (("prepare", kubelet.prepare), ("unprepare", kubelet.unprepare)):
-                    started = time.perf_counter()
-                    result = call(GPU_DRIVER, (refs[i],))
-                    timings[f"{side}_{step}"].append(time.perf_counter() - started)
-                    scenarios._checked(result)
+        _interleaved(sides, range(samples), timings)
         summary = {name: stats.summarize(values) for name, values in timings.items()}
         return {
             "samples": samples,
@@ -263,13 +287,7 @@ def mps_vs_full_gpu(*, samples: int) -> dict[str, Any]:
         }
         sides = (("full_gpu", full_node.kubelet, full_refs),
                  ("mps", mps_node.kubelet, mps_refs))
-        for i in range(samples):
-            for side, kubelet, refs in sides if i % 2 == 0 else sides[::-1]:
-                for step, call in (("prepare", kubelet.prepare), ("unprepare", kubelet.unprepare)):
-                    started = time.perf_counter()
-                    result = call(GPU_DRIVER, (refs[i],))
-                    timings[f"{side}_{step}"].append(time.perf_counter() - started)
-                    scenarios._checked(result)
+        _interleaved(sides, range(samples), timings)
         left = mps_node.cluster.list(kinds.DEPLOYMENT.kind,
                                      namespace=mps_node.settings.namespace).items
         if left:
@@ -328,13 +346,7 @@ def mig_vs_full_gpu(*, samples: int) -> dict[str, Any]:
         }
         sides = (("full_gpu", full_node.kubelet, full_refs),
                  ("mig", mig_node.kubelet, mig_refs))
-        for i in range(samples):
-            for side, kubelet, refs in sides if i % 2 == 0 else sides[::-1]:
-                for step, call in (("prepare", kubelet.prepare), ("unprepare", kubelet.unprepare)):
-                    started = time.perf_counter()
-                    result = call(GPU_DRIVER, (refs[i],))
-                    timings[f"{side}_{step}"].append(time.perf_counter() - started)
-                    scenarios._checked(result)
+        _interleaved(sides, range(samples), timings)
         assert mig_node.gpus is not None
         left = mig_node.gpus.gpu_inventory().migs
         if left:
@@ -359,3 +371,113 @@ def mig_vs_full_gpu(*, samples: int) -> dict[str, Any]:
         for node in (mig_node, full_node):
             if node is not None:
                 node.stop()
+
+
+# Two XIDs that mean a broken GPU (NoSchedule, not in the ignored list), alternated per GPU
+# so that every event changes a taint's value.
+FATAL_XIDS = (79, 48)
+HEALTH_STREAMS = 64
+# Far above any sample: a guard against a hang, not a timing goal.
+GUARD_S = 30.0
+
+
+def health(*, samples: int, streams: int = HEALTH_STREAMS) -> dict[str, Any]:
+    """Issue 22, on one 8-GPU node with gate NVMLDeviceHealthCheck (the plugin in-process,
+    its simulated health watch a real child process): prepare and unprepare of one full-GPU
+    claim with no health stream open and with `streams` open, in alternating blocks so both
+    share the machine's load; then an XID event raised -> its taint in the ResourceSlice."""
+    node = gpu_demo.start_gpu_node("", profile=PROFILE, feature_gates=gpu_demo.HEALTH_GATES)
+    try:
+        opened = f"streams_{streams}"
+        refs = {"none": _gpu_claims(node, samples, device="gpu-0"),
+                opened: _gpu_claims(node, samples, device="gpu-0", first=samples)}
+        timings: dict[str, list[float]] = {}
+        block = max(1, samples // 10)
+        for start in range(0, samples, block):
+            indices = range(start, min(samples, start + block))
+            _interleaved((("none", node.kubelet, refs["none"]),), indices, timings)
+            with _open_health_streams(node, streams):
+                _interleaved(((opened, node.kubelet, refs[opened]),), indices, timings)
+        summary = {name: stats.summarize(values) for name, values in timings.items()}
+        taint = stats.summarize(_event_to_taint(node, samples=samples))
+        return {
+            "samples": samples,
+            "profile": PROFILE,
+            "event_to_taint_published": {
+                **taint,
+                "path": "events file -> watch child -> reader thread -> state saved -> "
+                        "slice republished (resync thread) -> in-memory cluster watch",
+                "measured_until": "a watch of the in-memory cluster delivers the slice with "
+                                  "the new taint on the event's GPU",
+                "simulated_watch_poll_ms": gpu_demo.HEALTH_POLL_S * 1000,
+                "warm_up_events_not_counted": 1,
+            },
+            "health_streams_open": streams,
+            "health_streams_block_samples": block,
+            **summary,
+            f"prepare_{opened}_p50_over_none_p50": scenarios._ratio(
+                summary[f"{opened}_prepare"]["p50_ms"], summary["none_prepare"]["p50_ms"]),
+            f"prepare_{opened}_p99_over_none_p99": scenarios._ratio(
+                summary[f"{opened}_prepare"]["p99_ms"], summary["none_prepare"]["p99_ms"]),
+        }
+    finally:
+        node.stop()
+
+
+@contextlib.contextmanager
+def _open_health_streams(node: gpu_demo.GpuNode, count: int) -> Iterator[None]:
+    """`count` v1 DRAResourceHealth streams on the plugin's DRA socket, each past its first
+    message, for the block; closed (and gone from the server) after it."""
+    streams = node.plugin.server.health_streams
+    assert streams is not None
+    target = client.unix_target(node.plugin.server.dra_socket_path)
+    with grpc.insecure_channel(target) as channel:
+        stub = dra_health_v1_pb2_grpc.DRAResourceHealthStub(channel)  # type: ignore[no-untyped-call]
+        calls = [stub.NodeWatchResources(dra_health_v1_pb2.NodeWatchResourcesRequest())
+                 for _ in range(count)]
+        try:
+            for call in calls:
+                next(call)
+            if streams.open_streams != count:
+                raise errors.PermanentError(
+                    f"{streams.open_streams} health streams open, want {count}")
+            yield
+        finally:
+            for call in calls:
+                call.cancel()
+    embedded.wait_until(lambda: streams.open_streams == 0, timeout_s=GUARD_S,
+                        what="the health streams to close", every_s=0.001)
+
+
+def _event_to_taint(node: gpu_demo.GpuNode, *, samples: int) -> list[float]:
+    """An XID event appended to the simulated events file -> a watch of the in-memory
+    cluster delivers the GPU slice carrying its taint; one warm-up event first (not counted:
+    it also reads the server version, once)."""
+    assert node.gpus is not None and node.health_events is not None
+    gpus = node.gpus.gpu_inventory().gpus
+    cluster = node.cluster
+    took: list[float] = []
+    for i in range(samples + 1):
+        gpu = gpus[i % len(gpus)]
+        xid = FATAL_XIDS[(i // len(gpus)) % len(FATAL_XIDS)]
+        want = {"key": gpu_health.TAINT_KEY_XID, "value": str(xid),
+                "effect": gpu_health.TaintEffect.NO_SCHEDULE.value}
+        since = cluster.list(kinds.RESOURCE_SLICE.kind).resource_version
+        events = cluster.watch(kinds.RESOURCE_SLICE.kind, resource_version=since,
+                               timeout_s=GUARD_S)
+        started = time.perf_counter()
+        nvml_health.raise_simulated_event(node.files.driver_root, gpu_health.HealthEvent(
+            kind=gpu_health.HealthEventKind.XID, gpu_uuid=gpu.uuid, xid=xid))
+        if not any(_has_taint(event.obj, gpu.name, want) for event in events):
+            raise errors.RetryableError(f"taint {want} on {gpu.name} not published in {GUARD_S}s")
+        if i:
+            took.append(time.perf_counter() - started)
+    return took
+
+
+def _has_taint(slice_obj: Mapping[str, Any], device: str, want: Mapping[str, str]) -> bool:
+    spec = slice_obj.get("spec", {})
+    return spec.get("driver") == GPU_DRIVER and any(
+        d.get("name") == device
+        and any(all(t.get(k) == v for k, v in want.items()) for t in d.get("taints") or ())
+        for d in spec.get("devices") or ())

@@ -333,13 +333,16 @@ def simulated_events_path(driver_root: str) -> str:
     return os.path.join(driver_root, gpu_simulation.STATE_DIR, EVENTS_FILE)
 
 
-def simulated_health_events(events_file: str, gpu_uuids: Sequence[str]) -> NvmlHealthEvents:
+def simulated_health_events(
+    events_file: str, gpu_uuids: Sequence[str], *, poll_s: float | None = None
+) -> NvmlHealthEvents:
     """Health events of simulated GPUs `gpu_uuids`: the lines appended to `events_file`
-    (created if missing) while the watch runs."""
+    (created if missing) while the watch runs, read every `poll_s` (default: the watch's)."""
     command = (
         *default_watch_command(),
         f"--simulated-events={os.path.abspath(events_file)}",
         *(f"--simulated-gpu-uuid={uuid}" for uuid in gpu_uuids),
+        *(() if poll_s is None else (f"--poll-interval-s={poll_s}",)),
     )
     return NvmlHealthEvents(command=command)
 

@@ -27,7 +27,8 @@ from adapters.memory import cluster as memory_cluster
 from adapters.mps import daemons as mps_daemons
 from adapters.mps import hostdirs as mps_hostdirs
 from adapters.mps import simulated as mps_simulated
-from adapters.nvml import gpu_simulation, health_events
+from adapters.nvml import gpu_simulation
+from adapters.nvml import health_events as nvml_health
 from adapters.nvml import simulated as nvml_simulated
 from adapters.nvsmi import simulated as nvsmi_simulated
 from adapters.nvsmi import timeslice
@@ -42,7 +43,7 @@ from apps.cli import (
 from apps.gpuplugin import mps_daemon
 from apps.gpuplugin import settings as gpu_settings
 from apps.gpuplugin import wiring as gpu_wiring
-from core import errors, gates, kinds, models, names
+from core import errors, gates, kinds, models, names, ports
 from core.gpu import cdi as gpu_cdi
 from core.gpu import checkpoint_records as gpu_records
 from core.gpu import deviceclasses, mps
@@ -60,6 +61,8 @@ MPS_POLL_S = 0.002
 MPS_GATES = f"{gates.MPS_SUPPORT}=true"
 MIG_GATES = f"{gates.DYNAMIC_MIG}=true"
 HEALTH_GATES = f"{gates.NVML_DEVICE_HEALTH_CHECK}=true"
+# How often the simulated health watch reads its events file (the bench measures through it).
+HEALTH_POLL_S = 0.001
 Say = Callable[[str], None]
 
 # The chart's DeviceClasses of the GPU half (helm templates deviceclass-gpu.yaml and
@@ -187,8 +190,9 @@ class GpuNode:
     mps_runner: mps_runner.MpsRunner | None = None
     # The simulated NVML the plugin discovers (and, with DynamicMIG, partitions).
     gpus: gpu_simulation.SimulatedGpus | None = None
-    # With gate NVMLDeviceHealthCheck: the simulated NVML event loop the plugin watches.
-    health: health_events.NvmlHealthEvents | None = None
+    # With gate NVMLDeviceHealthCheck: the simulated watch (`nvml_health.raise_simulated_event`
+    # on `files.driver_root` raises an event).
+    health_events: nvml_health.NvmlHealthEvents | None = None
 
     def stop(self) -> None:
         """Stop kubelet, plugin, MPS daemons and cluster; remove the workdir when made here."""
@@ -221,12 +225,12 @@ def mps_daemons_of(
 def start_plugin(
     cluster: memory_cluster.InMemoryCluster, settings: gpu_settings.Settings, files: NodeFiles,
     *, profile: str, gpus: gpu_simulation.SimulatedGpus | None = None,
-    health: health_events.NvmlHealthEvents | None = None,
+    health_events: ports.GpuHealthEvents | None = None,
 ) -> gpu_wiring.Plugin[models.NodeFacts]:
     """Start the GPU plugin in this process for a simulated node (no registration wait);
     with gate MPSSupport it runs MPS daemons as Deployments in `cluster`; with gate DynamicMIG
     it creates and destroys MIG devices on `gpus` (the simulated NVML; a fresh one if None);
-    with gate NVMLDeviceHealthCheck it watches `health` (the simulated event loop)."""
+    `health_events` (gate NVMLDeviceHealthCheck) taint the devices they find sick."""
     resolved = gates.resolve_gates(gates.parse_feature_gates(settings.feature_gates))
     if gpus is None:
         gpus = gpu_simulation.simulated_gpus(profile, node_name=settings.node_name)
@@ -248,7 +252,7 @@ def start_plugin(
         mps_daemons=(mps_daemons_of(cluster, settings, files)
                      if resolved.enabled(gates.MPS_SUPPORT) else None),
         mig=gpus if resolved.enabled(gates.DYNAMIC_MIG) else None,
-        health_events=health if resolved.enabled(gates.NVML_DEVICE_HEALTH_CHECK) else None,
+        health_events=health_events,
     )
 
 
@@ -259,7 +263,9 @@ def start_gpu_node(
     """Bring up the in-memory cluster and one registered GPU plugin with its slice published
     (GPUs shared by consumable capacity when `consumable_shares` is given, e.g. "2"; the
     plugin's `--feature-gates` are `feature_gates`). With MPSSupport among them, an
-    `MpsRunner` runs the daemons' Deployments (stopped with the node).
+    `MpsRunner` runs the daemons' Deployments (stopped with the node); with
+    NVMLDeviceHealthCheck, the simulated health watch reads the driver root's events file
+    (ready before this returns).
 
     ConfigError listing the profiles for an unknown one.
     """
@@ -281,13 +287,13 @@ def start_gpu_node(
         runner = (mps_runner.MpsRunner(cluster, namespace=settings.namespace)
                   if resolved.enabled(gates.MPS_SUPPORT) else None)
         gpus = gpu_simulation.simulated_gpus(profile, node_name=node_name)
-        health = (health_events.simulated_health_events(
-            health_events.simulated_events_path(files.driver_root),
-            [gpu.uuid for gpu in gpus.gpu_inventory().gpus])
-            if resolved.enabled(gates.NVML_DEVICE_HEALTH_CHECK) else None)
+        watch = (nvml_health.simulated_health_events(
+                     nvml_health.simulated_events_path(files.driver_root),
+                     [gpu.uuid for gpu in gpus.gpu_inventory().gpus], poll_s=HEALTH_POLL_S)
+                 if resolved.enabled(gates.NVML_DEVICE_HEALTH_CHECK) else None)
         try:
             plugin = start_plugin(cluster, settings, files, profile=profile, gpus=gpus,
-                                  health=health)
+                                  health_events=watch)
         except BaseException:
             if runner is not None:
                 runner.close()
@@ -301,12 +307,14 @@ def start_gpu_node(
     node = GpuNode(
         cluster=cluster, allocator=memory_allocator.Allocator(cluster), plugin=plugin,
         kubelet=kubelet, settings=settings, files=files, profile=profile, workdir=root,
-        owns_workdir=owned, mps_runner=runner, gpus=gpus, health=health,
+        owns_workdir=owned, mps_runner=runner, gpus=gpus, health_events=watch,
     )
     try:
         kubelet.wait_for_plugin(DRIVER, timeout_s=10)
         if not plugin.slices.published.wait(10):
             raise errors.RetryableError(f"node {node_name}: GPU ResourceSlice not published in 10s")
+        if watch is not None and not watch.wait_ready(10):
+            raise errors.RetryableError(f"node {node_name}: GPU health watch not ready in 10s")
     except BaseException:
         node.stop()
         raise

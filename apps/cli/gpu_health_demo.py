@@ -85,7 +85,7 @@ def _taints(node: GpuNode, device: str) -> tuple[str, ...]:
 def run_health_story(node: GpuNode, *, say: Say) -> HealthReport:
     """Raise a fatal and an informational XID; show what the scheduler does with each GPU."""
     report = HealthReport()
-    if node.health is None or not node.health.wait_ready(READY_TIMEOUT_S):
+    if node.health_events is None or not node.health_events.wait_ready(READY_TIMEOUT_S):
         raise errors.RetryableError(
             f"the simulated NVML event loop did not start within {READY_TIMEOUT_S:.0f}s")
     inventory = node.gpus.gpu_inventory() if node.gpus is not None else None
@@ -94,7 +94,7 @@ def run_health_story(node: GpuNode, *, say: Say) -> HealthReport:
         raise errors.ConfigError(f"the health chapter needs two GPUs not in MIG mode on "
                                  f"profile {node.profile}")
     sick, noisy = gpus[0], gpus[1]
-    say(f"NVML event loop watching {len(node.health.monitored)} GPU(s); raising XID "
+    say(f"NVML event loop watching {len(node.health_events.monitored)} GPU(s); raising XID "
         f"{FATAL_XID} on {sick.name} ({sick.uuid}) in the simulated NVML")
     started = time.monotonic()
     health_events.raise_simulated_event(node.files.driver_root, health.HealthEvent(
