@@ -190,9 +190,12 @@ def test_a_dra_socket_that_cannot_be_bound_fails_start_with_the_cause(
     dra.stop(0)
 
 
-def test_bad_resend_interval_is_refused() -> None:
+@pytest.mark.parametrize("resend_s", [0, -1, device_health.KUBELET_FIXED_TIMEOUT_S, 60])
+def test_bad_resend_interval_is_refused(resend_s: float) -> None:
+    """Not positive, or not under the 30 s after which a 1.34 kubelet calls a device Unknown
+    whatever timeout the list names."""
     with pytest.raises(ValueError, match="resend interval"):
-        health_stream.HealthStreams(FakeHealthSource(), resend_s=0)
+        health_stream.HealthStreams(FakeHealthSource(), resend_s=resend_s)
 
 
 def test_notify_and_close_before_start_do_nothing() -> None:
