@@ -21,7 +21,8 @@ def inventory_from_spec(
 
     Constructing `real` touches nothing: NVML is first probed by `fabric_records()`, in a
     child that loads libnvidia-ml from `driver_root` (the host driver's mount point).
-    `simulated:<profile>@<driver version>` simulates another driver than the default one.
+    `simulated:<profile>@<driver version>` simulates another driver than the default one;
+    its fabric can be degraded through a file under `driver_root` (`simulated.fabric_state_path`).
     """
     if spec == REAL_SPEC:
         return real.NvmlInventory(driver_root=driver_root)
@@ -31,6 +32,7 @@ def inventory_from_spec(
             return simulated.SimulatedInventory(
                 profile=profile, node_name=node_name,
                 driver_version=version or simulated.DEFAULT_DRIVER_VERSION,
+                fabric_state_file=simulated.fabric_state_path(driver_root),
             )
         except ValueError as exc:
             raise errors.ConfigError(f"invalid GPU inventory {spec!r}: {exc}") from exc

@@ -8,14 +8,26 @@ A profile is a fleet of nodes with deterministic names, GPU UUIDs and fabric inf
 
 Everything is derived from names (uuid5), never random, so every run and every node
 agree. `SimulatedNodeFiles` fakes the matching procfs facts for a node.
+
+A node's fabric can be degraded on demand, as a fabric manager or NVLink switch failure would:
+`degrade_simulated_fabric` writes the state some GPUs report into a file under the simulated
+driver root (`fabric_state_path`), read again at every `fabric_records()`;
+`restore_simulated_fabric` removes it. It mirrors how the GPU half simulates health events
+with a file (`adapters.nvml.health_events.raise_simulated_event`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import json
+import os
+import tempfile
 import uuid
+from collections.abc import Mapping
+from typing import Any
 
-from core import models, names
+from core import errors, models, names
 
 DEFAULT_CHANNEL_MAJOR = 242
 # The driver simulated nodes run (a 580 driver, as the GPU half's simulated GPUs report).
@@ -23,6 +35,12 @@ DEFAULT_DRIVER_VERSION = "580.65.06"
 # Fixed namespace for every derived identifier of the simulation (any constant UUID works).
 SIMULATION_NAMESPACE = uuid.UUID("5e0c6a51-3f0b-4d3e-9a57-6b1c0de0a1d7")
 _ZERO_CLUSTER_UUID = b"\x00" * 16
+# The simulated driver root's state directory (the GPU half keeps its MIG state there too:
+# `adapters.nvml.gpu_simulation.STATE_DIR`) and the fabric state file in it.
+STATE_DIR = "var/lib/nvidia-simulated"
+FABRIC_STATE_FILE = "fabric-state.json"
+# The key of a fabric state entry that applies to every GPU of the node.
+ALL_GPUS = "*"
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -143,20 +161,31 @@ class SimulatedInventory:
         node_name: str,
         fabric_state: models.FabricState | None = None,
         driver_version: str = DEFAULT_DRIVER_VERSION,
+        fabric_state_file: str | None = None,
     ) -> None:
-        """`fabric_state` overrides the state of fabric GPUs (e.g. IN_PROGRESS: not ready)."""
+        """`fabric_state` overrides the state of fabric GPUs (e.g. IN_PROGRESS: not ready);
+        `fabric_state_file` (see `degrade_simulated_fabric`) overrides GPUs while it exists."""
         self.profile = get_profile(profile)
         self._driver_version = driver_version
         self.node_name = names.NodeName(node_name)
         self.fabric_state = fabric_state
+        self.fabric_state_file = fabric_state_file
         self._rack = _rack_of(self.profile, self.node_name)
 
     def __repr__(self) -> str:
         return f"SimulatedInventory(profile={self.profile.name!r}, node_name={self.node_name!r})"
 
     def fabric_records(self) -> tuple[models.FabricRecord, ...]:
-        """The node's GPUs, sorted by UUID; identical on every call."""
-        records = (self._record(index) for index in range(self.profile.gpus_per_node))
+        """The node's GPUs, sorted by UUID; identical on every call while the fabric state
+        file says nothing. DriverError when that file cannot be read (as NVML failing)."""
+        overrides = _read_fabric_state(self.fabric_state_file)
+        records = []
+        for index in range(self.profile.gpus_per_node):
+            record = self._record(index)
+            override = overrides.get(record.gpu_uuid) or overrides.get(ALL_GPUS)
+            if override is not None:
+                record = dataclasses.replace(record, state=override[0], status_ok=override[1])
+            records.append(record)
         return tuple(sorted(records, key=lambda record: record.gpu_uuid))
 
     def driver_version(self) -> str:
@@ -177,6 +206,79 @@ class SimulatedInventory:
             cluster_uuid=cluster_uuid(self.profile.name, rack=self._rack.name),
             clique_id=self._rack.clique_id,
         )
+
+
+def fabric_state_path(driver_root: str) -> str | None:
+    """The fabric state file of a simulated driver root; None for "/" (the real root is never
+    a simulated one: nothing there is read)."""
+    if os.path.normpath(driver_root) == "/":
+        return None
+    return os.path.join(driver_root, STATE_DIR, FABRIC_STATE_FILE)
+
+
+def degrade_simulated_fabric(
+    path: str,
+    *,
+    gpu_uuid: str = ALL_GPUS,
+    state: models.FabricState = models.FabricState.COMPLETED,
+    status_ok: bool = False,
+) -> None:
+    """From the next read on, GPU `gpu_uuid` (every GPU: `ALL_GPUS`) reports `state` and
+    `status_ok`; the default is a registration COMPLETED with an error status. Other entries
+    of the file are kept. Written atomically: a concurrent read sees the old or the new file."""
+    entries = dict(_load_entries(path))
+    entries[gpu_uuid] = {"state": state.name, "statusOk": status_ok}
+    directory = os.path.dirname(os.path.abspath(path))
+    os.makedirs(directory, exist_ok=True)
+    fd, temp = tempfile.mkstemp(dir=directory, prefix=f".{FABRIC_STATE_FILE}.")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            json.dump(entries, f, sort_keys=True)
+        os.replace(temp, path)
+    except BaseException:
+        os.unlink(temp)
+        raise
+
+
+def restore_simulated_fabric(path: str) -> None:
+    """Every GPU reports its profile's fabric again (the state file is removed)."""
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(path)
+
+
+def _load_entries(path: str | None) -> Mapping[str, Any]:
+    if path is None:
+        return {}
+    try:
+        with open(path, encoding="utf-8") as f:
+            raw = json.load(f)
+    except FileNotFoundError:
+        return {}
+    except (OSError, ValueError) as exc:
+        raise errors.DriverError(f"simulated fabric state {path} is unreadable: {exc}") from exc
+    if not isinstance(raw, dict):
+        raise errors.DriverError(f"simulated fabric state {path}: want a JSON object by GPU "
+                                 f"UUID, got {str(raw)[:100]}")
+    return raw
+
+
+def _read_fabric_state(path: str | None) -> dict[str, tuple[models.FabricState, bool]]:
+    """GPU UUID (or `ALL_GPUS`) -> (state, status ok) from the file; {} without one."""
+    found: dict[str, tuple[models.FabricState, bool]] = {}
+    for gpu, entry in _load_entries(path).items():
+        try:
+            state = models.FabricState[entry["state"]]
+            status_ok = entry.get("statusOk", True)
+            if not isinstance(status_ok, bool):
+                raise TypeError("statusOk must be true or false")
+        except (KeyError, TypeError, AttributeError) as exc:
+            raise errors.DriverError(
+                f"simulated fabric state {path}: entry {gpu!r} is malformed ({exc!r}); want "
+                f"{{\"state\": one of {', '.join(s.name for s in models.FabricState)}, "
+                "\"statusOk\": true|false}"
+            ) from None
+        found[str(gpu)] = (state, status_ok)
+    return found
 
 
 class SimulatedNodeFiles:

@@ -4,7 +4,9 @@ What a container runtime would do for a daemon pod, done for the demo: the pod's
 is its DaemonSet's env (field references resolved) plus the daemon claim's CDI env, its `/imexd`
 is the host directory the CDI spec bind-mounts, and `nvidia-imex`/`nvidia-imex-ctl` are the
 simulated executables. The daemons talk to the in-memory cluster through its HTTP facade with
-the real Kubernetes client, exactly as in a cluster.
+the real Kubernetes client, exactly as in a cluster. With the deployment's simulated profile,
+each daemon reads its node's fabric from the simulated driver root the node's plugin reads, so
+a degraded fabric turns its entry NotReady, as on a real node.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import IO, Any
 
 from adapters.imex import simulated as imex_simulated
@@ -47,10 +49,15 @@ class DaemonFleet:
     """Starts, watches and stops one daemon process per (ComputeDomain, node)."""
 
     def __init__(
-        self, cluster: memory_cluster.InMemoryCluster, *, workdir: str, namespace: str
+        self, cluster: memory_cluster.InMemoryCluster, *, workdir: str, namespace: str,
+        profile: str = "", driver_root_of: Callable[[str], str] | None = None,
     ) -> None:
+        """`profile` and `driver_root_of` (node -> its simulated driver root): where the
+        daemons read the fabric; without them, real NVML (absent here: not checked)."""
         self._cluster = cluster
         self._namespace = namespace
+        self._profile = profile
+        self._driver_root_of = driver_root_of
         self._workdir = os.path.join(workdir, "imex-daemons")
         os.makedirs(self._workdir, exist_ok=True)
         self._imex, self._ctl = imex_simulated.install(os.path.join(self._workdir, "bin"))
@@ -94,7 +101,8 @@ class DaemonFleet:
             [sys.executable, "-m", "apps.daemon", "run",
              "--config-dir", config_dir, "--hosts-file", hosts,
              "--imex-command", self._imex, "--imex-ctl-command", self._ctl,
-             "--kubeconfig", self._kubeconfig, "--ready-poll-seconds", "0.1"],
+             "--kubeconfig", self._kubeconfig, "--ready-poll-seconds", "0.1",
+             *self._nvml_args(node)],
             env=env, stdin=subprocess.DEVNULL, stdout=log_file, stderr=subprocess.STDOUT,
             cwd=_repo_root(),
         )
@@ -105,6 +113,12 @@ class DaemonFleet:
         self.daemons[key] = daemon
         log.info("event=daemon_process_started node=%s cd=%s pid=%d", node, cd_uid, popen.pid)
         return daemon
+
+    def _nvml_args(self, node: str) -> list[str]:
+        if not self._profile or self._driver_root_of is None:
+            return []
+        return ["--nvml", f"simulated:{self._profile}",
+                "--nvidia-driver-root", self._driver_root_of(node)]
 
     def entry(self, daemon: DaemonProcess) -> membership.Peer | None:
         """The daemon's entry in its ComputeDomainClique, or None."""

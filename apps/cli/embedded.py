@@ -36,7 +36,7 @@ from apps.kubeletplugin import daemon_claims as plugin_daemon_claims
 from apps.kubeletplugin import settings as plugin_settings
 from apps.kubeletplugin import wiring
 from apps.pluginkit import serving
-from core import errors, kinds, models, names
+from core import errors, gates, kinds, models, names
 from core.computedomain import modes, node_facts, objects
 
 log = logging.getLogger(__name__)
@@ -112,6 +112,8 @@ class Embedded:
         return applied
 
     owns_workdir: bool = False
+    # The simulated profile of the nodes (their daemons read its fabric records).
+    profile: str = ""
     # Real compute-domain-daemon processes of driver-managed daemon pods (started on demand).
     daemon_fleet: daemon_fleet_mod.DaemonFleet | None = None
 
@@ -119,7 +121,9 @@ class Embedded:
         """The daemon processes' fleet, started (with its API server) on first use."""
         if self.daemon_fleet is None:
             self.daemon_fleet = daemon_fleet_mod.DaemonFleet(
-                self.cluster, workdir=self.workdir, namespace=self.config.namespace
+                self.cluster, workdir=self.workdir, namespace=self.config.namespace,
+                profile=self.profile,
+                driver_root_of=lambda node: driver_root(self.workdir, node),
             )
         return self.daemon_fleet
 
@@ -255,21 +259,49 @@ def fake_ip(name: str) -> str:
     return f"10.{digest % 200}.{(digest // 200) % 250}.{len(name) % 250 + 1}"
 
 
+def driver_root(workdir: str, node: str) -> str:
+    """The simulated driver root of a node: only its simulated state lives there."""
+    return os.path.join(workdir, node, "driver-root")
+
+
+def fabric_state_file(workdir: str, node: str) -> str:
+    """The file that degrades a simulated node's NVLink fabric
+    (`simulated.degrade_simulated_fabric`), under the node's simulated driver root."""
+    return os.path.join(driver_root(workdir, node), simulated.STATE_DIR,
+                        simulated.FABRIC_STATE_FILE)
+
+
 def start_node(
-    embedded: Embedded, node: str, *, profile: str, retry_budget_s: float, major: int = 242
+    embedded: Embedded, node: str, *, profile: str, retry_budget_s: float, major: int = 242,
+    clique_refresh_interval_s: float | None = None,
 ) -> SimulatedNode:
-    """Start (or restart) the plugin of one simulated node and register it with its kubelet."""
+    """Start (or restart) the plugin of one simulated node and register it with its kubelet.
+
+    The plugin judges the node's fabric health at start and every clique refresh interval
+    (`clique_refresh_interval_s`, default the plugin's 10 minutes); `fabric_state_file`
+    degrades it on demand.
+    """
     settings = node_settings(
         embedded.workdir, node, config=embedded.config, profile=profile,
         retry_budget_s=retry_budget_s,
     )
+    if clique_refresh_interval_s is not None:
+        settings = dataclasses.replace(
+            settings, clique_refresh_interval_s=clique_refresh_interval_s)
+    inventory = simulated.SimulatedInventory(
+        profile=profile, node_name=node,
+        fabric_state_file=fabric_state_file(embedded.workdir, node),
+    )
     facts = wiring.read_node_facts(
         node_name=node,
         files=_node_files(embedded.workdir, node, major=major),
-        inventory=simulated.SimulatedInventory(profile=profile, node_name=node),
+        inventory=inventory,
+        crash_on_fabric_errors=embedded.config.gates.enabled(
+            gates.CRASH_ON_NVLINK_FABRIC_ERRORS),
     )
     plugin = wiring.start_plugin(
-        settings, config=embedded.config, cluster=embedded.cluster, node=facts
+        settings, config=embedded.config, cluster=embedded.cluster, node=facts,
+        probe_fabric=inventory.fabric_records,
     )
     kubelet = kubelet_emulator.KubeletEmulator(registry_dir=settings.registry_dir)
     kubelet.wait_for_plugin(names.DRIVER_NAME, timeout_s=10)
@@ -292,8 +324,12 @@ def start_embedded(
     node_limit: int | None = None,
     max_channels: int = 2048,
     channel_slots: int = 8,
+    clique_refresh_interval_s: float | None = None,
 ) -> Embedded:
-    """Bring up cluster, DeviceClasses, nodes with their plugins and kubelets, controller."""
+    """Bring up cluster, DeviceClasses, nodes with their plugins and kubelets, controller.
+
+    `clique_refresh_interval_s` replaces the plugins' 10 minutes between re-reads of the
+    clique and the fabric's health (tests degrade the fabric and wait for the taint)."""
     resolved = resolve_config(
         mode=mode, isolation=isolation, feature_gates=feature_gates,
         max_channels=max_channels, channel_slots=channel_slots,
@@ -311,13 +347,15 @@ def start_embedded(
         nodes={},
         workdir=workdir,
         owns_workdir=owned,
+        profile=profile,
     )
     try:
         node_names = simulated.profile_nodes(profile)[:node_limit]
         for node in node_names:
             cluster.create(kinds.NODE.kind, _node_object(node))
         for node in node_names:
-            start_node(embedded, node, profile=profile, retry_budget_s=retry_budget_s)
+            start_node(embedded, node, profile=profile, retry_budget_s=retry_budget_s,
+                       clique_refresh_interval_s=clique_refresh_interval_s)
     except BaseException:
         embedded.stop()  # NB: nothing started may outlive a failed start (threads, sockets)
         raise

@@ -29,6 +29,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         feature_gates = daemon_wiring.resolve_gates(settings.feature_gates)
         daemon_wiring.validate(settings)
+        inventory = daemon_wiring.fabric_inventory(settings)
     except errors.ConfigError as exc:
         log.error("event=startup_failed error=%r", exc.message)
         print(f"error: {exc.message}", file=sys.stderr)
@@ -48,7 +49,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {exc.message}", file=sys.stderr)
         return 2
     return daemon_wiring.run_daemon(
-        settings, cluster=cluster, feature_gates=feature_gates, stop=stop
+        settings, cluster=cluster, feature_gates=feature_gates, stop=stop, inventory=inventory
     )
 
 

@@ -8,8 +8,9 @@ over the newest object and wakes it. Order of a first start: render imexd.cfg, c
 (index), wait to see it in the peer list, write nodes.cfg (+ /etc/hosts), start nvidia-imex.
 After that, a change in what nvidia-imex reads is written and followed by SIGUSR1 (once the
 child answered READY or ran `reload_grace_s`, so it can take the signal); readiness from
-`nvidia-imex-ctl -q` is polled and mirrored into the entry's status. On stop the child is
-terminated and the entry removed.
+`nvidia-imex-ctl -q` is polled and mirrored into the entry's status, which stays NotReady while
+the node's NVLink fabric is degraded (`fabric`, judged on a thread of its own that wakes the
+loop on a change). On stop the child is terminated and the entry removed.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from adapters.imex import files
 from adapters.imex import supervisor as imex_supervisor
 from apps.daemon import registry as daemon_registry
 from core import errors, models
-from core.computedomain import imexconfig, membership
+from core.computedomain import fabric_health, imexconfig, membership
 
 log = logging.getLogger(__name__)
 
@@ -55,7 +56,9 @@ class DaemonRunner:
         ready_recheck_s: float = 10.0,
         reload_grace_s: float = 2.0,
         clock: Callable[[], float] = time.monotonic,
+        fabric: Callable[[], fabric_health.FabricHealth] | None = None,
     ) -> None:
+        """`fabric`: the node's last fabric judgment (None: not checked, always healthy)."""
         self._registry = registry
         self._supervisor = supervisor
         self._ctl = ctl
@@ -66,11 +69,15 @@ class DaemonRunner:
         self._ready_recheck_s = ready_recheck_s
         self._reload_grace_s = reload_grace_s
         self._clock = clock
+        self._fabric = fabric
         self._wake = threading.Event()
         self._lock = threading.Lock()
         self._latest: Mapping[str, Any] | None = None
         self._seen_object = False
         self._files: imexconfig.PeerFiles | None = None
+        # What nvidia-imex last answered, and what the entry says (NotReady while the
+        # fabric is degraded, whatever nvidia-imex answers).
+        self._imex_status = models.DomainStatus.NOT_READY
         self._status = models.DomainStatus.NOT_READY
         # The child pid that last answered READY, and whether it still has to re-read its files.
         self._ready_pid: int | None = None
@@ -83,6 +90,10 @@ class DaemonRunner:
             if obj is None or _newer(obj, self._latest):
                 self._latest = obj
                 self._seen_object = True
+        self._wake.set()
+
+    def wake(self) -> None:
+        """Something the entry depends on changed (the fabric's health): look again now."""
         self._wake.set()
 
     def run(self, stop: threading.Event) -> int:
@@ -154,10 +165,11 @@ class DaemonRunner:
             interval = self._ready_recheck_s if readiness.ready else self._ready_poll_s
             self._next_poll = self._clock() + interval
             self._ready_pid = pid if readiness.ready else None
-            if status is not self._status:
+            if status is not self._imex_status:
                 log.info("event=imex_readiness status=%s detail=%r", status.value,
                          readiness.detail)
-                self._status = status
+                self._imex_status = status
+        self._status = self._entry_status()
         with self._lock:
             obj, seen = self._latest, self._seen_object
         if not seen:
@@ -180,6 +192,14 @@ class DaemonRunner:
                 return
         self._apply_peers(obj)
         self._reload_if_due()
+
+    def _entry_status(self) -> models.DomainStatus:
+        health = self._fabric() if self._fabric is not None else fabric_health.NOT_JUDGED
+        status = fabric_health.daemon_status(self._imex_status, health)
+        if status is not self._status and not health.healthy:
+            log.info("event=entry_not_ready cause=fabric_degraded reason=%s imex=%s",
+                     health.reason, self._imex_status.value)
+        return status
 
     def _reload_if_due(self) -> None:
         # NB: SIGUSR1 only to a child that answered READY or has run `reload_grace_s`: one

@@ -42,6 +42,7 @@ class Settings:
     ready_poll_s: float
     ready_recheck_s: float
     reload_grace_s: float
+    fabric_check_s: float
     nvml: str
     nvidia_driver_root: str
     log_verbosity: int
@@ -106,9 +107,13 @@ COMMAND = flags.command(
         flags.option("--reload-grace-seconds", env="RELOAD_GRACE_SECONDS", type=flags.SECONDS,
                      default="2",
                      help="SIGUSR1 waits until nvidia-imex answered READY or ran this long"),
+        flags.option("--fabric-check-seconds", env="FABRIC_CHECK_SECONDS", type=flags.SECONDS,
+                     default="60",
+                     help="how often `run` reads the node's NVLink fabric state (the entry is "
+                     "NotReady while it is degraded)"),
         flags.option("--nvml", env="NVML", default="real",
-                     help="where `check` learns the clique when CLIQUE_ID is unset: real | "
-                     "simulated:<profile>"),
+                     help="where `check` learns the clique when CLIQUE_ID is unset, and `run` "
+                     "the fabric's state: real | simulated:<profile>"),
         flags.nvidia_driver_root(help="where the NVIDIA driver's files are (for NVML)"),
         flags.verbosity(),
     ],
@@ -139,6 +144,7 @@ def parse(argv: Sequence[str] | None, env: Mapping[str, str]) -> Settings:
         ready_poll_s=values["ready_poll_seconds"],
         ready_recheck_s=values["ready_recheck_seconds"],
         reload_grace_s=values["reload_grace_seconds"],
+        fabric_check_s=values["fabric_check_seconds"],
         nvml=values["nvml"],
         nvidia_driver_root=values["nvidia_driver_root"],
         log_verbosity=values["log_verbosity"],

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 
 from adapters.imex import ctl as imex_ctl
 from adapters.imex import supervisor as imex_supervisor
 from adapters.kube import cluster as kube_cluster
+from adapters.nvml import inventory as nvml_inventory
+from apps.daemon import fabric as daemon_fabric
 from apps.daemon import registry as daemon_registry
 from apps.daemon import runner as daemon_runner
 from apps.daemon import settings as daemon_settings
@@ -48,14 +51,23 @@ def validate(settings: daemon_settings.Settings) -> None:
         )
 
 
+def fabric_inventory(settings: daemon_settings.Settings) -> ports.DeviceInventory:
+    """Where the node's fabric records come from (`--nvml`, `--nvidia-driver-root`);
+    ConfigError for a bad `--nvml` (constructing the real one touches nothing)."""
+    return nvml_inventory.inventory_from_spec(
+        settings.nvml, node_name=settings.node_name, driver_root=settings.nvidia_driver_root
+    )
+
+
 def run_daemon(
     settings: daemon_settings.Settings,
     *,
     cluster: ports.Cluster,
     feature_gates: models.FeatureGates,
     stop: threading.Event,
+    inventory: ports.DeviceInventory,
 ) -> int:
-    """Wire registry, supervisor and probe for one daemon and run it until `stop`."""
+    """Wire registry, supervisor, probe and fabric check for one daemon; run it until `stop`."""
     store = (
         membership.Store.CLIQUE
         if feature_gates.enabled(gates.COMPUTE_DOMAIN_CLIQUES)
@@ -84,6 +96,12 @@ def run_daemon(
         namespace=settings.namespace,
         max_nodes=settings.max_nodes,
     )
+    wake: list[Callable[[], None]] = []  # NB: the runner's, once it exists
+    fabric = daemon_fabric.FabricMonitor(
+        read=inventory.fabric_records, node_name=settings.node_name,
+        on_change=lambda: _call_each(wake),
+        interval_s=settings.fabric_check_s,
+    )
     runner = daemon_runner.DaemonRunner(
         registry=registry,
         supervisor=imex_supervisor.IMEXSupervisor(
@@ -101,5 +119,13 @@ def run_daemon(
         ready_poll_s=settings.ready_poll_s,
         ready_recheck_s=settings.ready_recheck_s,
         reload_grace_s=settings.reload_grace_s,
+        fabric=fabric.health,
     )
+    wake.append(runner.wake)
+    fabric.start(stop)
     return runner.run(stop)
+
+
+def _call_each(calls: list[Callable[[], None]]) -> None:
+    for call in calls:
+        call()

@@ -66,6 +66,8 @@ def _start(
         probe_clique=lambda: cliques.clique_id_from_fabric(
             inventory.fabric_records(), strict=strict
         ),
+        # Judged at start and at each clique refresh: a degraded fabric taints the devices.
+        probe_fabric=inventory.fabric_records,
     )
 
 

@@ -4,7 +4,8 @@ As upstream's ComputeDomain kubelet plugin: the clique is re-read every
 `CLIQUE_REFRESH_INTERVAL_S` (10 minutes); a new clique replaces the one prepares plan with,
 a re-read that finds none (or fails) keeps it. With the label enabled (chart value
 `kubeletPlugin.containers.computeDomains.gpuCliqueLabelEnabled`) the node is labelled with the
-clique at start and after every re-read, and the label is removed at a graceful stop.
+clique at start and after every re-read, and the label is removed at a graceful stop. Each
+re-read also judges the node's NVLink fabric health (`fabric_watch`), on the same interval.
 
 NB: upstream fails its start-up when the first label patch fails; here the API client may still
 be loading when the plugin starts, so the first patch is made by the refresh thread, and a
@@ -20,6 +21,7 @@ from collections.abc import Callable
 from typing import Any
 
 from apps.kubeletplugin import driver as plugin_driver
+from apps.kubeletplugin import fabric_watch
 from core import errors, kinds, ports
 from core.computedomain import cliques
 
@@ -37,13 +39,16 @@ class CliqueRefresh:
         *,
         driver: plugin_driver.PluginDriver,
         cluster: ports.Cluster,
-        probe_clique: Callable[[], str],
+        probe_clique: Callable[[], str] | None,
         label_enabled: bool,
         interval_s: float = cliques.CLIQUE_REFRESH_INTERVAL_S,
+        fabric: fabric_watch.FabricWatch | None = None,
     ) -> None:
+        """`probe_clique` None: the clique is not re-read (only `fabric` is checked)."""
         self._driver = driver
         self._cluster = cluster
         self._probe_clique = probe_clique
+        self._fabric = fabric
         self._label_enabled = label_enabled
         self._interval_s = interval_s
         self.rounds = 0
@@ -62,11 +67,18 @@ class CliqueRefresh:
             self.refresh_once()
 
     def refresh_once(self) -> None:
-        """One re-read of the clique, then the label (if enabled)."""
+        """One re-read of the clique, then the label (if enabled), then the fabric's health."""
         self.rounds += 1
+        if self._probe_clique is not None:
+            self._refresh_clique(self._probe_clique)
+        self.label()
+        if self._fabric is not None:
+            self._fabric.check()
+
+    def _refresh_clique(self, probe_clique: Callable[[], str]) -> None:
         node = self._driver.node
         try:
-            observed = self._probe_clique()
+            observed = probe_clique()
         except Exception as exc:  # NVML must never take the plugin down; next round retries
             log.error("event=clique_refresh_failed node=%s error=%r", node.node_name,
                       getattr(exc, "message", str(exc)))
@@ -76,7 +88,6 @@ class CliqueRefresh:
             log.info("event=clique_changed node=%s old=%r new=%r", node.node_name,
                      node.clique_id, clique_id)
             self._driver.set_node(dataclasses.replace(node, clique_id=clique_id))
-        self.label()
 
     def label(self) -> None:
         """Set the node's clique label (if enabled and the node has a clique)."""

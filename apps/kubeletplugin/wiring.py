@@ -6,14 +6,14 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import tenacity
 
 from adapters.kube import slices as kube_slices
 from adapters.nvml import imexctl
 from adapters.nvml import real as nvml_real
-from apps.kubeletplugin import clique_refresh
+from apps.kubeletplugin import clique_refresh, fabric_watch
 from apps.kubeletplugin import daemon_claims as plugin_daemon_claims
 from apps.kubeletplugin import devices as plugin_devices
 from apps.kubeletplugin import domains as plugin_domains
@@ -130,8 +130,16 @@ def start_plugin(
     node: node_facts.ImexNodeFacts,
     clock: Callable[[], float] = time.time,
     probe_clique: plugin_devices.CliqueProbe | None = None,
+    probe_fabric: fabric_watch.FabricProbe | None = None,
 ) -> Plugin[node_facts.ImexNodeFacts]:
-    """Recover state and start serving the kubelet; slices are published once it registers us."""
+    """Recover state and start serving the kubelet; slices are published once it registers us.
+
+    `probe_clique` re-reads the clique every `settings.clique_refresh_interval_s` (and at
+    each slice resync of a host-managed node without one). `probe_fabric` (the fabric records)
+    is judged at start and on that interval too: while the fabric is degraded, every published
+    device is tainted `compute-domain.nvidia.com/fabric-degraded` and Unhealthy in the
+    kubelet's health stream (`fabric_watch`). Without it every device is reported Healthy.
+    """
     os.makedirs(settings.plugin_dir, exist_ok=True)
     node = plugin_daemon_claims.with_daemon_facts(node, settings=settings, config=config)
     metrics = plugin_metrics.PluginMetrics(node_name=settings.node_name)
@@ -173,11 +181,24 @@ def start_plugin(
     offered = plugin_devices.NodeDevices(
         driver=driver, config=config, cluster=cluster, probe_clique=probe_clique
     )
-    health = plugin_device_health.PublishedDeviceHealth(pool=settings.node_name)
+    republish: list[Callable[[], None]] = []  # NB: the plugin's slice resync, once serving
+    fabric = (
+        fabric_watch.FabricWatch(
+            node_name=settings.node_name, probe=probe_fabric, cluster=cluster,
+            on_change=lambda: _call_each(republish),
+        )
+        if probe_fabric is not None else None
+    )
+    if fabric is not None:
+        fabric.check()  # NB: before the first publish, so a degraded node never goes out bare
+    health = plugin_device_health.PublishedDeviceHealth(
+        pool=settings.node_name,
+        monitor=fabric.observations if fabric is not None else None,
+    )
 
     def publish() -> None:
         devices = offered.current()
-        publisher.publish(devices)
+        publisher.publish(fabric.tainted(devices) if fabric is not None else devices)
         health.published(devices)
 
     plugin = serving.serve(
@@ -186,18 +207,27 @@ def start_plugin(
     )
     if plugin.server.health_streams is not None:
         health.on_change = plugin.server.health_streams.notify
-    if probe_clique is not None:
+    if fabric is not None:
+        republish += [plugin.slices.republish, health.observed_changed]
+    if probe_clique is not None or fabric is not None:
         refresh = clique_refresh.CliqueRefresh(
             driver=driver, cluster=cluster, probe_clique=probe_clique,
             label_enabled=settings.gpu_clique_label_enabled,
-            interval_s=settings.clique_refresh_interval_s,
+            interval_s=settings.clique_refresh_interval_s, fabric=fabric,
         )
         refresh.start(stopping)
         plugin.on_stop.append(refresh.stop)
     log.info(
         "event=plugin_started node=%s mode=%s isolation=%s clique=%r channel_major=%d "
-        "prepared_claims=%d dra_socket=%s",
+        "prepared_claims=%d fabric_healthy=%s dra_socket=%s",
         node.node_name, config.mode.value, config.isolation.value, node.clique_id,
-        node.channel_major, len(recovered.entries), plugin.server.dra_socket_path,
+        node.channel_major, len(recovered.entries),
+        fabric.health.healthy if fabric is not None else "unchecked",
+        plugin.server.dra_socket_path,
     )
     return plugin
+
+
+def _call_each(calls: Sequence[Callable[[], None]]) -> None:
+    for call in calls:
+        call()

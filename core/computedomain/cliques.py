@@ -54,6 +54,15 @@ def clique_id_from_fabric(records: Sequence[models.FabricRecord], *, strict: boo
     return next(iter(by_clique), "")
 
 
+def unusable_fabric(records: Sequence[models.FabricRecord]) -> tuple[models.FabricRecord, ...]:
+    """The GPUs whose fabric is supported but not usable, sorted by UUID: registration
+    NOT_STARTED / IN_PROGRESS, or COMPLETED with an error status. These are what `strict`
+    refuses (and what is skipped otherwise); a GPU without fabric support, or NVLink-capable
+    but not multi-node capable (all-zero cluster UUID), is not among them."""
+    unusable = (r for r in records if _part_of(r) in (_Part.FORMING, _Part.FAILED))
+    return tuple(sorted(unusable, key=lambda record: record.gpu_uuid))
+
+
 def _refuse_unusable_fabric(parts: dict[str, _Part]) -> None:
     forming = sorted(gpu for gpu, part in parts.items() if part is _Part.FORMING)
     failed = sorted(gpu for gpu, part in parts.items() if part is _Part.FAILED)

@@ -59,3 +59,14 @@ def test_the_daemon_container_runs_as_root_without_privilege() -> None:
     assert container["securityContext"] == {
         "runAsUser": 0, "runAsGroup": 0, "allowPrivilegeEscalation": False}
     assert container["readinessProbe"]["exec"]["command"] == ["compute-domain-daemon", "check"]
+
+
+def test_the_fabric_is_read_every_minute_through_real_nvml_unless_told_otherwise() -> None:
+    default = daemon_settings.parse(["run"], {})
+    assert (default.fabric_check_s, default.nvml, default.nvidia_driver_root) == (
+        60.0, "real", "/")
+    told = daemon_settings.parse(
+        ["run", "--nvml", "simulated:gb200-nvl72"],
+        {"FABRIC_CHECK_SECONDS": "0.5", "NVIDIA_DRIVER_ROOT": "/driver-root"})
+    assert (told.fabric_check_s, told.nvml, told.nvidia_driver_root) == (
+        0.5, "simulated:gb200-nvl72", "/driver-root")
