@@ -23,11 +23,10 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Final
 
-from core import device_health, errors, models, names
+from core import device_health, device_taints, errors, models, names
 from core.gpu import devices
 
 TAINT_KEY_XID: Final = f"{names.GPU_DRIVER_NAME}/xid"
@@ -41,12 +40,11 @@ WHOLE_GPU: Final = 0xFFFFFFFF
 DEFAULT_IGNORED_XIDS: Final = frozenset({13, 31, 43, 45, 68, 109})
 STATE_VERSION: Final = 1
 
-
-class TaintEffect(enum.Enum):
-    """The KEP-5055 effects the driver sets (`None` exists from Kubernetes 1.35)."""
-
-    NO_SCHEDULE = "NoSchedule"
-    NONE = "None"
+# Shared with the ComputeDomain half's fabric taints (`core.device_taints`).
+TaintEffect = device_taints.TaintEffect
+DeviceTaint = device_taints.DeviceTaint
+taint_to_k8s = device_taints.taint_to_k8s
+effect_none_supported = device_taints.effect_none_supported
 
 
 class HealthEventKind(enum.Enum):
@@ -66,21 +64,6 @@ class HealthEvent:
     gi_id: int = WHOLE_GPU
     ci_id: int = WHOLE_GPU
     xid: int = 0
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True, order=True)
-class DeviceTaint:
-    key: str
-    value: str = ""
-    effect: TaintEffect = TaintEffect.NO_SCHEDULE
-
-    @property
-    def blocks_scheduling(self) -> bool:
-        return self.effect is TaintEffect.NO_SCHEDULE
-
-    def __str__(self) -> str:
-        value = f"={self.value}" if self.value else ""
-        return f"{self.key}{value}:{self.effect.value}"
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -216,32 +199,9 @@ def observations(
 def with_taints(
     published: Sequence[models.JSONObject], state: HealthState, *, effect_none: bool
 ) -> list[models.JSONObject]:
-    """The ResourceSlice devices with their taints (`devices[].taints`). `effect_none`: the
-    API server knows effect `None` (Kubernetes 1.35 and later); without it such taints are
-    left out (they only inform) rather than have the slice refused."""
-    result: list[models.JSONObject] = []
-    for device in published:
-        taints = [taint_to_k8s(t) for t in state.of(str(device.get("name")))
-                  if effect_none or t.effect is not TaintEffect.NONE]
-        result.append({**device, "taints": taints} if taints else dict(device))
-    return result
-
-
-def effect_none_supported(server_version: str) -> bool:
-    """Whether an API server of `server_version` ("v1.34.4") accepts taint effect `None`
-    (added in Kubernetes 1.35); ValueError for a version without major.minor."""
-    found = re.match(r"v?(\d+)\.(\d+)", server_version)
-    if found is None:
-        raise ValueError(f"{server_version!r} is not a Kubernetes version (want e.g. v1.35.2)")
-    return (int(found.group(1)), int(found.group(2))) >= (1, 35)
-
-
-def taint_to_k8s(taint: DeviceTaint) -> models.JSONObject:
-    """A `DeviceTaint` of resource.k8s.io (timeAdded left to the API server)."""
-    body: models.JSONObject = {"key": taint.key, "effect": taint.effect.value}
-    if taint.value:
-        body["value"] = taint.value
-    return body
+    """The ResourceSlice devices with their health taints (`devices[].taints`); see
+    `core.device_taints.with_taints` (effect `None` left out where the API server lacks it)."""
+    return device_taints.with_taints(published, state.taints, effect_none=effect_none)
 
 
 # ---------------------------------------------------------------- the saved state (JSON edge)
