@@ -10,8 +10,8 @@ Deployment left; then, with DynamicMIG on (a100-mig), the scheduler picks non-ov
 placements by the counters, one claim too many stays pending, the MIG devices are created at
 prepare and destroyed at unprepare; then, with NVMLDeviceHealthCheck on (hgx-h100), a fatal XID
 raised in the simulated NVML taints gpu-0, a claim for it stays pending naming the taint, a
-tolerating claim gets it, an informational XID refuses nothing. The CDI specs written are valid against the reference
-CDI schema; an unknown profile is refused with the known ones.
+tolerating claim gets it, an informational XID refuses nothing. The CDI specs written are
+valid against the reference CDI schema; an unknown profile is refused with the known ones.
 """
 
 from __future__ import annotations

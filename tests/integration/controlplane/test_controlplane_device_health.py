@@ -30,7 +30,8 @@ import workloads
 from cluster_driver import NODE, Cluster
 from workloads import WORKLOAD_NAMESPACE
 
-from core import device_health
+from adapters.nvml import health_events
+from core.gpu import health
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(420)]
 
@@ -49,7 +50,8 @@ def expected_version() -> str:
 
 @pytest.fixture(scope="module")
 def cluster() -> Any:
-    values = {"resources": {"gpus": {"enabled": True}}}
+    values = {"resources": {"gpus": {"enabled": True}},
+              "featureGates": {"NVMLDeviceHealthCheck": True}}
     yield from cluster_driver.started("driverManaged", values=values, gpu_profile="a100-mig",
                                       kube_gates={"ResourceHealthStatus": True})
 
@@ -78,20 +80,33 @@ def claim_spec(device_class: str) -> dict[str, Any]:
         {"name": "gpu", "exactly": {"deviceClassName": device_class, "count": 1}}]}}
 
 
-def resource_health(claim: dict[str, Any]) -> list[dict[str, Any]]:
+def resource_health(claim: dict[str, Any], *, health: str = "Healthy",
+                    message: str = "no fatal NVML event") -> list[dict[str, Any]]:
     """The entries the kubelet writes for a claim's GPU devices: it names each by the first CDI
     id the plugin returned for it at prepare (ours: `k8s.gpu.nvidia.com/claim=<uid>-<device>`)
-    and, from 1.36 (gate ResourceHealthStatusMessage, on by default), adds our message."""
+    and, from 1.36 (gate ResourceHealthStatusMessage, on by default), adds our message (the
+    plugin watches NVML health events here: gate NVMLDeviceHealthCheck)."""
     uid = claim["metadata"]["uid"]
     entries = []
     for result in claim["status"]["allocation"]["devices"]["results"]:
         assert result["driver"] == GPU_DRIVER and result["pool"] == NODE, result
         entry = {"resourceID": f"k8s.{GPU_DRIVER}/claim={uid}-{result['device']}",
-                 "health": "Healthy"}
+                 "health": health}
         if kube_minor() >= 36:
-            entry["message"] = device_health.NOT_MONITORED_MESSAGE
+            entry["message"] = message
         entries.append(entry)
     return entries
+
+
+def gpu_uuid(cluster: Cluster, device: str) -> str:
+    """The `uuid` attribute the node's GPU slice publishes for `device`."""
+    for each in workloads.list_objects(cluster, "resource.k8s.io/v1", "ResourceSlice"):
+        if each["spec"].get("driver") != GPU_DRIVER:
+            continue
+        for published in each["spec"].get("devices") or ():
+            if published["name"] == device:
+                return str(published["attributes"]["uuid"]["string"])
+    raise AssertionError(f"{device} is not in the node's {GPU_DRIVER} ResourceSlice")
 
 
 def test_the_kubelet_shows_the_health_of_a_running_pods_gpus(cluster: Cluster) -> None:
@@ -132,8 +147,20 @@ def test_the_kubelet_shows_the_health_of_a_running_pods_gpus(cluster: Cluster) -
         # update that shows the other one, not guessed from a wait.
         return seen[0] == expected
 
-    try:
-        cluster.eventually(reported, what="the pod's allocatedResourcesStatus", timeout_s=120)
-    except AssertionError as exc:
-        raise AssertionError(f"expected {expected}\nlast seen {seen[0]}\n{exc}") from None
+    def wait_reported(what: str) -> None:
+        try:
+            cluster.eventually(reported, what=what, timeout_s=120)
+        except AssertionError as exc:
+            raise AssertionError(f"expected {expected}\nlast seen {seen[0]}\n{exc}") from None
+
+    wait_reported("the pod's allocatedResourcesStatus")
+    # A fatal XID on the whole GPU the pod runs on: the kubelet hears it on the stream and the
+    # pod's status shows the device Unhealthy, with the taint named (1.36+).
+    (result,) = claims["health-gpu"]["status"]["allocation"]["devices"]["results"]
+    health_events.raise_simulated_event(cluster.files.gpu.driver_root, health.HealthEvent(
+        kind=health.HealthEventKind.XID, gpu_uuid=gpu_uuid(cluster, result["device"]), xid=79))
+    expected["claim:health-gpu"] = resource_health(
+        claims["health-gpu"], health="Unhealthy",
+        message="tainted gpu.nvidia.com/xid=79:NoSchedule")
+    wait_reported("the XID'd GPU Unhealthy in the pod's allocatedResourcesStatus")
     workloads.delete_pod(cluster, "health-pod")
