@@ -7,7 +7,14 @@ process, as `adapters.nvml` binds NVML, so that a crash in the library never tak
 down.
 """
 
+from adapters.fabricmanager.address import Address, fabric_manager_address
 from adapters.fabricmanager.detect import has_nvswitch_fabric
 from adapters.fabricmanager.simulated import SimulatedFabricManager, state_path_in
 
-__all__ = ["SimulatedFabricManager", "has_nvswitch_fabric", "state_path_in"]
+__all__ = [
+    "Address",
+    "SimulatedFabricManager",
+    "fabric_manager_address",
+    "has_nvswitch_fabric",
+    "state_path_in",
+]
