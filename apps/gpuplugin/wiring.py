@@ -177,7 +177,8 @@ def start_gpu_plugin(
             assert isinstance(cluster, ports.ServerVersion)
             layouts[:] = layouts or [_slice_layout(cluster)]
             contents = partitions.plan_partitioned_slices(
-                found.refresh(), layout=layouts[0], consumable=consumable
+                found.refresh(), layout=layouts[0], consumable=consumable,
+                fabric_partitions=fabric_partitions,
             )
             publisher.publish_built(lambda generation, node_uid: (
                 partitions.build_partitioned_slices(

@@ -4,7 +4,8 @@ Covers: with the gate and an NVSwitch fabric's partitions, each full GPU carries
 attributes `gpuModuleID` and `partition1/2/4/8` of the HGX table, its MIG devices and its VFIO
 function their GPU's; without the gate, without a fabric, or for a GPU without a module id
 (or NVML's 0) nothing is added; a contradictory table stops the plan; the slices still
-validate strictly against every ResourceSlice schema from Kubernetes 1.34 on.
+validate strictly against every ResourceSlice schema from Kubernetes 1.34 on; under
+DynamicMIG every possible MIG device and full GPU carries its GPU's attributes too.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import pytest
 from test_gpu_slices_properties import VERSIONS
 
 from core import errors, gates, models
-from core.gpu import devices, fm_partitions
+from core.gpu import devices, fm_partitions, migprofiles, partitions
 from core.gpu import slices as gpu_slices
 
 HGX = fm_partitions.HGX_8GPU_PARTITIONS
@@ -118,3 +119,26 @@ def test_the_slice_with_fabric_attributes_validates_strictly(version: str) -> No
     for resource_slice in built:
         assert kubernetes_validate.validate(resource_slice, version, strict=True) == version
     assert {"gpuModuleID", "partition8"} <= set(built[0]["spec"]["devices"][0]["attributes"])
+
+
+def test_dynamic_mig_partitions_and_full_gpus_carry_their_gpus_attributes() -> None:
+    """Under DynamicMIG too: every possible MIG device and the full GPU of a partitionable GPU,
+    and the devices of a GPU that is not partitionable, carry their GPU's attributes."""
+    partitionable = inv.h100_gpu(0, module_id=1, mig_profiles=migprofiles.H100_80GB)
+    plain = inv.h100_gpu(1, module_id=2)  # no profiles listed: published as without the gate
+    inventory = devices.GpuInventory(gpus=(partitionable, plain))
+    contents = partitions.plan_partitioned_slices(
+        inventory, layout=partitions.SliceLayout.SPLIT, fabric_partitions=HGX
+    )
+    found = {str(d["name"]): d for content in contents for d in content.devices}
+    assert len(found) == 27  # 25 placements + the full GPU, then gpu-1
+    expected_0 = _fm(_by_name(_hgx())["gpu-0"])
+    assert all(_fm(d) == expected_0 for name, d in found.items() if name.startswith("gpu-0"))
+    assert _fm(found["gpu-1"]) == _fm(_by_name(_hgx())["gpu-1"])
+    without = partitions.plan_partitioned_slices(inventory, layout=partitions.SliceLayout.SPLIT)
+    assert all(_fm(d) == {} for content in without for d in content.devices)
+    built = partitions.build_partitioned_slices(contents, node_name="node-a", generation=1)
+    assert "1.35" in VERSIONS
+    for version in VERSIONS[1:]:  # NB: the split layout is 1.35's
+        for resource_slice in built:
+            assert kubernetes_validate.validate(resource_slice, version, strict=True) == version
