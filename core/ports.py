@@ -16,6 +16,7 @@ from typing import Any, Protocol, TypeVar, runtime_checkable
 from core import device_health, models, names
 from core.gpu import configs as gpu_configs
 from core.gpu import devices as gpu_devices
+from core.gpu import fm_partitions
 from core.gpu import health as gpu_health
 from core.gpu import mps as gpu_mps
 
@@ -266,6 +267,35 @@ class MigPartitioner(Protocol):
 
         False when there is none (idempotent). Leaves MIG mode once the GPU holds no MIG
         device, where that needs no reset.
+        """
+        ...
+
+
+class FabricManager(Protocol):
+    """NVIDIA Fabric Manager on an NVSwitch node (gate FabricManagerPartitioning): the
+    partitions it supports and their activation, which programs the NVSwitches so the
+    partition's GPUs reach each other over NVLink."""
+
+    def partitions(self) -> tuple[fm_partitions.Partition, ...]:
+        """Every partition Fabric Manager supports, with whether it is active now.
+
+        Raises `errors.RetryableError` when Fabric Manager cannot be reached.
+        """
+        ...
+
+    def activate(self, partition_id: int) -> None:
+        """Activate the partition (idempotent: an active one is left as it is).
+
+        Raises `errors.PermanentError` for an unknown id or one sharing GPUs with another
+        active partition, `errors.RetryableError` when Fabric Manager cannot be reached.
+        """
+        ...
+
+    def deactivate(self, partition_id: int) -> None:
+        """Deactivate the partition (idempotent: an inactive one is left as it is).
+
+        Raises `errors.PermanentError` for an unknown id, `errors.RetryableError` when
+        Fabric Manager cannot be reached.
         """
         ...
 

@@ -11,8 +11,8 @@ Shape (one JSON object on stdout):
      "clique_id", "status", "note",
      "minor", "brand", "architecture", "cuda_compute_capability", "pci_bus_id",
      "memory_bytes", "mig_capable", "mig_enabled", "addressing_mode", "numa_node",
-     "pcie_root", "skipped_calls": [...], "migs": [{"uuid", "profile", "gi_profile_id",
-     "gi_id", "ci_id", "placement_start", "placement_size", "memory_bytes",
+     "pcie_root", "module_id", "skipped_calls": [...], "migs": [{"uuid", "profile",
+     "gi_profile_id", "gi_id", "ci_id", "placement_start", "placement_size", "memory_bytes",
      "multiprocessors", "copy_engines", "decoders", "encoders", "jpeg_engines",
      "ofa_engines", "gi_cap_minor", "ci_cap_minor"}, ...]}, ...]}
     {"schema": 1, "ok": false, "reason": "nvml-unavailable" | "nvml-error" |
@@ -110,6 +110,8 @@ class ProbeGpu:
     addressing_mode: str | None = None
     numa_node: int | None = None
     pcie_root: str | None = None
+    # nvmlDeviceGetModuleId: the board position Fabric Manager's partitions name.
+    module_id: int | None = None
     skipped_calls: tuple[str, ...] = ()
     migs: tuple[ProbeMig, ...] = ()
 
@@ -260,6 +262,7 @@ def _gpu_info(gpu: ProbeGpu, *, report: ProbeReport) -> devices.GpuInfo:
         # partitions only when its model is listed there); NVML's own profile and placement
         # queries would serve every model, but cannot be exercised without a GPU here.
         mig_profiles=migprofiles.BY_PRODUCT.get(gpu.name, ()) if gpu.mig_capable else (),
+        module_id=gpu.module_id,
     )
 
 
@@ -308,6 +311,7 @@ def _gpu_to_json(gpu: ProbeGpu) -> dict[str, Any]:
         "addressing_mode": gpu.addressing_mode,
         "numa_node": gpu.numa_node,
         "pcie_root": gpu.pcie_root,
+        "module_id": gpu.module_id,
         "skipped_calls": list(gpu.skipped_calls),
         "migs": [dataclasses.asdict(mig) for mig in gpu.migs],
     }
@@ -350,6 +354,7 @@ def _gpu_from_json(obj: Mapping[str, Any]) -> ProbeGpu:
         addressing_mode=_opt_str(obj, "addressing_mode"),
         numa_node=_opt_int(obj, "numa_node"),
         pcie_root=_opt_str(obj, "pcie_root"),
+        module_id=_opt_int(obj, "module_id"),
         skipped_calls=tuple(_str_list(obj, "skipped_calls")),
         migs=tuple(_mig_from_json(_mapping(mig, "migs[]")) for mig in _list(obj, "migs")),
     )

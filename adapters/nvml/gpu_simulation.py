@@ -3,7 +3,8 @@
 Profiles (one node each):
 
 - `hgx-h100`: an 8-GPU HGX H100 board ("NVIDIA H100 80GB HBM3"), GPUs 0-3 on NUMA node 0
-  and 4-7 on node 1, each behind its own PCIe root complex; MIG capable, MIG off.
+  and 4-7 on node 1, each behind its own PCIe root complex; MIG capable, MIG off; NVSwitch
+  baseboard (module ids 1-8, for Fabric Manager's partitions).
 - `a100-mig`: two "NVIDIA A100-SXM4-40GB"; GPU 0 in MIG mode with four existing MIG
   devices (2g.10gb, 1g.5gb, 1g.5gb, 3g.20gb: all seven compute and eight memory slices),
   GPU 1 not in MIG mode.
@@ -85,6 +86,9 @@ class GpuProfile:
     # Memory slices and compute slices of the whole GPU (8 and 7 on A100 and H100).
     memory_slices: int = 8
     compute_slices: int = 7
+    # An NVSwitch baseboard: its GPUs report module ids (board positions 1..N in index
+    # order), which Fabric Manager's partitions name (`adapters.fabricmanager.simulated`).
+    nvswitch: bool = False
 
     def mig_profile(self, name: str) -> MigProfile:
         """The model's GPU instance profile of that name; ValueError if it has none."""
@@ -120,6 +124,7 @@ _PROFILES: dict[str, GpuProfile] = {
             cuda_compute_capability="9.0",
             memory_mib=81559,
             mig_profiles=migprofiles.H100_80GB,
+            nvswitch=True,
             gpus=tuple(
                 Gpu(pci_bus_id=bus, numa_node=numa, pcie_root=root)
                 for bus, numa, root in _HGX_H100_SLOTS
@@ -428,6 +433,7 @@ def _inventory(
             mig_enabled=gpu.mig_enabled,
             addressing_mode=profile.addressing_mode,
             mig_profiles=profile.mig_profiles if profile.mig_capable else (),
+            module_id=index + 1 if profile.nvswitch else None,
         )
         for index, gpu in enumerate(slots)
     )

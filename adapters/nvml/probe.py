@@ -163,6 +163,9 @@ def _with_details(
     # capable": upstream reads both as absent, not as failures, so they are not noted.
     addressing = calls.quiet("nvmlDeviceGetAddressingMode", handle)
     mig_mode = calls.quiet("nvmlDeviceGetMigMode", handle)
+    # Only NVSwitch baseboards have module ids (Fabric Manager's partitions name them);
+    # elsewhere NOT_SUPPORTED, which is no failure either.
+    module_id = calls.quiet("nvmlDeviceGetModuleId", handle)
     bus_id = None if pci is None else _facts.pci_bus_id(pci.busId)
     memory_bytes = None if memory is None else int(memory.total)
     mig_enabled = mig_mode is not None and int(mig_mode[0]) == _MIG_ENABLED
@@ -205,6 +208,7 @@ def _with_details(
             if sysfs is None or not os.path.exists(sysfs)
             else _facts.pcie_root(os.path.realpath(sysfs))
         ),
+        module_id=None if module_id is None else int(module_id),
         skipped_calls=tuple(calls.skipped),
         migs=migs,
     )

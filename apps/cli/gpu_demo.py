@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from adapters import fabricmanager
 from adapters.fs import cdi as fs_cdi
 from adapters.fs import checkpoints as fs_checkpoints
 from adapters.fs import driverroot, simulated_driverroot
@@ -193,6 +194,9 @@ class GpuNode:
     # With gate NVMLDeviceHealthCheck: the simulated watch (`nvml_health.raise_simulated_event`
     # on `files.driver_root` raises an event).
     health_events: nvml_health.NvmlHealthEvents | None = None
+    # With gate FabricManagerPartitioning on an NVSwitch profile (hgx-h100): the simulated
+    # Fabric Manager, its activations kept in the driver root.
+    fabric: fabricmanager.SimulatedFabricManager | None = None
 
     def stop(self) -> None:
         """Stop kubelet, plugin, MPS daemons and cluster; remove the workdir when made here."""
@@ -226,11 +230,13 @@ def start_plugin(
     cluster: memory_cluster.InMemoryCluster, settings: gpu_settings.Settings, files: NodeFiles,
     *, profile: str, gpus: gpu_simulation.SimulatedGpus | None = None,
     health_events: ports.GpuHealthEvents | None = None,
+    fabric: ports.FabricManager | None = None,
 ) -> gpu_wiring.Plugin[models.NodeFacts]:
     """Start the GPU plugin in this process for a simulated node (no registration wait);
     with gate MPSSupport it runs MPS daemons as Deployments in `cluster`; with gate DynamicMIG
     it creates and destroys MIG devices on `gpus` (the simulated NVML; a fresh one if None);
-    `health_events` (gate NVMLDeviceHealthCheck) taint the devices they find sick."""
+    `health_events` (gate NVMLDeviceHealthCheck) taint the devices they find sick; `fabric`
+    (gate FabricManagerPartitioning) gives the partitions the GPUs publish."""
     resolved = gates.resolve_gates(gates.parse_feature_gates(settings.feature_gates))
     if gpus is None:
         gpus = gpu_simulation.simulated_gpus(profile, node_name=settings.node_name)
@@ -253,6 +259,19 @@ def start_plugin(
                      if resolved.enabled(gates.MPS_SUPPORT) else None),
         mig=gpus if resolved.enabled(gates.DYNAMIC_MIG) else None,
         health_events=health_events,
+        fabric=fabric,
+    )
+
+
+def simulated_fabric(
+    gpus: gpu_simulation.SimulatedGpus, files: NodeFiles, *, gate_values: models.FeatureGates
+) -> fabricmanager.SimulatedFabricManager | None:
+    """The simulated Fabric Manager of an NVSwitch profile under gate
+    FabricManagerPartitioning (activations kept in the driver root); else None."""
+    if not (gpus.profile.nvswitch and gate_values.enabled(gates.FABRIC_MANAGER_PARTITIONING)):
+        return None
+    return fabricmanager.SimulatedFabricManager(
+        state_path=fabricmanager.state_path_in(files.driver_root)
     )
 
 
@@ -291,9 +310,10 @@ def start_gpu_node(
                      nvml_health.simulated_events_path(files.driver_root),
                      [gpu.uuid for gpu in gpus.gpu_inventory().gpus], poll_s=HEALTH_POLL_S)
                  if resolved.enabled(gates.NVML_DEVICE_HEALTH_CHECK) else None)
+        fabric = simulated_fabric(gpus, files, gate_values=resolved)
         try:
             plugin = start_plugin(cluster, settings, files, profile=profile, gpus=gpus,
-                                  health_events=watch)
+                                  health_events=watch, fabric=fabric)
         except BaseException:
             if runner is not None:
                 runner.close()
@@ -307,7 +327,7 @@ def start_gpu_node(
     node = GpuNode(
         cluster=cluster, allocator=memory_allocator.Allocator(cluster), plugin=plugin,
         kubelet=kubelet, settings=settings, files=files, profile=profile, workdir=root,
-        owns_workdir=owned, mps_runner=runner, gpus=gpus, health_events=watch,
+        owns_workdir=owned, mps_runner=runner, gpus=gpus, health_events=watch, fabric=fabric,
     )
     try:
         kubelet.wait_for_plugin(DRIVER, timeout_s=10)

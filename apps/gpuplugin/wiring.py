@@ -24,7 +24,7 @@ __all__ = ["DeviceCache", "Plugin", "start_gpu_plugin"]
 from core import errors, models, names, ports
 from core import gates as feature_gates
 from core.gpu import cdi as gpu_cdi
-from core.gpu import checkpoint_records, devices, partitions
+from core.gpu import checkpoint_records, devices, fm_partitions, partitions
 from core.gpu import health as gpu_health
 from core.gpu import shares as gpu_shares
 from core.gpu import slices as gpu_slices
@@ -81,6 +81,7 @@ def start_gpu_plugin(
     mig: ports.MigPartitioner | None = None,
     health_events: ports.GpuHealthEvents | None = None,
     xid_policy: gpu_health.XidPolicy = gpu_health.DEFAULT_XID_POLICY,
+    fabric: ports.FabricManager | None = None,
 ) -> Plugin[models.NodeFacts]:
     """Discover, recover state and start serving the kubelet; slices follow registration.
 
@@ -95,6 +96,8 @@ def start_gpu_plugin(
     NVMLDeviceHealthCheck) are watched from the start: each device they find sick is tainted
     in the published slice (`core.gpu.health`, `xid_policy`) and reported in the kubelet's
     health stream; the taints survive a plugin restart within one boot of the node.
+    `fabric` (gate FabricManagerPartitioning, on a node with an NVSwitch fabric) is read once
+    at start: every GPU with a module id publishes its partitions (`partition<size>`).
     """
     dynamic_mig = mig is not None and gates.enabled(feature_gates.DYNAMIC_MIG)
     if dynamic_mig and not isinstance(cluster, ports.ServerVersion):
@@ -103,6 +106,7 @@ def start_gpu_plugin(
     os.makedirs(settings.plugin_dir, exist_ok=True)
     node = models.NodeFacts(node_name=names.NodeName(settings.node_name), boot_id=boot_id)
     found = DeviceCache(discovery, node_name=settings.node_name)
+    fabric_partitions = _fabric_partitions(fabric, gates=gates, node_name=settings.node_name)
     driver_files = dataclasses.replace(files.driver_files(), cdi_hook_path=cdi_hook_path)
     metrics = plugin_metrics.PluginMetrics(
         node_name=settings.node_name, driver=names.GPU_DRIVER_NAME,
@@ -173,7 +177,8 @@ def start_gpu_plugin(
             assert isinstance(cluster, ports.ServerVersion)
             layouts[:] = layouts or [_slice_layout(cluster)]
             contents = partitions.plan_partitioned_slices(
-                found.refresh(), layout=layouts[0], consumable=consumable
+                found.refresh(), layout=layouts[0], consumable=consumable,
+                fabric_partitions=fabric_partitions,
             )
             publisher.publish_built(lambda generation, node_uid: (
                 partitions.build_partitioned_slices(
@@ -183,7 +188,10 @@ def start_gpu_plugin(
             ))
             health.published([d for content in contents for d in content.devices])
             return
-        devices = gpu_slices.plan_gpu_devices(found.refresh(), gates=gates, consumable=consumable)
+        devices = gpu_slices.plan_gpu_devices(
+            found.refresh(), gates=gates, consumable=consumable,
+            fabric_partitions=fabric_partitions,
+        )
         publisher.publish(tainted(devices))
         health.published(devices)
 
@@ -205,6 +213,22 @@ def start_gpu_plugin(
         len(recovered.entries), consumable, plugin.server.dra_socket_path,
     )
     return plugin
+
+
+def _fabric_partitions(
+    fabric: ports.FabricManager | None, *, gates: models.FeatureGates, node_name: str
+) -> tuple[fm_partitions.Partition, ...] | None:
+    """Fabric Manager's partitions, read once: which GPUs form a partition is fixed by the
+    baseboard, only activation changes (and the published attributes do not show it)."""
+    if fabric is None or not gates.enabled(feature_gates.FABRIC_MANAGER_PARTITIONING):
+        return None
+    found = fm_partitions.check_partitions(fabric.partitions())
+    log.info(
+        "event=fm_partitions_read node=%s partitions=%d sizes=%s active=%s", node_name,
+        len(found), ",".join(str(n) for n in sorted({p.size for p in found})),
+        ",".join(str(p.partition_id) for p in found if p.active) or "-",
+    )
+    return found
 
 
 def _call_each(calls: Sequence[Callable[[], None]]) -> None:

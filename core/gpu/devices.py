@@ -46,6 +46,9 @@ class GpuInfo:
     # The GPU instance profiles this GPU offers (with their placements), for dynamic MIG;
     # empty where discovery did not list them.
     mig_profiles: tuple[migprofiles.MigProfile, ...] = ()
+    # The GPU's physical position on an NVSwitch baseboard (nvmlDeviceGetModuleId, 1-based),
+    # which Fabric Manager's partitions name; None where NVML does not say (PCIe boards).
+    module_id: int | None = None
 
     @property
     def name(self) -> str:

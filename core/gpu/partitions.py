@@ -27,8 +27,9 @@ from collections.abc import Mapping
 from functools import partial
 from typing import Final
 
+from core import gates as feature_gates
 from core import models, names, slices
-from core.gpu import devices, migprofiles, shares
+from core.gpu import devices, fm_partitions, migprofiles, shares
 from core.gpu import slices as gpu_slices
 
 # Capacity names of a MIG partition, in upstream's order (`memory` in bytes).
@@ -149,12 +150,16 @@ def counter_set(gpu: devices.GpuInfo) -> models.JSONObject:
 
 
 def full_gpu_device(
-    gpu: devices.GpuInfo, *, consumable: shares.ConsumableShares = shares.DISABLED
+    gpu: devices.GpuInfo,
+    *,
+    consumable: shares.ConsumableShares = shares.DISABLED,
+    fabric: Mapping[str, models.JSONObject] | None = None,
 ) -> models.JSONObject:
-    """The whole GPU as a partitionable device: its largest capacities, consuming everything."""
+    """The whole GPU as a partitionable device: its largest capacities, consuming everything
+    (`fabric`: its Fabric Manager attributes, `core.gpu.slices.fabric_attributes`)."""
     amounts = max_amounts(gpu)
     device = {
-        **gpu_slices.gpu_device(gpu),
+        **gpu_slices.gpu_device(gpu, fabric=fabric),
         "capacity": _capacity(amounts, device=gpu.name),
         "consumesCounters": [{
             "counterSet": counter_set_name(gpu),
@@ -168,11 +173,15 @@ def full_gpu_device(
 
 
 def mig_partition_device(
-    spec: MigSpec, *, consumable: shares.ConsumableShares = shares.DISABLED
+    spec: MigSpec,
+    *,
+    consumable: shares.ConsumableShares = shares.DISABLED,
+    fabric: Mapping[str, models.JSONObject] | None = None,
 ) -> models.JSONObject:
     """A MIG device not created yet, as upstream's dynamic MigSpec publishes it.
 
-    Attributes as for static MIG less the `uuid` (no device exists yet); capacities the
+    Attributes as for static MIG less the `uuid` (no device exists yet; its parent's Fabric
+    Manager attributes, `fabric`, included); capacities the
     profile's (no per-slice capacities); it consumes its profile's amounts and its memory
     slices from the parent's CounterSet.
     """
@@ -182,6 +191,7 @@ def mig_partition_device(
         "parentUUID": gpu_slices.string_attribute(parent.uuid, device=name, field="parentUUID"),
         "profile": gpu_slices.string_attribute(spec.profile.name, device=name, field="profile"),
         **gpu_slices.common_gpu_attributes(parent, device=name),
+        **(fabric or {}),
     }
     amounts = profile_amounts(spec.profile)
     device = {
@@ -210,14 +220,23 @@ def plan_partitioned_slices(
     *,
     layout: SliceLayout,
     consumable: shares.ConsumableShares = shares.DISABLED,
+    fabric_partitions: tuple[fm_partitions.Partition, ...] | None = None,
 ) -> tuple[SliceContent, ...]:
     """The node's pool under DynamicMIG: one slice per GPU (PCI bus ID order), devices sorted
     by name; counters with them (COMBINED) or all in a first slice of their own (SPLIT).
 
     A GPU that is not partitionable keeps what it publishes without the gate (its full GPU or
-    its existing MIG devices), without counters. Raises `errors.PermanentError` as
-    `core.gpu.slices.plan_gpu_devices` does for what the API would refuse.
+    its existing MIG devices), without counters. `fabric_partitions` (given only under gate
+    FabricManagerPartitioning on an NVSwitch node) adds each GPU's Fabric Manager attributes
+    to all its devices, as `core.gpu.slices.plan_gpu_devices` does. Raises
+    `errors.PermanentError` as that does for what the API would refuse.
     """
+    fabric_gates = models.FeatureGates(
+        values={feature_gates.FABRIC_MANAGER_PARTITIONING: fabric_partitions is not None}
+    )
+    fabric = gpu_slices.fabric_attributes(
+        inventory, gates=fabric_gates, fabric_partitions=fabric_partitions
+    )
     static_migs = {
         gpu.minor: tuple(mig for mig in inventory.migs if mig.parent_minor == gpu.minor)
         for gpu in inventory.gpus
@@ -229,14 +248,19 @@ def plan_partitioned_slices(
             specs = possible_migs(gpu)
             gpu_slices.check_names(
                 [*([gpu.name] if offers_full_gpu(gpu) else []), *(s.name for s in specs)])
-            built = [mig_partition_device(spec, consumable=consumable) for spec in specs]
+            own = fabric.get(gpu.minor)
+            built = [
+                mig_partition_device(spec, consumable=consumable, fabric=own) for spec in specs
+            ]
             if offers_full_gpu(gpu):
-                built.append(full_gpu_device(gpu, consumable=consumable))
+                built.append(full_gpu_device(gpu, consumable=consumable, fabric=own))
             per_gpu.append((address, _by_name(built), counter_set(gpu)))
         else:
             alone = devices.GpuInventory(gpus=(gpu,), migs=static_migs[gpu.minor])
             per_gpu.append((address, gpu_slices.plan_gpu_devices(
-                alone, gates=models.FeatureGates(values={}), consumable=consumable), None))
+                alone, gates=fabric_gates, consumable=consumable,
+                fabric_partitions=fabric_partitions,
+            ), None))
     per_gpu.sort(key=lambda item: item[0])
     if layout is SliceLayout.COMBINED:
         return tuple(

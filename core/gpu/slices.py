@@ -11,7 +11,9 @@ What is published (upstream without DynamicMIG):
 - a GPU in MIG mode as its existing MIG devices instead (static MIG);
 - under gate PassthroughSupport, the VFIO functions (`gpu-vfio-<index>`) too;
 - with consumable shares on, full GPUs and MIG devices allow several allocations, with the
-  capacities and request policies of `gpu.shares`.
+  capacities and request policies of `gpu.shares`;
+- under gate FabricManagerPartitioning on an NVSwitch node, each device of a GPU with a module
+  id also carries `gpuModuleID` and `partition<size>` (`core.gpu.fm_partitions`).
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from typing import Final
 
 from core import errors, models, names, slices
 from core import gates as feature_gates
-from core.gpu import devices, shares
+from core.gpu import devices, fm_partitions, shares
 
 DRIVER_NAME: Final = names.GPU_DRIVER_NAME
 
@@ -61,6 +63,7 @@ def plan_gpu_devices(
     *,
     gates: models.FeatureGates,
     consumable: shares.ConsumableShares = shares.DISABLED,
+    fabric_partitions: tuple[fm_partitions.Partition, ...] | None = None,
 ) -> tuple[models.JSONObject, ...]:
     """The node's `gpu.nvidia.com` devices as `resource.k8s.io/v1` Device objects.
 
@@ -70,24 +73,33 @@ def plan_gpu_devices(
     Raises `errors.PermanentError` when discovery reported something the API would refuse or
     that contradicts itself (a malformed version or PCI address, a MIG device without its
     parent GPU, two devices with one name). `consumable` (`--consumable-shares`) makes full
-    GPUs and MIG devices shareable; VFIO functions never are.
+    GPUs and MIG devices shareable; VFIO functions never are. `fabric_partitions` (what
+    Fabric Manager supports, None where the node has no NVSwitch fabric) adds, under gate
+    FabricManagerPartitioning, the partition attributes to the devices of each GPU with a
+    module id (PermanentError where Fabric Manager's table contradicts itself).
     """
+    fabric = fabric_attributes(inventory, gates=gates, fabric_partitions=fabric_partitions)
     # (GPU address, device name, how to build it): names are checked before anything is built,
     # so a bad name is reported as such rather than as whatever else is wrong with the device.
     keyed: list[tuple[str, str, Callable[[], models.JSONObject]]] = []
     for gpu in inventory.gpus:
         if not gpu.mig_enabled:
-            build = partial(gpu_device, gpu, consumable=consumable)
+            build = partial(
+                gpu_device, gpu, consumable=consumable, fabric=fabric.get(gpu.minor)
+            )
             keyed.append((bus_id(gpu.pci_bus_id, gpu.name), gpu.name, build))
     for mig in inventory.migs:
         parent = _mig_parent(inventory, mig)
-        build = partial(mig_device, mig, parent=parent, consumable=consumable)
+        build = partial(
+            mig_device, mig, parent=parent, consumable=consumable,
+            fabric=fabric.get(parent.minor),
+        )
         keyed.append((bus_id(parent.pci_bus_id, parent.name), mig.name, build))
     if gates.enabled(feature_gates.PASSTHROUGH_SUPPORT):
         for vfio in _published_vfios(inventory):
-            keyed.append(
-                (bus_id(vfio.pci_bus_id, vfio.name), vfio.name, partial(vfio_device, vfio))
-            )
+            parent_fabric = None if vfio.parent_minor is None else fabric.get(vfio.parent_minor)
+            build = partial(vfio_device, vfio, fabric=parent_fabric)
+            keyed.append((bus_id(vfio.pci_bus_id, vfio.name), vfio.name, build))
     check_names(name for _, name, _ in keyed)
     return tuple(build() for _, _, build in sorted(keyed, key=lambda item: item[:2]))
 
@@ -100,6 +112,7 @@ def build_gpu_resource_slices(
     generation: int,
     node_uid: str = "",
     consumable: shares.ConsumableShares = shares.DISABLED,
+    fabric_partitions: tuple[fm_partitions.Partition, ...] | None = None,
 ) -> tuple[models.JSONObject, ...]:
     """The node's `gpu.nvidia.com` pool (pool name = node name) as ResourceSlice objects,
     owned by the Node when its `node_uid` is known.
@@ -110,20 +123,53 @@ def build_gpu_resource_slices(
     return slices.build_resource_slices(
         node_name=node_name,
         driver=DRIVER_NAME,
-        devices=plan_gpu_devices(inventory, gates=gates, consumable=consumable),
+        devices=plan_gpu_devices(
+            inventory, gates=gates, consumable=consumable, fabric_partitions=fabric_partitions
+        ),
         generation=generation,
         node_uid=node_uid,
     )
 
 
+def fabric_attributes(
+    inventory: devices.GpuInventory,
+    *,
+    gates: models.FeatureGates,
+    fabric_partitions: tuple[fm_partitions.Partition, ...] | None,
+) -> dict[int, dict[str, models.JSONObject]]:
+    """By GPU minor: the Fabric Manager attributes its devices publish (int attributes
+    `gpuModuleID`, `partition<size>`); empty without the gate or an NVSwitch fabric.
+
+    A GPU without a module id publishes none, as upstream (a GPU bound to vfio-pci at
+    discovery, which NVML cannot see; NVML's 0, which upstream also reads as unknown).
+    """
+    if fabric_partitions is None or not gates.enabled(feature_gates.FABRIC_MANAGER_PARTITIONING):
+        return {}
+    return {
+        gpu.minor: {
+            key: {"int": value}
+            for key, value in fm_partitions.published_attributes(
+                gpu.module_id, fabric_partitions
+            ).items()
+        }
+        for gpu in inventory.gpus
+        if gpu.module_id
+    }
+
+
 def gpu_device(
-    gpu: devices.GpuInfo, *, consumable: shares.ConsumableShares = shares.DISABLED
+    gpu: devices.GpuInfo,
+    *,
+    consumable: shares.ConsumableShares = shares.DISABLED,
+    fabric: Mapping[str, models.JSONObject] | None = None,
 ) -> models.JSONObject:
-    """One full GPU as upstream's GpuInfo.GetDevice publishes it."""
+    """One full GPU as upstream's GpuInfo.GetDevice publishes it (`fabric`: its Fabric
+    Manager attributes, `fabric_attributes`)."""
     attributes = {
         "type": string_attribute(devices.GPU_TYPE, device=gpu.name, field="type"),
         "uuid": string_attribute(gpu.uuid, device=gpu.name, field="uuid"),
         **common_gpu_attributes(gpu),
+        **(fabric or {}),
     }
     capacity = {"memory": capacity_quantity(gpu.memory_bytes, device=gpu.name, field="memory")}
     return shares.shareable(
@@ -137,12 +183,14 @@ def mig_device(
     *,
     parent: devices.GpuInfo,
     consumable: shares.ConsumableShares = shares.DISABLED,
+    fabric: Mapping[str, models.JSONObject] | None = None,
 ) -> models.JSONObject:
     """One existing MIG device as upstream's MigDeviceInfo.GetDevice publishes it.
 
-    Attributes are the parent's (less its `uuid`) plus `parentUUID`, `profile` and the MIG
-    device's own `uuid`; capacities are the GPU instance profile's engines and memory, and
-    `memorySlice<i>` = 1 for each memory slice of its placement.
+    Attributes are the parent's (less its `uuid`, with its Fabric Manager ones, `fabric`)
+    plus `parentUUID`, `profile` and the MIG device's own `uuid`; capacities are the GPU
+    instance profile's engines and memory, and `memorySlice<i>` = 1 for each memory slice of
+    its placement.
     """
     attributes = {
         "type": string_attribute(devices.MIG_TYPE, device=mig.name, field="type"),
@@ -150,6 +198,7 @@ def mig_device(
         "parentUUID": string_attribute(parent.uuid, device=mig.name, field="parentUUID"),
         "profile": string_attribute(mig.profile, device=mig.name, field="profile"),
         **common_gpu_attributes(parent, device=mig.name),
+        **(fabric or {}),
     }
     amounts = {
         "multiprocessors": mig.multiprocessors,
@@ -172,8 +221,11 @@ def mig_device(
     )
 
 
-def vfio_device(vfio: devices.VfioDeviceInfo) -> models.JSONObject:
-    """One passthrough function as upstream's VfioDeviceInfo.GetDevice publishes it."""
+def vfio_device(
+    vfio: devices.VfioDeviceInfo, *, fabric: Mapping[str, models.JSONObject] | None = None
+) -> models.JSONObject:
+    """One passthrough function as upstream's VfioDeviceInfo.GetDevice publishes it, with its
+    GPU's Fabric Manager attributes (`fabric`) where that GPU was discovered with them."""
     attributes: dict[str, models.JSONObject] = {
         "type": string_attribute(devices.VFIO_TYPE, device=vfio.name, field="type"),
         "uuid": string_attribute(vfio.uuid, device=vfio.name, field="uuid"),
@@ -182,6 +234,7 @@ def vfio_device(vfio: devices.VfioDeviceInfo) -> models.JSONObject:
         "productName": string_attribute(vfio.product_name, device=vfio.name, field="productName"),
         "iommuFDEnabled": {"bool": vfio.iommu_fd_enabled},
         **_pci_attributes(vfio.pci_bus_id, vfio.pcie_root, vfio.numa_node, device=vfio.name),
+        **(fabric or {}),
     }
     capacity = {
         "addressableMemory": capacity_quantity(

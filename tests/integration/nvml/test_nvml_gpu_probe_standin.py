@@ -4,7 +4,8 @@ As in test_nvml_probe_fake_library.py, the stand-in is written to `tmp_path` and
 on the child's PYTHONPATH; a fake host tree (sysfs links, numa_node files, the
 nvidia-caps mig-minors file) sits under NVML_PROBE_HOST_ROOT. GPU 0 is in MIG mode with
 a 3g.20gb and a 1g.5gb device, an empty slot, and a device of a profile no table knows;
-GPU 1 is not in MIG mode and answers NOT_SUPPORTED to brand (both to addressing mode). This
+GPU 1 is not in MIG mode and answers NOT_SUPPORTED to brand and module id (both to
+addressing mode). This
 pins: facts read and named as upstream does; unsupported calls degrade to empty fields
 named in `skipped_calls`; the fabric records the ComputeDomain half reads are unchanged.
 """
@@ -117,6 +118,11 @@ FAKE_PYNVML = textwrap.dedent(
     def nvmlDeviceGetMigMode(handle):
         return [1, 1] if handle[1] == 0 else [0, 0]
 
+    def nvmlDeviceGetModuleId(handle):
+        if handle[1] != 0:
+            raise NVMLError_NotSupported()
+        return 3
+
     def nvmlDeviceGetGpuInstanceProfileInfo(handle, profile, version=2):
         if profile not in GI_PROFILES:
             raise NVMLError(2)
@@ -204,6 +210,7 @@ def test_gpus_are_reported_with_upstreams_facts(tmp_path: pathlib.Path) -> None:
         mig_enabled=True,
         addressing_mode=None,
         mig_profiles=migprofiles.A100_40GB,
+        module_id=3,
     )
     assert (gpu1.name, gpu1.pci_bus_id, gpu1.mig_enabled) == ("gpu-5", "0000:0f:00.0", False)
 
@@ -215,6 +222,9 @@ def test_unsupported_calls_leave_fields_empty_and_are_named(tmp_path: pathlib.Pa
     assert "nvmlDeviceGetBrand: Not Supported" in gpu1.skipped_calls
     assert gpu1.addressing_mode is None
     assert not any("AddressingMode" in s for s in gpu1.skipped_calls)  # normal on x86: no noise
+    # No board position off an NVSwitch baseboard: normal too, so no noise either.
+    assert gpu1.module_id is None
+    assert not any("ModuleId" in s for s in gpu1.skipped_calls)
     # No PCIe root complex in its sysfs path, and NUMA node -1: both unknown, not errors.
     assert (gpu1.pcie_root, gpu1.numa_node) == (None, None)
     assert inventory.gpu_inventory().gpus[1].brand == "Unknown"

@@ -75,6 +75,7 @@ gpus = st.builds(
     addressing_mode=maybe_text,
     numa_node=maybe_int,
     pcie_root=maybe_text,
+    module_id=maybe_int,
     skipped_calls=st.lists(st.text(), max_size=3).map(tuple),
     migs=st.lists(migs, max_size=3).map(tuple),
 )
@@ -283,6 +284,12 @@ def test_mig_profiles_come_from_the_tables_by_product_and_only_when_mig_capable(
     profiles = [g.mig_profiles for g in (_codec.gpu_inventory(_report(gpu)).gpus[0]
                                          for gpu in (unknown, incapable, h100))]
     assert profiles == [(), (), migprofiles.H100_80GB]
+
+
+def test_gpu_inventory_carries_the_module_id_fabric_manager_names() -> None:
+    gpus = _codec.gpu_inventory(_report(_detailed(module_id=5, migs=()))).gpus
+    assert [gpu.module_id for gpu in gpus] == [5]
+    assert _codec.gpu_inventory(_report(_detailed(migs=()))).gpus[0].module_id is None
 
 
 def test_gpu_inventory_lists_gpus_in_nvml_index_order() -> None:

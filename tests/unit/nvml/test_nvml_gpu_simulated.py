@@ -51,6 +51,12 @@ def test_hgx_h100_has_eight_h100s_split_over_two_numa_nodes() -> None:
     assert inventory.migs == () and inventory.vfios == ()
 
 
+def test_only_the_hgx_board_reports_module_ids_one_to_eight_in_index_order() -> None:
+    assert [gpu.module_id for gpu in _inventory("hgx-h100").gpus] == list(range(1, 9))
+    for profile in ("a100-mig", "gb200"):
+        assert {gpu.module_id for gpu in _inventory(profile).gpus} == {None}
+
+
 def test_gb200_tray_has_four_coherent_blackwell_gpus() -> None:
     inventory = _inventory("gb200")
     assert [gpu.name for gpu in inventory.gpus] == ["gpu-0", "gpu-1", "gpu-2", "gpu-3"]
