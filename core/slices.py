@@ -139,6 +139,50 @@ def plan_slice_sync(
     return (*creates, *patches, *deletes)
 
 
+# A device taint as compared: (key, value, effect); `timeAdded` is the API server's.
+TaintKey = tuple[str, str, str]
+
+
+def device_taints(pool: Sequence[Mapping[str, Any]]) -> dict[str, tuple[TaintKey, ...]]:
+    """The taints of every device of a pool's slices, by device name ({} when none is
+    tainted; an untainted device is named with no taints)."""
+    found: dict[str, tuple[TaintKey, ...]] = {}
+    for obj in pool:
+        devices = (obj.get("spec") or {}).get("devices")
+        for device in devices if isinstance(devices, list) else ():
+            if isinstance(device, Mapping):
+                found[str(device.get("name"))] = tuple(
+                    (str(t.get("key") or ""), str(t.get("value") or ""),
+                     str(t.get("effect") or ""))
+                    for t in device.get("taints") or () if isinstance(t, Mapping))
+    return found
+
+
+def dropped_taints(
+    desired: Sequence[Mapping[str, Any]], stored: Sequence[Mapping[str, Any]]
+) -> tuple[str, ...]:
+    """The devices (sorted) whose desired taints the API server did not store: one without
+    gate DRADeviceTaints drops `devices[].taints` without an error."""
+    have = device_taints(stored)
+    return tuple(sorted(name for name, want in device_taints(desired).items()
+                        if name in have and len(have[name]) < len(want)))
+
+
+def without_taints(pool: Sequence[Mapping[str, Any]]) -> list[models.JSONObject]:
+    """The slices as a server without DRADeviceTaints stores them: no `devices[].taints`."""
+    result: list[models.JSONObject] = []
+    for obj in pool:
+        spec = obj.get("spec") or {}
+        devices = spec.get("devices")
+        if not isinstance(devices, list):
+            result.append(dict(obj))
+            continue
+        bare = [{k: v for k, v in d.items() if k != "taints"} if isinstance(d, Mapping) else d
+                for d in devices]
+        result.append({**obj, "spec": {**spec, "devices": bare}})
+    return result
+
+
 # What a slice publishes: a desired slice without one of them (dynamic MIG's counters-only
 # slice, or a pool back to plain devices) has it removed from the existing slice.
 _CONTENT_FIELDS = ("devices", "sharedCounters")

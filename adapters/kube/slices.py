@@ -5,6 +5,11 @@ there; this module reads what exists and the Node's UID (every slice is owned by
 the garbage collector deletes a deleted node's slices), decides the pool generation, and runs
 the writes through the core executor. The generation goes up exactly when the pool's content
 changes, so the scheduler never mixes slices of two different pool versions.
+
+Device taints an API server without gate DRADeviceTaints drops (silently: the default before
+Kubernetes 1.36) are reported as an error naming the gate, as upstream's slice controller
+reports a DroppedFieldsError, and left out of later writes while they stay the same: else every
+resync would rewrite the pool, with a new generation, to no effect.
 """
 
 from __future__ import annotations
@@ -29,6 +34,10 @@ class SlicePublisher:
         self._cluster = cluster
         self._driver = driver
         self._node_name = node_name
+        # The device taints the API server dropped at the last write that carried them (it
+        # lacks gate DRADeviceTaints): while the desired taints are these, they are left out
+        # rather than written again, with a new pool generation, at every resync.
+        self._taints_dropped: dict[str, tuple[slices.TaintKey, ...]] | None = None
 
     def existing(self) -> tuple[Mapping[str, Any], ...]:
         """This node's slices of this driver, sorted by name."""
@@ -80,10 +89,19 @@ class SlicePublisher:
         existing = self.existing()
         generation = max((_generation(obj) for obj in existing), default=0)
         desired = build(generation, node_uid)
+        wanted = {name: taints for name, taints in slices.device_taints(desired).items()
+                  if taints}
+        if not wanted:
+            self._taints_dropped = None
+        leave_out = bool(wanted) and wanted == self._taints_dropped
+        if leave_out:
+            desired = slices.without_taints(desired)
         actions = slices.plan_slice_sync(desired=desired, existing=existing)
         if not actions:
             return
         desired = build(generation + 1, node_uid)
+        if leave_out:
+            desired = slices.without_taints(desired)
         actions = slices.plan_slice_sync(desired=desired, existing=existing)
         log.info(
             "publishing resource slices node=%s driver=%s generation=%d slices=%d actions=%d",
@@ -94,6 +112,29 @@ class SlicePublisher:
             len(actions),
         )
         executing.execute_cluster_actions(self._cluster, actions)
+        if not leave_out:
+            self._check_taints_stored(desired, wanted)
+
+    def _check_taints_stored(
+        self, desired: Sequence[Mapping[str, Any]],
+        wanted: dict[str, tuple[slices.TaintKey, ...]],
+    ) -> None:
+        """Say so, as an error, when the API server dropped the taints just written, as
+        upstream's slice controller does (DroppedFieldsError): the scheduler then allocates
+        those devices as if healthy."""
+        if not wanted:
+            return
+        dropped = slices.dropped_taints(desired, self.existing())
+        self._taints_dropped = wanted if dropped else None
+        if dropped:
+            log.error(
+                "event=resource_slice_taints_dropped node=%s driver=%s devices=%s "
+                "hint=%r", self._node_name, self._driver, ",".join(dropped),
+                "the API server stored these devices without their taints: it lacks feature "
+                "gate DRADeviceTaints (alpha, off by default, before Kubernetes 1.36; turn it on "
+                "in kube-apiserver and kube-scheduler); until then they are allocated as if "
+                "healthy",
+            )
 
 
 def _generation(obj: Mapping[str, Any]) -> int:

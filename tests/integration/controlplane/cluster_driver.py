@@ -104,7 +104,8 @@ class Cluster:
 
     def __init__(self, mode: str, *, values: Mapping[str, Any] | None = None,
                  gpu_profile: str = DEFAULT_GPU_PROFILE,
-                 kube_gates: Mapping[str, bool] | None = None) -> None:
+                 kube_gates: Mapping[str, bool] | None = None,
+                 kube_apis: Mapping[str, bool] | None = None) -> None:
         bin_dir = control_plane.binaries_dir()
         if bin_dir is None:
             if os.environ.get("CI") == "true":
@@ -116,8 +117,10 @@ class Cluster:
         # Kubernetes feature gates of every component (API server, scheduler, controllers,
         # kubelet), e.g. an alpha DRA feature a test needs.
         self.kube_gates = dict(kube_gates or {})
+        # API group versions the API server serves beyond its defaults (`--runtime-config`),
+        # e.g. the alpha API an alpha gate's controllers watch.
         self.plane = ControlPlane(self.workdir / "plane", bin_dir=bin_dir, nodes=(NODE,),
-                                  feature_gates=self.kube_gates)
+                                  feature_gates=self.kube_gates, runtime_config=kube_apis)
         self.node_root = self.workdir / "n"
         self.cdi_root = self.node_root / "cdi"
         self.cdi_root.mkdir(parents=True)
@@ -326,9 +329,11 @@ class Cluster:
 
 def started(mode: str, *, values: Mapping[str, Any] | None = None,
             gpu_profile: str = DEFAULT_GPU_PROFILE,
-            kube_gates: Mapping[str, bool] | None = None) -> Iterator[Cluster]:
+            kube_gates: Mapping[str, bool] | None = None,
+            kube_apis: Mapping[str, bool] | None = None) -> Iterator[Cluster]:
     """A started `Cluster` for a fixture; stopped and removed afterwards."""
-    cluster = Cluster(mode, values=values, gpu_profile=gpu_profile, kube_gates=kube_gates)
+    cluster = Cluster(mode, values=values, gpu_profile=gpu_profile, kube_gates=kube_gates,
+                      kube_apis=kube_apis)
     try:
         yield cluster.start()
     finally:

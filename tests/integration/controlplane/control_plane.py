@@ -66,9 +66,11 @@ class ControlPlane:
 
     def __init__(self, workdir: pathlib.Path, *, bin_dir: pathlib.Path, nodes: Sequence[str],
                  static_users: Sequence[str] = (),
-                 feature_gates: Mapping[str, bool] | None = None) -> None:
+                 feature_gates: Mapping[str, bool] | None = None,
+                 runtime_config: Mapping[str, bool] | None = None) -> None:
         """`feature_gates` go to the API server, the scheduler and the controller-manager
-        (the kubelet takes its own: `Kubelet(feature_gates=...)`)."""
+        (the kubelet takes its own: `Kubelet(feature_gates=...)`); `runtime_config`: the API
+        group versions the API server serves beyond its defaults (an alpha gate's API)."""
         self.workdir = workdir
         self.feature_gates = dict(feature_gates or {})
         self.bin_dir = bin_dir
@@ -79,6 +81,7 @@ class ControlPlane:
             authorization_modes=("Node", "RBAC"),
             admission_plugins=("NodeRestriction",),
             feature_gates=self.feature_gates,
+            runtime_config=runtime_config or {},
         )
         self._components: list[ChildProcess] = []
 

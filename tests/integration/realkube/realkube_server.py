@@ -81,6 +81,14 @@ def feature_gates_args(gates: Mapping[str, bool]) -> list[str]:
     return ["--feature-gates=" + ",".join(pairs)]
 
 
+def runtime_config_args(apis: Mapping[str, bool]) -> list[str]:
+    """`--runtime-config=g/v=true,...` for kube-apiserver; nothing when none is set."""
+    if not apis:
+        return []
+    return ["--runtime-config=" + ",".join(
+        f"{api}={str(on).lower()}" for api, on in sorted(apis.items()))]
+
+
 class ChildProcess:
     """A child process whose output goes to a file (a full pipe would stall it)."""
 
@@ -149,9 +157,13 @@ class RealKube:
         authorization_modes: Sequence[str] = ("RBAC",),
         admission_plugins: Sequence[str] = (),
         feature_gates: Mapping[str, bool] = {},  # NB: never mutated
+        runtime_config: Mapping[str, bool] = {},  # NB: never mutated
     ) -> None:
+        """`runtime_config`: API group versions to serve or not beyond the defaults
+        (`--runtime-config`), e.g. {"resource.k8s.io/v1alpha3": True} for an alpha API."""
         self.workdir = workdir
         self.feature_gates = dict(feature_gates)
+        self.runtime_config = dict(runtime_config)
         # username -> the group a static token carries (e.g. system:nodes for a kubelet).
         self.static_groups = dict(static_groups)
         self.authorization_modes = tuple(authorization_modes)
@@ -280,6 +292,7 @@ class RealKube:
                 "--enable-priority-and-fairness=false",
                 "--profiling=false",
                 *feature_gates_args(self.feature_gates),
+                *runtime_config_args(self.runtime_config),
                 "--v=1",
             ],
             log_path=self.workdir / "kube-apiserver.log",

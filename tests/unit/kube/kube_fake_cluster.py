@@ -17,8 +17,9 @@ from core import kinds, models, ports
 
 
 class FakeCluster(memory_cluster.InMemoryCluster):
-    def __init__(self, *, server_version: str = memory_cluster.DEFAULT_SERVER_VERSION) -> None:
-        super().__init__(server_version=server_version)
+    def __init__(self, *, server_version: str = memory_cluster.DEFAULT_SERVER_VERSION,
+                 device_taints: bool = True) -> None:
+        super().__init__(server_version=server_version, device_taints=device_taints)
         self.events: list[dict[str, Any]] = []
         self.calls: list[str] = []
         # (call, label selector) of every list and watch given one.

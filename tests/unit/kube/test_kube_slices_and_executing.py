@@ -236,3 +236,89 @@ def test_a_layout_change_removes_what_the_new_slices_do_not_hold() -> None:
     (only,) = _pool(cluster, "node-1")
     assert "sharedCounters" not in only["spec"]
     assert only["spec"]["devices"] == [_device(0)]
+
+
+XID = {"key": "gpu.nvidia.com/xid", "value": "79", "effect": "NoSchedule"}
+
+
+def _gpu(name: str, *taints: dict[str, str]) -> dict[str, Any]:
+    device: dict[str, Any] = {"name": name, "attributes": {"type": {"string": "gpu"}}}
+    if taints:
+        device["taints"] = list(taints)
+    return device
+
+
+def _errors(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]
+
+
+def _writes(cluster: kube_fake_cluster.FakeCluster) -> list[str]:
+    return [c for c in cluster.calls if not c.startswith(("get", "list"))]
+
+
+def test_published_taints_are_not_written_again_for_the_time_the_server_added() -> None:
+    cluster = kube_fake_cluster.FakeCluster(server_version="v1.34.4")
+    publisher = slices.SlicePublisher(cluster, driver="gpu.nvidia.com", node_name="node-1")
+    publisher.publish([_gpu("gpu-0", XID), _gpu("gpu-1")])
+    (stored,) = _pool(cluster, "node-1")
+    # What kube-apiserver adds to a taint (the embedded one does not).
+    devices = stored["spec"]["devices"]
+    devices[0]["taints"] = [{**XID, "timeAdded": "2026-11-26T08:18:35Z"}]
+    cluster.patch("ResourceSlice", namespace="", name=stored["metadata"]["name"],
+                  patch={"spec": {"devices": devices}})
+    writes = _writes(cluster)
+    publisher.publish([_gpu("gpu-0", XID), _gpu("gpu-1")])
+    assert _writes(cluster) == writes
+
+
+def test_taints_the_server_drops_are_reported_and_not_rewritten_every_resync(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A server without gate DRADeviceTaints (off by default in Kubernetes 1.34 and 1.35)
+    drops `devices[].taints`: said once as an error naming the gate, as upstream's slice
+    controller does (DroppedFieldsError), and not patched again (with a new pool generation)
+    at every resync while the taints stay the same; new taints are tried again."""
+    cluster = kube_fake_cluster.FakeCluster(server_version="v1.34.4", device_taints=False)
+    publisher = slices.SlicePublisher(cluster, driver="gpu.nvidia.com", node_name="node-1")
+    with caplog.at_level("ERROR"):
+        publisher.publish([_gpu("gpu-0", XID), _gpu("gpu-1")])
+    (dropped,) = _errors(caplog)
+    assert "event=resource_slice_taints_dropped" in dropped
+    assert "devices=gpu-0" in dropped and "DRADeviceTaints" in dropped
+    writes = _writes(cluster)
+    caplog.clear()
+    for _ in range(3):  # resyncs
+        publisher.publish([_gpu("gpu-0", XID), _gpu("gpu-1")])
+    assert _writes(cluster) == writes
+    assert _pool(cluster, "node-1")[0]["spec"]["pool"]["generation"] == 1
+    assert not _errors(caplog)
+    lost = {"key": "gpu.nvidia.com/gpu-lost", "effect": "NoSchedule"}
+    with caplog.at_level("ERROR"):
+        publisher.publish([_gpu("gpu-0", XID), _gpu("gpu-1", lost)])
+    assert len(_writes(cluster)) == len(writes) + 1
+    (again,) = _errors(caplog)
+    assert "devices=gpu-0,gpu-1" in again
+    # A change besides the taints is still published (without them, and without a new error).
+    caplog.clear()
+    with caplog.at_level("ERROR"):
+        publisher.publish([_gpu("gpu-0", XID), _gpu("gpu-1", lost), _gpu("gpu-2")])
+    assert [d["name"] for d in _pool(cluster, "node-1")[0]["spec"]["devices"]] == [
+        "gpu-0", "gpu-1", "gpu-2"]
+    assert not _errors(caplog)
+    # Taints lifted, then back: tried (and reported) again.
+    publisher.publish([_gpu("gpu-0"), _gpu("gpu-1"), _gpu("gpu-2")])
+    writes = _writes(cluster)
+    with caplog.at_level("ERROR"):
+        publisher.publish([_gpu("gpu-0", XID), _gpu("gpu-1"), _gpu("gpu-2")])
+    assert len(_writes(cluster)) == len(writes) + 1
+    (third,) = _errors(caplog)
+    assert "devices=gpu-0 " in third
+
+
+def test_taints_the_server_keeps_log_no_error(caplog: pytest.LogCaptureFixture) -> None:
+    cluster = kube_fake_cluster.FakeCluster(server_version="v1.34.4")
+    publisher = slices.SlicePublisher(cluster, driver="gpu.nvidia.com", node_name="node-1")
+    with caplog.at_level("ERROR"):
+        publisher.publish([_gpu("gpu-0", XID)])
+    assert not _errors(caplog)
+    assert _pool(cluster, "node-1")[0]["spec"]["devices"][0]["taints"][0]["key"] == XID["key"]
