@@ -256,12 +256,20 @@ def fake_ip(name: str) -> str:
 
 
 def start_node(
-    embedded: Embedded, node: str, *, profile: str, retry_budget_s: float, major: int = 242
+    embedded: Embedded, node: str, *, profile: str, retry_budget_s: float, major: int = 242,
+    container_runtime_endpoint: str = "none",
 ) -> SimulatedNode:
-    """Start (or restart) the plugin of one simulated node and register it with its kubelet."""
-    settings = node_settings(
-        embedded.workdir, node, config=embedded.config, profile=profile,
-        retry_budget_s=retry_budget_s,
+    """Start (or restart) the plugin of one simulated node and register it with its kubelet.
+
+    The container-runtime CDI check is off unless `container_runtime_endpoint` names a CRI
+    socket (a stand-in runtime: `adapters.grpc.cri_fake`).
+    """
+    settings = dataclasses.replace(
+        node_settings(
+            embedded.workdir, node, config=embedded.config, profile=profile,
+            retry_budget_s=retry_budget_s,
+        ),
+        container_runtime_endpoint=container_runtime_endpoint,
     )
     facts = wiring.read_node_facts(
         node_name=node,
