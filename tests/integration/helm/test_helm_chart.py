@@ -367,6 +367,8 @@ def test_kubelet_plugin_mounts_host_paths_at_identical_paths() -> None:
     assert set(host_paths.values()) == {
         "/run/nvidia/driver", "/etc/cdi", "/data/kubelet/plugins/cd",
         "/var/lib/kubelet/plugins_registry", "/dev",
+        # The container runtime CDI check's socket directories (test_helm_runtime_socket.py).
+        "/run/containerd", "/var/run/crio",
     }
     env = cr.container_env(plugin)
     assert (env["CDI_ROOT"], env["PLUGIN_DIR"]) == ("/etc/cdi", "/data/kubelet/plugins/cd")
