@@ -14,14 +14,15 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Mapping
+from typing import Final
 
 from apps.pluginkit import node_events
 from core import errors, models, names, ports, runtime_cdi
 
 log = logging.getLogger(__name__)
 
-EVENT_REASON = "ContainerRuntimeCDIDisabled"
-EVENT_REASON_APPLIED = "ContainerRuntimeCDIEnabled"
+EVENT_REASON: Final = "ContainerRuntimeCDIDisabled"
+EVENT_APPLIED_REASON: Final = "ContainerRuntimeCDIEnabled"
 CHECK_INTERVAL_S = 600.0
 # `--container-runtime-endpoint` value that turns the check off (the embedded cluster's CDI
 # root is a temp dir that no runtime of the host reads).
@@ -106,7 +107,7 @@ class RuntimeCDICheck:
         else:
             log.info("event=runtime_cdi_applied %s", fields)
             if previous is not None and previous.refusing:
-                self._emit(EVENT_REASON_APPLIED, judged.message, warning=False)
+                self._emit(EVENT_APPLIED_REASON, judged.message, warning=False)
 
     def _emit(self, reason: str, message: str, *, warning: bool) -> None:
         try:
