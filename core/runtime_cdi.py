@@ -18,7 +18,8 @@ import enum
 import json
 import posixpath
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 # Where containerd and CRI-O look for CDI specs when not told otherwise.
 DEFAULT_SPEC_DIRS = ("/etc/cdi", "/var/run/cdi")
@@ -235,3 +236,39 @@ def _judge_crio(observed: RuntimeAnswer, *, cdi_root: str) -> Judgment:
             f"({','.join(DEFAULT_SPEC_DIRS)}): {fix} if it does not read {cdi_root}"
         ),
     )
+
+
+# The Node condition the plugins keep (`kubectl describe node`): True while prepares are refused.
+CONDITION_TYPE = "ContainerRuntimeCDIDisabled"
+_CONDITION = {
+    Verdict.APPLIED: ("False", "CDIApplied"),
+    Verdict.CDI_OFF: ("True", "CDIOff"),
+    Verdict.ROOT_NOT_WATCHED: ("True", "CDIRootNotWatched"),
+    Verdict.UNKNOWN: ("Unknown", "RuntimeNotUnderstood"),
+}
+
+
+def node_conditions(
+    current: Sequence[Mapping[str, Any]], judged: Judgment, *, now: str
+) -> list[dict[str, Any]] | None:
+    """The Node's `status.conditions` with ours set to `judged` (None: nothing changes).
+
+    Every other condition is kept as it is (a JSON merge patch replaces the whole list); the
+    transition time moves only when the status does, as Kubernetes conditions do.
+    """
+    status, reason = _CONDITION[judged.verdict]
+    ours = [c for c in current if c.get("type") == CONDITION_TYPE]
+    previous = ours[0] if ours else None
+    if previous is not None and (previous.get("status"), previous.get("reason"),
+                                 previous.get("message")) == (status, reason, judged.message):
+        return None
+    transition = (
+        str(previous.get("lastTransitionTime", now))
+        if previous is not None and previous.get("status") == status else now
+    )
+    condition = {
+        "type": CONDITION_TYPE, "status": status, "reason": reason, "message": judged.message,
+        "lastHeartbeatTime": now, "lastTransitionTime": transition,
+    }
+    kept = [dict(c) for c in current if c.get("type") != CONDITION_TYPE]
+    return [*kept, condition]

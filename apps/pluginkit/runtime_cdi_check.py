@@ -4,26 +4,32 @@ Why: a runtime with CDI off, or not reading our CDI root, starts the pod without
 our prepare answered with, and the workload fails later with no hint why. Both plugins ask the
 runtime (`ports.ContainerRuntime`) at start and every `interval_s`, judge the answer with
 `core.runtime_cdi`, and while the judgment refuses, answer every claim of a prepare with its
-message (the kubelet shows it on the pod), log it, and say it once per change in a Warning
-Event on the Node. An unreachable runtime or an answer we do not understand only warns (once):
+message (the kubelet shows it on the pod), log it, say it once per change in a Warning
+Event on the Node, and keep the Node condition `ContainerRuntimeCDIDisabled` (True while
+refusing) in step. An unreachable runtime or an answer we do not understand only warns (once):
 prepares go on as before the check existed. Unprepares are never refused.
 """
 
 from __future__ import annotations
 
+import datetime
 import logging
 import threading
+import time
 from collections.abc import Callable, Mapping
 from typing import Final
 
 from apps.pluginkit import node_events
-from core import errors, models, names, ports, runtime_cdi
+from core import errors, kinds, models, names, ports, runtime_cdi
 
 log = logging.getLogger(__name__)
 
 EVENT_REASON: Final = "ContainerRuntimeCDIDisabled"
 EVENT_APPLIED_REASON: Final = "ContainerRuntimeCDIEnabled"
 CHECK_INTERVAL_S = 600.0
+# Reads and conflicting patches one condition write tries (the kubelet writes the Node's status
+# too); a write that still fails is logged and made again at the next change.
+_CONDITION_ATTEMPTS = 5
 # `--container-runtime-endpoint` value that turns the check off (the embedded cluster's CDI
 # root is a temp dir that no runtime of the host reads).
 DISABLED = "none"
@@ -40,8 +46,10 @@ class RuntimeCDICheck:
         node_name: str,
         cdi_root: str,
         interval_s: float = CHECK_INTERVAL_S,
+        clock: Callable[[], float] = time.time,
     ) -> None:
         self._runtime = runtime
+        self._clock = clock
         self._cluster = cluster
         self._node_name = node_name
         self._cdi_root = cdi_root
@@ -95,6 +103,7 @@ class RuntimeCDICheck:
             f"node={self._node_name} verdict={judged.verdict.value} "
             f"runtime={judged.runtime!r} cdi_root={self._cdi_root}"
         )
+        self._set_condition(judged)
         if judged.refusing:
             log.error("event=runtime_cdi_refusing %s message=%r", fields, judged.message)
             self._emit(EVENT_REASON, judged.message, warning=True)
@@ -108,6 +117,38 @@ class RuntimeCDICheck:
             log.info("event=runtime_cdi_applied %s", fields)
             if previous is not None and previous.refusing:
                 self._emit(EVENT_APPLIED_REASON, judged.message, warning=False)
+
+    def _set_condition(self, judged: runtime_cdi.Judgment) -> None:
+        """Write our Node condition: read, merge (keeping the kubelet's), patch if unchanged."""
+        now = datetime.datetime.fromtimestamp(int(self._clock()), tz=datetime.UTC)
+        stamp = now.strftime("%Y-%m-%dT%H:%M:%SZ")
+        for _ in range(_CONDITION_ATTEMPTS):
+            try:
+                node = self._cluster.get(kinds.NODE.kind, namespace="", name=self._node_name)
+                current = (node.get("status") or {}).get("conditions") or []
+                conditions = runtime_cdi.node_conditions(current, judged, now=stamp)
+                if conditions is None:
+                    return
+                # NB: a merge patch replaces the whole list; the resourceVersion makes a
+                # kubelet status write in between a conflict instead of a lost condition.
+                self._cluster.patch(
+                    kinds.NODE.kind, namespace="", name=self._node_name, subresource="status",
+                    patch={"status": {"conditions": conditions}},
+                    resource_version=str(node["metadata"].get("resourceVersion", "")),
+                )
+                return
+            except errors.ConflictError:
+                continue
+            except errors.ClusterError as exc:  # the log line and Event say it too
+                log.warning(
+                    "event=runtime_cdi_condition_failed node=%s error=%r",
+                    self._node_name, str(exc),
+                )
+                return
+        log.warning(
+            "event=runtime_cdi_condition_failed node=%s error=%r", self._node_name,
+            f"the Node kept changing: {_CONDITION_ATTEMPTS} conflicting writes",
+        )
 
     def _emit(self, reason: str, message: str, *, warning: bool) -> None:
         try:

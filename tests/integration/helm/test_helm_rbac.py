@@ -224,6 +224,8 @@ def _plugin_needs(mode: str) -> set[Need]:
         ("delete", dra, "resourceslices", ""),
         ("get", "", "nodes", ""),  # SlicePublisher.node_uid: the slices' owner
         ("create", "", "events", USER_NS),  # driver.py: events on claims
+        # apps/pluginkit/runtime_cdi_check.py: the Node condition ContainerRuntimeCDIDisabled
+        ("patch", "", "nodes/status", ""),
     }
     if mode == "driverManaged":
         needs |= {

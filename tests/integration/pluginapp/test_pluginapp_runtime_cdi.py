@@ -3,8 +3,9 @@
 A real plugin, its real gRPC sockets and the kubelet emulator; the runtime is
 `adapters.grpc.cri_fake` on a unix socket, answering like containerd. With CDI off, every
 prepare is answered with the message (what is wrong and how to fix it) and the Node gets a
-Warning Event; once the runtime has CDI on and reads our CDI root, the next check lets
-prepares through; a runtime socket that is not there only warns.
+Warning Event and condition `ContainerRuntimeCDIDisabled=True`; once the runtime has CDI on
+and reads our CDI root, the next check lets prepares through (condition False); a runtime
+socket that is not there only warns.
 """
 
 from __future__ import annotations
@@ -53,6 +54,13 @@ def _check(simulated: embedded.SimulatedNode) -> runtime_cdi_check.RuntimeCDIChe
     return check
 
 
+def _condition(env: embedded.Embedded, node_name: str) -> tuple[str, str]:
+    obj = env.cluster.get(kinds.NODE.kind, namespace="", name=node_name)
+    (ours,) = [c for c in obj["status"]["conditions"]
+               if c["type"] == runtime_cdi.CONDITION_TYPE]
+    return ours["status"], ours["reason"]
+
+
 def test_prepares_are_refused_while_cdi_is_off_and_served_once_it_is_on(
     env: embedded.Embedded, runtime: cri_fake.FakeRuntime
 ) -> None:
@@ -66,6 +74,7 @@ def test_prepares_are_refused_while_cdi_is_off_and_served_once_it_is_on(
     events = env.cluster.list(kinds.EVENT.kind, namespace="default").items
     assert [(e["type"], e["involvedObject"]["name"]) for e in events
             if e["reason"] == runtime_cdi_check.EVENT_REASON] == [("Warning", simulated.name)]
+    assert _condition(env, simulated.name) == ("True", "CDIOff")
 
     runtime.answer_like(name="containerd", version="1.7.27", info=cri_fake.containerd_info(
         enable_cdi=True, spec_dirs=["/etc/cdi", simulated.settings.cdi_root]))
@@ -73,6 +82,7 @@ def test_prepares_are_refused_while_cdi_is_off_and_served_once_it_is_on(
     served = prepare(env, ref)
     assert not served.error
     assert served.devices
+    assert _condition(env, simulated.name) == ("False", "CDIApplied")
 
 
 def test_a_runtime_reading_other_dirs_refuses_naming_our_root(

@@ -166,3 +166,57 @@ def test_an_unreachable_runtime_is_unknown_and_says_how_to_check() -> None:
 )
 def test_normalize_dir(path: str, normal: str) -> None:
     assert runtime_cdi.normalize_dir(path) == normal
+
+
+READY = {"type": "Ready", "status": "True", "reason": "KubeletReady", "message": "ok",
+         "lastHeartbeatTime": "t0", "lastTransitionTime": "t0"}
+
+
+def _condition(conditions: list[dict[str, object]] | None) -> dict[str, object]:
+    assert conditions is not None
+    (ours,) = [c for c in conditions if c["type"] == runtime_cdi.CONDITION_TYPE]
+    return ours
+
+
+def test_the_node_condition_is_true_while_refusing_and_keeps_the_others() -> None:
+    off = _judge(_containerd({"enableCDI": False}))
+    conditions = runtime_cdi.node_conditions([READY], off, now="t1")
+    assert conditions is not None and conditions[0] == READY
+    assert _condition(conditions) == {
+        "type": "ContainerRuntimeCDIDisabled", "status": "True", "reason": "CDIOff",
+        "message": off.message, "lastHeartbeatTime": "t1", "lastTransitionTime": "t1"}
+
+
+@pytest.mark.parametrize(
+    ("answer", "status", "reason"),
+    [(_containerd({"enableCDI": True}), "False", "CDIApplied"),
+     (_containerd({"enableCDI": True, "cdiSpecDirs": []}), "True", "CDIRootNotWatched"),
+     (runtime_cdi.Unreachable(endpoint="x", reason="y"), "Unknown", "RuntimeNotUnderstood")],
+)
+def test_each_verdict_has_its_condition_status_and_reason(
+    answer: runtime_cdi.RuntimeAnswer | runtime_cdi.Unreachable, status: str, reason: str,
+) -> None:
+    ours = _condition(runtime_cdi.node_conditions([], _judge(answer), now="t1"))
+    assert (ours["status"], ours["reason"]) == (status, reason)
+
+
+def test_an_unchanged_condition_is_not_written_again() -> None:
+    off = _judge(_containerd({"enableCDI": False}))
+    first = runtime_cdi.node_conditions([READY], off, now="t1")
+    assert first is not None
+    assert runtime_cdi.node_conditions(first, off, now="t2") is None
+
+
+def test_the_transition_time_moves_only_with_the_status() -> None:
+    off = _judge(_containerd({"enableCDI": False}))
+    other = _judge(_containerd({"enableCDI": True, "cdiSpecDirs": ["/opt"]}))
+    on = _judge(_containerd({"enableCDI": True}))
+    first = runtime_cdi.node_conditions([], off, now="t1")
+    assert first is not None
+    second = runtime_cdi.node_conditions(first, other, now="t2")  # still True: new reason
+    assert _condition(second)["lastTransitionTime"] == "t1"
+    assert _condition(second)["reason"] == "CDIRootNotWatched"
+    assert second is not None
+    third = runtime_cdi.node_conditions(second, on, now="t3")
+    assert (_condition(third)["status"], _condition(third)["lastTransitionTime"]) == ("False", "t3")
+    assert third is not None and len(third) == 1

@@ -222,3 +222,80 @@ def test_none_turns_the_check_off(cluster: memory_cluster.InMemoryCluster) -> No
     check = runtime_cdi_check.new_check(endpoint="", cluster=cluster, node_name=NODE,
                                         cdi_root="/var/run/cdi", runtime_factory=factory)
     assert check is not None and made == [""]
+
+
+class ConflictingPatches(memory_cluster.InMemoryCluster):
+    """Status patches conflict `conflicts` times (the kubelet wrote the Node in between)."""
+
+    def __init__(self, conflicts: int) -> None:
+        super().__init__()
+        self.conflicts = conflicts
+
+    def patch(self, kind: str, **kwargs: Any) -> Mapping[str, Any]:
+        if kwargs.get("subresource") == "status" and self.conflicts > 0:
+            self.conflicts -= 1
+            raise errors.ConflictError("the object has been modified")
+        return super().patch(kind, **kwargs)
+
+
+def _with_node(cluster: memory_cluster.InMemoryCluster) -> memory_cluster.InMemoryCluster:
+    cluster.create(kinds.NODE.kind, {"apiVersion": "v1", "kind": "Node",
+                                     "metadata": {"name": NODE}})
+    cluster.patch(kinds.NODE.kind, namespace="", name=NODE, subresource="status",
+                  patch={"status": {"conditions": [{"type": "Ready", "status": "True"}]}})
+    return cluster
+
+
+def _conditions(cluster: ports.Cluster) -> dict[str, tuple[str, str]]:
+    node = cluster.get(kinds.NODE.kind, namespace="", name=NODE)
+    return {c["type"]: (c["status"], c.get("reason", "")) for c in node["status"]["conditions"]}
+
+
+def test_the_node_condition_follows_the_judgment_and_keeps_the_kubelets(
+    cluster: memory_cluster.InMemoryCluster,
+) -> None:
+    runtime = ScriptedRuntime(OFF)
+    check = _check(runtime, _with_node(cluster))
+    check.check_once()
+    assert _conditions(cluster) == {"Ready": ("True", ""),
+                                    "ContainerRuntimeCDIDisabled": ("True", "CDIOff")}
+    runtime.answer = ON
+    check.check_once()
+    assert _conditions(cluster)["ContainerRuntimeCDIDisabled"] == ("False", "CDIApplied")
+    runtime.answer = GONE
+    check.check_once()
+    assert _conditions(cluster)["ContainerRuntimeCDIDisabled"] == (
+        "Unknown", "RuntimeNotUnderstood")
+    assert _conditions(cluster)["Ready"] == ("True", "")
+
+
+def test_a_conflicting_condition_write_is_read_and_made_again() -> None:
+    cluster = ConflictingPatches(conflicts=0)
+    _with_node(cluster)
+    cluster.conflicts = 2
+    _check(ScriptedRuntime(OFF), cluster).check_once()
+    assert _conditions(cluster)["ContainerRuntimeCDIDisabled"] == ("True", "CDIOff")
+
+
+def test_a_node_that_keeps_changing_is_logged_and_the_refusal_stands(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    cluster = ConflictingPatches(conflicts=0)
+    _with_node(cluster)
+    cluster.conflicts = 100
+    check = _check(ScriptedRuntime(OFF), cluster)
+    with caplog.at_level(logging.WARNING):
+        check.check_once()
+    assert "event=runtime_cdi_condition_failed node=node-a" in caplog.text
+    assert "5 conflicting writes" in caplog.text
+    assert check.refusal() is not None
+
+
+def test_a_missing_node_is_logged_and_the_refusal_stands(
+    cluster: memory_cluster.InMemoryCluster, caplog: pytest.LogCaptureFixture,
+) -> None:
+    check = _check(ScriptedRuntime(OFF), cluster)
+    with caplog.at_level(logging.WARNING):
+        check.check_once()
+    assert "event=runtime_cdi_condition_failed node=node-a" in caplog.text
+    assert check.refusal() is not None
