@@ -71,30 +71,50 @@ class RuntimeCDICheck:
         return judged.message if judged is not None and judged.refusing else None
 
     def check_once(self) -> runtime_cdi.Judgment:
-        """Ask the runtime, judge, and report what changed (log, Node Event)."""
-        judged = runtime_cdi.judge(self._runtime.ask(), cdi_root=self._cdi_root)
-        with self._lock:
-            previous, self._judgment = self._judgment, judged
+        """Ask the runtime, judge, and report what changed (log, Node Event and condition)."""
+        judged, previous = self._judge()
         if judged != previous:
             self._report(judged, previous)
         self.round_done.set()
         return judged
 
     def start(self, stopping: threading.Event) -> threading.Thread:
-        """Check now (prepares may come as soon as the socket exists), then every interval."""
-        self.check_once()
+        """Judge now (prepares may come as soon as the socket exists), then every interval.
+
+        The first judgment is reported on the thread: its API writes (Event, condition) wait
+        for the API client, which the plugin builds while its sockets come up.
+        """
+        first = self._judge()
         thread = threading.Thread(
-            target=self.run, args=(stopping,), name="runtime-cdi-check", daemon=True
+            target=self.run, args=(stopping, first), name="runtime-cdi-check", daemon=True
         )
         thread.start()
         return thread
 
-    def run(self, stopping: threading.Event) -> None:
+    def run(
+        self,
+        stopping: threading.Event,
+        first: tuple[runtime_cdi.Judgment, runtime_cdi.Judgment | None] | None = None,
+    ) -> None:
+        """Report `first` (from `start`), then check every interval until `stopping`."""
+        if first is not None:
+            self._guarded(lambda: self._report(*first))
+            self.round_done.set()
         while not stopping.wait(self._interval_s):
-            try:
-                self.check_once()
-            except Exception:  # keep the last judgment; the next round may succeed
-                log.exception("event=runtime_cdi_check_failed node=%s", self._node_name)
+            self._guarded(self.check_once)
+
+    def _guarded(self, step: Callable[[], object]) -> None:
+        try:
+            step()
+        except Exception:  # keep the last judgment; the next round may succeed
+            log.exception("event=runtime_cdi_check_failed node=%s", self._node_name)
+
+    def _judge(self) -> tuple[runtime_cdi.Judgment, runtime_cdi.Judgment | None]:
+        """The runtime's judgment now, held for prepares; with the one it replaced."""
+        judged = runtime_cdi.judge(self._runtime.ask(), cdi_root=self._cdi_root)
+        with self._lock:
+            previous, self._judgment = self._judgment, judged
+        return judged, previous
 
     def _report(
         self, judged: runtime_cdi.Judgment, previous: runtime_cdi.Judgment | None

@@ -66,6 +66,8 @@ def test_prepares_are_refused_while_cdi_is_off_and_served_once_it_is_on(
 ) -> None:
     simulated = _restart_checked(env, runtime.socket_path)
     ref = create_claim(env, "a", domain_id=create_domain(env))
+    # The first judgment holds from the start; its Event and condition follow on a thread.
+    assert _check(simulated).round_done.wait(10)
 
     refused = prepare(env, ref)
     assert "has CDI disabled (enableCDI=false)" in refused.error

@@ -202,6 +202,23 @@ def test_the_loop_checks_every_interval_and_survives_a_failed_round(
     assert not thread.is_alive()
 
 
+def test_start_judges_at_once_and_reports_on_its_thread(
+    cluster: memory_cluster.InMemoryCluster,
+) -> None:
+    check = _check(ScriptedRuntime(OFF), _with_node(cluster))
+    stopping = threading.Event()
+    thread = check.start(stopping)
+    try:
+        assert check.refusal() is not None  # before any report: prepares are refused already
+        assert check.round_done.wait(10)
+        assert [reason for _, reason, _ in _node_events(cluster)] == [
+            "ContainerRuntimeCDIDisabled"]
+        assert _conditions(cluster)["ContainerRuntimeCDIDisabled"] == ("True", "CDIOff")
+    finally:
+        stopping.set()
+        thread.join(5)
+
+
 def _wait_for(condition: Callable[[], bool], timeout_s: float = 10.0) -> None:
     """Poll `condition` (the check's thread makes it true) until it holds or time is up."""
     deadline = time.monotonic() + timeout_s
