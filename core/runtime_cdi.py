@@ -272,3 +272,19 @@ def node_conditions(
     }
     kept = [dict(c) for c in current if c.get("type") != CONDITION_TYPE]
     return [*kept, condition]
+
+
+def refusing_nodes(nodes: Sequence[Mapping[str, Any]]) -> tuple[tuple[str, str], ...]:
+    """(name, message) of each Node whose condition says its runtime ignores our CDI specs,
+    sorted by name (what `computedomain preflight` reports)."""
+    found: list[tuple[str, str]] = []
+    for node in nodes:
+        status = node.get("status")
+        conditions = status.get("conditions") if isinstance(status, Mapping) else None
+        for condition in conditions if isinstance(conditions, list) else ():
+            if (isinstance(condition, Mapping) and condition.get("type") == CONDITION_TYPE
+                    and condition.get("status") == "True"):
+                meta = node.get("metadata")
+                name = meta.get("name", "") if isinstance(meta, Mapping) else ""
+                found.append((str(name), str(condition.get("message", ""))))
+    return tuple(sorted(found))

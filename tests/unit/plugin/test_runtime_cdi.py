@@ -220,3 +220,16 @@ def test_the_transition_time_moves_only_with_the_status() -> None:
     third = runtime_cdi.node_conditions(second, on, now="t3")
     assert (_condition(third)["status"], _condition(third)["lastTransitionTime"]) == ("False", "t3")
     assert third is not None and len(third) == 1
+
+
+def test_refusing_nodes_skips_malformed_nodes_and_conditions() -> None:
+    ours = {"type": runtime_cdi.CONDITION_TYPE, "status": "True", "message": "m"}
+    nodes: list[dict[str, object]] = [
+        {"metadata": {"name": "b"}, "status": {"conditions": [ours]}},
+        {"metadata": {"name": "a"}, "status": {"conditions": ["junk", ours]}},
+        {"metadata": {"name": "c"}, "status": {"conditions": "junk"}},
+        {"metadata": {"name": "d"}, "status": "junk"},
+        {"metadata": {"name": "e"}},
+        {"status": {"conditions": [ours]}},
+    ]
+    assert runtime_cdi.refusing_nodes(nodes) == (("", "m"), ("a", "m"), ("b", "m"))
