@@ -28,7 +28,7 @@ EVENT_REASON: Final = "ContainerRuntimeCDIDisabled"
 EVENT_APPLIED_REASON: Final = "ContainerRuntimeCDIEnabled"
 CHECK_INTERVAL_S = 600.0
 # Reads and conflicting patches one condition write tries (the kubelet writes the Node's status
-# too); a write that still fails is logged and made again at the next change.
+# too); a write that still fails is logged and made again at the next round.
 _CONDITION_ATTEMPTS = 5
 # `--container-runtime-endpoint` value that turns the check off (the embedded cluster's CDI
 # root is a temp dir that no runtime of the host reads).
@@ -57,6 +57,7 @@ class RuntimeCDICheck:
         self._lock = threading.Lock()
         self._judgment: runtime_cdi.Judgment | None = None
         self._warned_unknown = False
+        self._condition_pending = False  # the last condition write failed: write it again
         self.round_done = threading.Event()  # set after each check (tests wait on it)
 
     @property
@@ -75,6 +76,8 @@ class RuntimeCDICheck:
         judged, previous = self._judge()
         if judged != previous:
             self._report(judged, previous)
+        elif self._condition_pending:
+            self._condition_pending = not self._set_condition(judged)
         self.round_done.set()
         return judged
 
@@ -123,7 +126,7 @@ class RuntimeCDICheck:
             f"node={self._node_name} verdict={judged.verdict.value} "
             f"runtime={judged.runtime!r} cdi_root={self._cdi_root}"
         )
-        self._set_condition(judged)
+        self._condition_pending = not self._set_condition(judged)
         if judged.refusing:
             log.error("event=runtime_cdi_refusing %s message=%r", fields, judged.message)
             self._emit(EVENT_REASON, judged.message, warning=True)
@@ -138,8 +141,9 @@ class RuntimeCDICheck:
             if previous is not None and previous.refusing:
                 self._emit(EVENT_APPLIED_REASON, judged.message, warning=False)
 
-    def _set_condition(self, judged: runtime_cdi.Judgment) -> None:
-        """Write our Node condition: read, merge (keeping the kubelet's), patch if unchanged."""
+    def _set_condition(self, judged: runtime_cdi.Judgment) -> bool:
+        """Write our Node condition: read, merge (keeping the kubelet's), patch if unchanged;
+        whether it is written."""
         now = datetime.datetime.fromtimestamp(int(self._clock()), tz=datetime.UTC)
         stamp = now.strftime("%Y-%m-%dT%H:%M:%SZ")
         for _ in range(_CONDITION_ATTEMPTS):
@@ -148,7 +152,7 @@ class RuntimeCDICheck:
                 current = (node.get("status") or {}).get("conditions") or []
                 conditions = runtime_cdi.node_conditions(current, judged, now=stamp)
                 if conditions is None:
-                    return
+                    return True
                 # NB: a merge patch replaces the whole list; the resourceVersion makes a
                 # kubelet status write in between a conflict instead of a lost condition.
                 self._cluster.patch(
@@ -156,7 +160,7 @@ class RuntimeCDICheck:
                     patch={"status": {"conditions": conditions}},
                     resource_version=str(node["metadata"].get("resourceVersion", "")),
                 )
-                return
+                return True
             except errors.ConflictError:
                 continue
             except errors.ClusterError as exc:  # the log line and Event say it too
@@ -164,11 +168,12 @@ class RuntimeCDICheck:
                     "event=runtime_cdi_condition_failed node=%s error=%r",
                     self._node_name, str(exc),
                 )
-                return
+                return False
         log.warning(
             "event=runtime_cdi_condition_failed node=%s error=%r", self._node_name,
             f"the Node kept changing: {_CONDITION_ATTEMPTS} conflicting writes",
         )
+        return False
 
     def _emit(self, reason: str, message: str, *, warning: bool) -> None:
         try:

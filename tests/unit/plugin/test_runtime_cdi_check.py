@@ -308,7 +308,7 @@ def test_a_node_that_keeps_changing_is_logged_and_the_refusal_stands(
     assert check.refusal() is not None
 
 
-def test_a_missing_node_is_logged_and_the_refusal_stands(
+def test_a_failed_condition_write_is_logged_and_made_again_next_round(
     cluster: memory_cluster.InMemoryCluster, caplog: pytest.LogCaptureFixture,
 ) -> None:
     check = _check(ScriptedRuntime(OFF), cluster)
@@ -316,3 +316,7 @@ def test_a_missing_node_is_logged_and_the_refusal_stands(
         check.check_once()
     assert "event=runtime_cdi_condition_failed node=node-a" in caplog.text
     assert check.refusal() is not None
+    _with_node(cluster)
+    check.check_once()  # same judgment: only the condition is written again
+    assert _conditions(cluster)["ContainerRuntimeCDIDisabled"] == ("True", "CDIOff")
+    assert [reason for _, reason, _ in _node_events(cluster)] == ["ContainerRuntimeCDIDisabled"]
