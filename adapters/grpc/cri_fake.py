@@ -41,8 +41,6 @@ class FakeRuntime:
         self._name = "containerd"
         self._version = "v2.1.4"
         self._info: dict[str, str] = containerd_info(enable_cdi=True)
-        self.calls = 0  # Status calls answered (tests wait for a new one)
-        self.answered = threading.Condition(self._lock)
         self._server: Any = None
 
     def answer_like(self, *, name: str, version: str, info: Mapping[str, str]) -> None:
@@ -82,6 +80,4 @@ class FakeRuntime:
         with self._lock:
             # As the real runtimes: the extra info only when asked for it.
             info = self._info if request.verbose else {}
-            self.calls += 1
-            self.answered.notify_all()
             return cri_pb2.StatusResponse(info=info)
