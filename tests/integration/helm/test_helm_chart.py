@@ -508,6 +508,8 @@ def test_preflight_hook_checks_mode_and_isolation_before_upgrade(
         {"apiGroups": ["resource.k8s.io"], "resources": ["resourceclaims", "resourceslices"],
          "verbs": ["list"]},
         {"apiGroups": ["apps"], "resources": ["daemonsets"], "verbs": ["list"]},
+        # Nodes whose runtime ignores CDI specs are reported (condition of the plugins').
+        {"apiGroups": [""], "resources": ["nodes"], "verbs": ["list"]},
     ]
     # The hook's RBAC exists before the Job runs.
     for obj in (binding, role, cr.one(objects, "ServiceAccount", account)):
