@@ -158,6 +158,8 @@ class Cluster:
             self.node_root, proto=self.plane.bin_dir / "cri-api.proto",
             api_server=self.plane.kube.url, recipes=recipes, cdi_dirs=(self.cdi_root,),
             status_info=status_info,
+            # Absent: the stand-in's own name; a test writes one to answer like CRI-O.
+            version_info=self.node_root / "version-info.json",
         )
         self.kubelet = Kubelet(NODE, root=self.node_root, plane=self.plane, runtime=self.runtime,
                                feature_gates=self.kube_gates)

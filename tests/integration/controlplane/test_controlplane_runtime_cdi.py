@@ -4,9 +4,10 @@ The stand-in answers a verbose CRI Status with what its status-info file says (c
 writes one like containerd with CDI on). Each step rewrites the file and rolls the plugin
 DaemonSet, so the new plugin pods judge it at their start: with CDI off a GPU pod stays
 ContainerCreating and the kubelet's events on it carry the plugins' message, the Node condition
-says why; with other spec dirs the condition says that; with CDI on again the kubelet's next
-prepare succeeds and the pod runs. (CRI-O's answers are covered by the adapter tests: the
-stand-in's runtime name is fixed.)
+says why; with other spec dirs the condition says that; answering like CRI-O (its version-info
+file), 1.22 has no CDI, and 1.31 has it but reports no spec dirs, so with the tier's CDI root
+(not a CRI-O default) the check cannot tell: the kubelet's next prepare succeeds and the pod
+runs. Last, containerd with CDI on again.
 """
 
 from __future__ import annotations
@@ -42,6 +43,13 @@ def cluster() -> Iterator[Cluster]:
 def answer_like_containerd(cluster: Cluster, *, enable_cdi: bool, spec_dirs: list[str]) -> None:
     info = cluster_driver.containerd_status_info(enable_cdi=enable_cdi, spec_dirs=tuple(spec_dirs))
     (cluster.node_root / "status-info.json").write_text(json.dumps(info), encoding="utf-8")
+
+
+def answer_like_crio(cluster: Cluster, version: str) -> None:
+    """CRI-O's answers: its name and version; no config in the verbose status."""
+    (cluster.node_root / "version-info.json").write_text(json.dumps(
+        {"runtimeName": "cri-o", "runtimeVersion": version}), encoding="utf-8")
+    (cluster.node_root / "status-info.json").write_text("{}", encoding="utf-8")
 
 
 def running_plugin_uid(cluster: Cluster) -> str | None:
@@ -111,8 +119,17 @@ def test_prepares_wait_for_a_runtime_that_applies_cdi_specs(cluster: Cluster) ->
     roll_plugins(cluster)
     wait_condition(cluster, ("True", "CDIRootNotWatched"))
 
+    answer_like_crio(cluster, "1.22.5")
+    roll_plugins(cluster)
+    wait_condition(cluster, ("True", "CDIOff"))
+
+    answer_like_crio(cluster, "1.31.2")
+    roll_plugins(cluster)
+    wait_condition(cluster, ("Unknown", "RuntimeNotUnderstood"))
+    workloads.running(cluster, "cdi-pod", timeout_s=180)
+    workloads.delete_pod(cluster, "cdi-pod")
+
+    (cluster.node_root / "version-info.json").unlink()
     answer_like_containerd(cluster, enable_cdi=True, spec_dirs=[str(cluster.cdi_root)])
     roll_plugins(cluster)
     wait_condition(cluster, ("False", "CDIApplied"))
-    workloads.running(cluster, "cdi-pod", timeout_s=180)
-    workloads.delete_pod(cluster, "cdi-pod")
