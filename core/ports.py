@@ -13,7 +13,7 @@ import enum
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
-from core import device_health, models, names
+from core import device_health, models, names, runtime_cdi
 from core.gpu import configs as gpu_configs
 from core.gpu import devices as gpu_devices
 from core.gpu import fm_partitions
@@ -412,4 +412,13 @@ class KubeletPluginService(Protocol):
     def node_unprepare(
         self, claims: tuple[models.ClaimRef, ...], *, call: KubeletCall | None = None
     ) -> Mapping[names.ClaimUID, models.ClaimResult]:
+        ...
+
+
+class ContainerRuntime(Protocol):
+    """The node's container runtime as the CRI shows it (`adapters.grpc.cri`)."""
+
+    def ask(self) -> runtime_cdi.RuntimeAnswer | runtime_cdi.Unreachable:
+        """Its name, version and verbose status info; Unreachable when it cannot be asked
+        (never raises: a missing runtime socket is a judgment, not a crash)."""
         ...

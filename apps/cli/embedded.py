@@ -274,16 +274,22 @@ def fabric_state_file(workdir: str, node: str) -> str:
 def start_node(
     embedded: Embedded, node: str, *, profile: str, retry_budget_s: float, major: int = 242,
     clique_refresh_interval_s: float | None = None,
+    container_runtime_endpoint: str = "none",
 ) -> SimulatedNode:
     """Start (or restart) the plugin of one simulated node and register it with its kubelet.
 
     The plugin judges the node's fabric health at start and every clique refresh interval
     (`clique_refresh_interval_s`, default the plugin's 10 minutes); `fabric_state_file`
-    degrades it on demand.
+    degrades it on demand. The container-runtime CDI check is off unless
+    `container_runtime_endpoint` names a CRI socket (a stand-in runtime:
+    `adapters.grpc.cri_fake`).
     """
-    settings = node_settings(
-        embedded.workdir, node, config=embedded.config, profile=profile,
-        retry_budget_s=retry_budget_s,
+    settings = dataclasses.replace(
+        node_settings(
+            embedded.workdir, node, config=embedded.config, profile=profile,
+            retry_budget_s=retry_budget_s,
+        ),
+        container_runtime_endpoint=container_runtime_endpoint,
     )
     if clique_refresh_interval_s is not None:
         settings = dataclasses.replace(

@@ -9,7 +9,7 @@ from typing import Any
 
 from adapters.kube import cluster as kube_cluster
 from apps.shell import flags, logs
-from core import decoding, errors, kinds, models, names, ports
+from core import decoding, errors, kinds, models, names, ports, runtime_cdi
 from core.computedomain import modes, modeswitch
 
 COMMAND = flags.command(
@@ -87,6 +87,23 @@ def check(
     )
 
 
+def runtime_cdi_notes(cluster: ports.Cluster) -> tuple[str, ...]:
+    """Nodes whose plugins found that the container runtime ignores our CDI specs (their
+    condition `ContainerRuntimeCDIDisabled`): reported, never refused (the plugins refuse the
+    prepares there, and the fix is on the node, not in this install)."""
+    try:
+        nodes = cluster.list(kinds.NODE.kind).items
+    except errors.ClusterError as exc:
+        return (
+            f"cannot list Nodes to report the container runtime CDI check: {exc.message}; "
+            "the preflight ServiceAccount needs list on nodes",
+        )
+    return tuple(
+        f"node {name}: prepares are refused there: {message}"
+        for name, message in runtime_cdi.refusing_nodes(nodes)
+    )
+
+
 class _CannotList(Exception):
     """Listing one kind failed; the message says which and what to check."""
 
@@ -156,6 +173,8 @@ def run(args: argparse.Namespace, *, env: Mapping[str, str]) -> int:
         cluster, mode=args.imex_mode, isolation=args.imex_isolation,
         feature_gates=args.feature_gates, namespace=args.namespace,
     )
+    for note in runtime_cdi_notes(cluster):
+        print(f"warning: {note}", file=sys.stderr)
     if refusal:
         print(f"error: {refusal}", file=sys.stderr)
         return 1

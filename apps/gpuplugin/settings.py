@@ -40,6 +40,12 @@ class Settings:
     retry_budget_s: float
     log_verbosity: int
     stale_claim_cleanup_interval_s: float = 30.0
+    # The container runtime's CRI socket for the CDI check (apps/pluginkit/runtime_cdi_check.py):
+    # "" tries the usual ones, "none" turns the check off. The flag's default is ""; "none" here
+    # because settings built in-process (embedded cluster, tests) have a CDI root that no
+    # runtime of the host reads.
+    container_runtime_endpoint: str = "none"
+    runtime_cdi_check_interval_s: float = 600.0
     # Host path of nvidia-cdi-hook for the specs' hooks; empty: found, else none (cdihook).
     nvidia_cdi_hook_path: str = ""
     # `disabled`, `memory`, `unlimited` or N, as given (checked against the gates at start:
@@ -145,6 +151,7 @@ def parse(argv: Sequence[str] | None, env: Mapping[str, str]) -> Settings:
         retry_budget_s=values["retry_budget_seconds"],
         log_verbosity=values["log_verbosity"],
         stale_claim_cleanup_interval_s=values["stale_claim_cleanup_interval_seconds"],
+        container_runtime_endpoint=values["container_runtime_endpoint"],
         nvidia_cdi_hook_path=values["nvidia_cdi_hook_path"],
         consumable_shares=values["consumable_shares"],
         mps_image=values["mps_image"],

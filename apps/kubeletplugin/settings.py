@@ -36,6 +36,12 @@ class Settings:
     retry_budget_s: float
     log_verbosity: int
     stale_claim_cleanup_interval_s: float = 30.0
+    # The container runtime's CRI socket for the CDI check (apps/pluginkit/runtime_cdi_check.py):
+    # "" tries the usual ones, "none" turns the check off. The flag's default is ""; "none" here
+    # because settings built in-process (embedded cluster, tests) have a CDI root that no
+    # runtime of the host reads.
+    container_runtime_endpoint: str = "none"
+    runtime_cdi_check_interval_s: float = 600.0
     # Channel isolation: slot devices this node publishes (chart imex.channels.slotsPerNode).
     channel_slots: int = 8
     # Driver-managed daemon claims (apps/kubeletplugin/daemon_claims.py): the driver root as
@@ -133,6 +139,7 @@ def parse(argv: Sequence[str] | None, env: Mapping[str, str]) -> Settings:
         retry_budget_s=values["retry_budget_seconds"],
         log_verbosity=values["log_verbosity"],
         stale_claim_cleanup_interval_s=values["stale_claim_cleanup_interval_seconds"],
+        container_runtime_endpoint=values["container_runtime_endpoint"],
         host_driver_root=values["host_driver_root"],
         imex_daemon_config_template=values["imex_daemon_config_template"],
         imex_mgmt_capability_path=values["imex_mgmt_capability_path"],

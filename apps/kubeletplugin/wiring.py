@@ -204,6 +204,7 @@ def start_plugin(
     plugin = serving.serve(
         driver, settings, driver_name=names.DRIVER_NAME,
         publish=publish, metrics=metrics, stopping=stopping, health=health,
+        check=serving.runtime_check(settings, cluster),
     )
     if plugin.server.health_streams is not None:
         health.on_change = plugin.server.health_streams.notify

@@ -48,6 +48,10 @@ def common(*, plugin_dir: str, registry_dir: str, health_port: str) -> list[clic
                      env="STALE_CLAIM_CLEANUP_INTERVAL_SECONDS", type=flags.SECONDS, default="30",
                      help="how often checkpoint entries of deleted/deallocated claims are "
                      "looked for"),
+        flags.option("--container-runtime-endpoint", env="CONTAINER_RUNTIME_ENDPOINT",
+                     default="", help="the container runtime's CRI socket, asked whether it "
+                     "applies our CDI specs (empty: /run/containerd/containerd.sock, then "
+                     "/var/run/crio/crio.sock; 'none': do not check)"),
         flags.verbosity(),
     ]
 

@@ -14,8 +14,10 @@ from typing import Generic, Protocol, TypeVar
 
 from adapters.fs import cdi as fs_cdi
 from adapters.fs import checkpoints as fs_checkpoints
+from adapters.grpc import cri as grpc_cri
 from adapters.grpc import server as grpc_server
 from apps.pluginkit import metrics as plugin_metrics
+from apps.pluginkit import runtime_cdi_check
 from core import models, names, ports
 
 # The half's checkpoint record (`models.RecordCodec`).
@@ -167,6 +169,8 @@ class Plugin(Generic[NodeT]):
     stopping: threading.Event
     slices: SliceResync
     cleanup: StaleClaimCleanup
+    # The container-runtime CDI check (None: turned off, `--container-runtime-endpoint=none`).
+    runtime_check: runtime_cdi_check.RuntimeCDICheck | None = None
     # Run at a graceful stop, after the server stopped (a half's own clean-up: node labels).
     on_stop: list[Callable[[], None]] = dataclasses.field(default_factory=list)
 
@@ -211,6 +215,12 @@ class ServedSettings(Protocol):
     @property
     def stale_claim_cleanup_interval_s(self) -> float: ...
 
+    @property
+    def container_runtime_endpoint(self) -> str: ...
+
+    @property
+    def runtime_cdi_check_interval_s(self) -> float: ...
+
 
 def open_stores(
     settings: ServedSettings, *, cdi_file_name: Callable[[str], str] = names.cdi_spec_file_name
@@ -231,6 +241,17 @@ def open_predecessor(
     return fs_checkpoints.PredecessorFile(settings.predecessor_checkpoint_path, successor=store)
 
 
+def runtime_check(
+    settings: ServedSettings, cluster: ports.Cluster
+) -> runtime_cdi_check.RuntimeCDICheck | None:
+    """The container-runtime CDI check of these settings, over the CRI socket (None: off)."""
+    return runtime_cdi_check.new_check(
+        endpoint=settings.container_runtime_endpoint, cluster=cluster,
+        node_name=settings.node_name, cdi_root=settings.cdi_root,
+        runtime_factory=grpc_cri.CriRuntime, interval_s=settings.runtime_cdi_check_interval_s,
+    )
+
+
 def serve(
     driver: ServedDriver[NodeT],
     settings: ServedSettings,
@@ -240,15 +261,21 @@ def serve(
     metrics: plugin_metrics.PluginMetrics,
     stopping: threading.Event,
     health: ports.DeviceHealthSource | None = None,
+    check: runtime_cdi_check.RuntimeCDICheck | None = None,
 ) -> Plugin[NodeT]:
     """Serve `driver` to the kubelet; slices follow each registration; stale entries get cleaned.
 
     Call after `driver.recover()`: the kubelet may call as soon as the socket exists.
-    With `health`, the kubelet's device-health stream is served and advertised too.
+    With `health`, the kubelet's device-health stream is served and advertised too. With
+    `check`, the runtime is judged before serving, and prepares are refused while it refuses.
     """
     resync = SliceResync(publish, node_name=settings.node_name)
+    service: ports.KubeletPluginService = driver
+    if check is not None:
+        check.start(stopping)
+        service = runtime_cdi_check.RefusingWhileCDIOff(driver, check)
     server = grpc_server.PluginServer(
-        service=driver,
+        service=service,
         driver_name=driver_name,
         plugin_dir=settings.plugin_dir,
         registry_dir=settings.registry_dir,
@@ -268,5 +295,5 @@ def serve(
     cleanup.start(stopping)
     return Plugin(
         driver=driver, server=server, metrics=metrics, node=driver.node, stopping=stopping,
-        slices=resync, cleanup=cleanup,
+        slices=resync, cleanup=cleanup, runtime_check=check,
     )

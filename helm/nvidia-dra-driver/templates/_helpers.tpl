@@ -532,3 +532,50 @@ with the user's upstream-style containers.<name>.securityContext merged over it.
 {{- end -}}
 {{- end -}}
 {{- end -}}
+
+{{/*
+The container runtime's CRI socket for the plugins' CDI check (docs/operations.md, "Container
+runtime CDI check"). kubeletPlugin.containerRuntimeEndpoint: empty = the usual sockets (the
+directories of containerd's and CRI-O's are mounted), "none" = no check, else that socket.
+Mounted read-only at the path the host uses, so the plugin asks the endpoint it was given.
+*/}}
+{{- define "cdd.runtimeSocketPath" -}}
+{{- .Values.kubeletPlugin.containerRuntimeEndpoint | default "" | trimPrefix "unix://" -}}
+{{- end -}}
+
+{{- define "cdd.runtimeSocketMounts" -}}
+{{- $socket := include "cdd.runtimeSocketPath" . -}}
+{{- if eq $socket "" }}
+- name: containerd-socket-dir
+  mountPath: /run/containerd
+  readOnly: true
+- name: crio-socket-dir
+  mountPath: /var/run/crio
+  readOnly: true
+{{- else if ne $socket "none" }}
+- name: container-runtime-socket
+  mountPath: {{ $socket }}
+  readOnly: true
+{{- end }}
+{{- end -}}
+
+{{- define "cdd.runtimeSocketVolumes" -}}
+{{- $socket := include "cdd.runtimeSocketPath" . -}}
+{{- if eq $socket "" }}
+# NB: DirectoryOrCreate: a node runs one of the two runtimes; the other's (empty) directory is
+# created under /run, a tmpfs, rather than keeping the plugin pod from starting.
+- name: containerd-socket-dir
+  hostPath:
+    path: /run/containerd
+    type: DirectoryOrCreate
+- name: crio-socket-dir
+  hostPath:
+    path: /var/run/crio
+    type: DirectoryOrCreate
+{{- else if ne $socket "none" }}
+- name: container-runtime-socket
+  hostPath:
+    path: {{ $socket }}
+    type: Socket
+{{- end }}
+{{- end -}}

@@ -171,11 +171,13 @@ def host_managed_flags() -> list[str]:
 
 def plugin_args(
     paths: PluginPaths, *, node: str, kubeconfig: pathlib.Path, mode_flags: Sequence[str],
-    host_imex_check: bool = False,
+    host_imex_check: bool = False, container_runtime_endpoint: str = "none",
 ) -> list[str]:
     """The plugin's flags. The host IMEX readiness query (on by default in the plugin) is off
-    unless asked for: this machine has no host nvidia-imex to answer it."""
+    unless asked for: this machine has no host nvidia-imex to answer it. So is the container
+    runtime CDI check: a runtime of this machine would not read the test's CDI root."""
     return [
+        "--container-runtime-endpoint", container_runtime_endpoint,
         "--host-imex-check", str(host_imex_check).lower(),
         "--node-name", node,
         "--nvml", f"simulated:{PROFILE}",

@@ -20,7 +20,7 @@ from typing import Any
 from adapters.memory import apiserver
 from adapters.memory import cluster as memory_cluster
 from apps.cli import preflight
-from core import errors, kinds, names, ports
+from core import errors, kinds, names, ports, runtime_cdi
 from core.computedomain import modeswitch
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[3]
@@ -265,3 +265,55 @@ def test_an_adoption_refusal_also_points_to_the_upstream_section_that_exists() -
     headings = [line.lstrip("#").strip()
                 for line in (REPO_ROOT / docs).read_text().splitlines() if line.startswith("#")]
     assert section in headings
+
+
+# ---------------------------------------------------------------- the runtime CDI check, per node
+
+
+def _node(cluster: memory_cluster.InMemoryCluster, name: str, *, cdi_disabled: str | None,
+          message: str = "CDI off") -> None:
+    cluster.create(kinds.NODE.kind, {"apiVersion": "v1", "kind": "Node",
+                                     "metadata": {"name": name}})
+    conditions = [{"type": "Ready", "status": "True"}]
+    if cdi_disabled is not None:
+        conditions.append({"type": runtime_cdi.CONDITION_TYPE, "status": cdi_disabled,
+                           "reason": "CDIOff", "message": message})
+    cluster.patch(kinds.NODE.kind, namespace="", name=name, subresource="status",
+                  patch={"status": {"conditions": conditions}})
+
+
+def test_nodes_whose_runtime_ignores_cdi_specs_are_reported_by_name() -> None:
+    cluster = memory_cluster.InMemoryCluster()
+    _node(cluster, "node-b", cdi_disabled="True", message="enable CDI on b")
+    _node(cluster, "node-a", cdi_disabled="True", message="enable CDI on a")
+    _node(cluster, "node-c", cdi_disabled="False")
+    _node(cluster, "node-d", cdi_disabled=None)
+    assert preflight.runtime_cdi_notes(cluster) == (
+        "node node-a: prepares are refused there: enable CDI on a",
+        "node node-b: prepares are refused there: enable CDI on b",
+    )
+
+
+def test_nodes_that_cannot_be_listed_are_a_note_not_a_refusal() -> None:
+    class NoNodes(memory_cluster.InMemoryCluster):
+        def list(self, kind: str, **kwargs: Any) -> ports.ListResult:
+            if kind == kinds.NODE.kind:
+                raise errors.ClusterError("nodes is forbidden")
+            return super().list(kind, **kwargs)
+
+    (note,) = preflight.runtime_cdi_notes(NoNodes())
+    assert "cannot list Nodes" in note and "nodes is forbidden" in note
+
+
+def test_the_preflight_command_warns_of_such_nodes_and_still_passes(
+    tmp_path: pathlib.Path,
+) -> None:
+    cluster = memory_cluster.InMemoryCluster()
+    _node(cluster, "node-a", cdi_disabled="True", message="the runtime has CDI disabled")
+    kubeconfig = tmp_path / "kubeconfig"
+    with apiserver.EmbeddedAPIServer(cluster) as server:
+        server.write_kubeconfig(str(kubeconfig))
+        passed = _preflight_process(kubeconfig)
+    assert passed.returncode == 0, passed.stderr
+    assert ("warning: node node-a: prepares are refused there: the runtime has CDI disabled"
+            in passed.stderr)

@@ -80,6 +80,12 @@ def merge(base: Mapping[str, Any], extra: Mapping[str, Any]) -> Obj:
     return merged
 
 
+def containerd_status_info(*, enable_cdi: bool, spec_dirs: tuple[str, ...]) -> dict[str, Any]:
+    """A verbose CRI Status info as containerd's: its CRI config under "config" (the stand-in
+    runtime answers it, JSON-encoding the non-string values)."""
+    return {"config": {"enableCDI": enable_cdi, "cdiSpecDirs": list(spec_dirs)}}
+
+
 class NodeFiles:
     """What a simulated node's host has besides the kubelet: /proc files, a driver root."""
 
@@ -147,11 +153,16 @@ class Cluster:
         recipes.write_text(json.dumps(self.recipes(), indent=1), encoding="utf-8")
         status_info = self.node_root / "status-info.json"
         if not status_info.exists():
-            status_info.write_text("{}", encoding="utf-8")
+            # Like containerd with CDI on, reading the CDI root the plugins write: the plugins'
+            # runtime CDI check (docs/operations.md) asks for this at start.
+            status_info.write_text(json.dumps(containerd_status_info(
+                enable_cdi=True, spec_dirs=(str(self.cdi_root),))), encoding="utf-8")
         self.runtime = Runtime(
             self.node_root, proto=self.plane.bin_dir / "cri-api.proto",
             api_server=self.plane.kube.url, recipes=recipes, cdi_dirs=(self.cdi_root,),
             status_info=status_info,
+            # Absent: the stand-in's own name; a test writes one to answer like CRI-O.
+            version_info=self.node_root / "version-info.json",
         )
         self.kubelet = Kubelet(NODE, root=self.node_root, plane=self.plane, runtime=self.runtime,
                                feature_gates=self.kube_gates)
@@ -192,6 +203,8 @@ class Cluster:
                 "kubeletPluginsDirectoryPath": str(self.kubelet_dir / "plugins"),
                 "kubeletRegistrarDirectoryPath": str(self.kubelet_dir / "plugins_registry"),
                 "cdiRoot": str(self.cdi_root),
+                # The plugins ask the stand-in runtime whether it applies CDI specs.
+                "containerRuntimeEndpoint": str(self.node_root / "cri.sock"),
                 # A timing, not a path: stale claims are found within a test (chart: 30 s).
                 "staleClaimCleanupIntervalSeconds": 2,
             },

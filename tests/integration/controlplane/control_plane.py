@@ -140,7 +140,7 @@ class Runtime(ChildProcess):
 
     def __init__(self, root: pathlib.Path, *, proto: pathlib.Path, api_server: str,
                  recipes: pathlib.Path, cdi_dirs: Sequence[pathlib.Path],
-                 status_info: pathlib.Path) -> None:
+                 status_info: pathlib.Path, version_info: pathlib.Path | None = None) -> None:
         self.root = root
         self.socket = root / "cri.sock"
         self.state_dir = root / "runtime"
@@ -153,6 +153,8 @@ class Runtime(ChildProcess):
         ]
         for directory in cdi_dirs:
             args += ["--cdi-dir", str(directory)]
+        if version_info is not None:
+            args += ["--version-info", str(version_info)]
         super().__init__(args, log_path=root / "runtime.log",
                          env={**os.environ, "PYTHONUNBUFFERED": "1"})
         wait_for(self._listening, what="the stand-in runtime's socket", timeout_s=START_TIMEOUT_S)

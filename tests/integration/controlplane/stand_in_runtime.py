@@ -597,6 +597,8 @@ class Settings:
     recipes: pathlib.Path | None = None
     cdi_dirs: tuple[pathlib.Path, ...] = ()
     status_info: pathlib.Path | None = None
+    # {"runtimeName": ..., "runtimeVersion": ...} for Version (answer like CRI-O, say).
+    version_info: pathlib.Path | None = None
 
 
 class StandIn:
@@ -642,9 +644,12 @@ class StandIn:
     # -- runtime --
 
     def Version(self, request: Any) -> Any:
+        named = self._json_object(self.settings.version_info, "version info")
         return self.pb2.VersionResponse(
-            version=KUBELET_API_VERSION, runtime_name=RUNTIME_NAME,
-            runtime_version=RUNTIME_VERSION, runtime_api_version=RUNTIME_API_VERSION)
+            version=KUBELET_API_VERSION,
+            runtime_name=str(named.get("runtimeName", RUNTIME_NAME)),
+            runtime_version=str(named.get("runtimeVersion", RUNTIME_VERSION)),
+            runtime_api_version=RUNTIME_API_VERSION)
 
     def Status(self, request: Any) -> Any:
         pb2 = self.pb2
@@ -657,17 +662,21 @@ class StandIn:
             features=pb2.RuntimeFeatures())
 
     def _status_info(self) -> dict[str, str]:
+        data = self._json_object(self.settings.status_info, "status info")
+        return {str(k): v if isinstance(v, str) else json.dumps(v) for k, v in data.items()}
+
+    @staticmethod
+    def _json_object(path: pathlib.Path | None, what: str) -> dict[str, Any]:
         # Reread on every call: a test changes the file while the runtime runs.
-        path = self.settings.status_info
         if path is None or not path.exists():
             return {}
         try:
             data = json.loads(path.read_text(encoding="utf-8"))
         except (OSError, ValueError) as exc:
-            raise CriError(grpc.StatusCode.UNKNOWN, f"status info {path}: {exc}") from exc
+            raise CriError(grpc.StatusCode.UNKNOWN, f"{what} {path}: {exc}") from exc
         if not isinstance(data, dict):
-            raise CriError(grpc.StatusCode.UNKNOWN, f"status info {path}: a JSON object expected")
-        return {str(k): v if isinstance(v, str) else json.dumps(v) for k, v in data.items()}
+            raise CriError(grpc.StatusCode.UNKNOWN, f"{what} {path}: a JSON object expected")
+        return data
 
     def RuntimeConfig(self, request: Any) -> Any:
         pb2 = self.pb2
@@ -1384,6 +1393,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
              f"(default: {' '.join(DEFAULT_CDI_DIRS)})")
     add("--status-info", help="JSON object (string -> string) for a verbose Status's info, "
                               "reread on every call")
+    add("--version-info", help="JSON object with runtimeName and/or runtimeVersion for Version's "
+                               "answer (default: stand-in-runtime 0.1.0), reread on every call")
     add("--node-ip", default="127.0.0.1", help="the IP of host-network pods (default: %(default)s)")
     add("--api-server", default="", help="API server URL for the kubeconfig of containers "
                                          "with a ServiceAccount token, and {api_server}")
@@ -1413,6 +1424,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         recipes=pathlib.Path(args.recipes) if args.recipes else None,
         cdi_dirs=tuple(pathlib.Path(d) for d in (args.cdi_dir or DEFAULT_CDI_DIRS)),
         status_info=pathlib.Path(args.status_info) if args.status_info else None,
+        version_info=pathlib.Path(args.version_info) if args.version_info else None,
     )
     stop = threading.Event()
 

@@ -83,6 +83,26 @@ def test_both_plugins_register_with_the_kubelet_and_publish_owned_slices(
         assert driver in log
 
 
+
+def test_both_plugins_find_the_runtime_applies_their_cdi_specs(cluster: Cluster) -> None:
+    """The stand-in runtime answers a verbose Status like containerd with CDI on, reading the
+    plugins' CDI root (cluster_driver): both plugins' runtime CDI check says so, and the Node
+    condition is False."""
+    assert cluster.runtime is not None
+    runtime = cluster.runtime
+
+    def applied() -> list[str] | None:
+        lines = [line for log in sorted(runtime.state_dir.glob("**/*.log"))
+                 for line in log.read_text(errors="replace").splitlines()
+                 if "event=runtime_cdi_applied" in line]
+        return lines if len(lines) >= 2 else None  # one per plugin process
+
+    cluster.eventually(applied, what="both plugins' runtime CDI check", timeout_s=120)
+    conditions = {c.type: (c.status, c.reason)
+                  for c in cluster.core().read_node(NODE).status.conditions or []}
+    assert conditions["ContainerRuntimeCDIDisabled"] == ("False", "CDIApplied")
+
+
 def test_a_pod_gets_a_whole_gpu_prepared_by_the_kubelet(
     cluster: Cluster, published: list[dict[str, Any]]
 ) -> None:

@@ -235,6 +235,7 @@ def rt(cri: tuple[Any, Any]) -> Iterator[Runtime]:
              "--socket", str(root / "cri.sock"), "--state-dir", str(root / "state"),
              "--proto", str(proto), "--recipes", str(root / "recipes.json"),
              "--status-info", str(root / "status-info.json"), "--cdi-dir", str(root / "none"),
+             "--version-info", str(root / "version-info.json"),
              "--cdi-dir", str(root / "cdi"), "--node-ip", NODE_IP, "--api-server", API_SERVER,
              "--log-level", "DEBUG"],
             stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
@@ -271,6 +272,16 @@ def test_version_status_and_config(rt: Runtime) -> None:
     assert dict(rt.runtime.Status(pb2.StatusRequest(verbose=False)).info) == {}
     (rt.root / "status-info.json").write_text(json.dumps({"changed": "yes"}))
     assert dict(rt.runtime.Status(pb2.StatusRequest(verbose=True)).info) == {"changed": "yes"}
+    (rt.root / "version-info.json").write_text(json.dumps(
+        {"runtimeName": "cri-o", "runtimeVersion": "1.31.2"}))
+    renamed = rt.runtime.Version(pb2.VersionRequest(version="0.1.0"))
+    assert (renamed.version, renamed.runtime_name, renamed.runtime_version) == (
+        "0.1.0", "cri-o", "1.31.2")
+    (rt.root / "version-info.json").write_text("[]")
+    with pytest.raises(grpc.RpcError) as unreadable:
+        rt.runtime.Version(pb2.VersionRequest(version="0.1.0"))
+    assert "version info" in (unreadable.value.details() or "")
+    (rt.root / "version-info.json").unlink()
 
     config = rt.runtime.RuntimeConfig(pb2.RuntimeConfigRequest())
     assert config.linux.cgroup_driver == pb2.CGROUPFS

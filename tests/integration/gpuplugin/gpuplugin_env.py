@@ -120,9 +120,13 @@ class GpuNode:
         feature_gates: str = TIME_SLICING_GATE,
         cdi_root: pathlib.Path | None = None,
         registry_dir: pathlib.Path | None = None,
+        container_runtime_endpoint: str = "none",
     ) -> list[str]:
-        """The command line the chart's container would run, pointed at this node's files."""
+        """The command line the chart's container would run, pointed at this node's files
+        (the container runtime CDI check off unless a stand-in runtime's socket is given: a
+        runtime of this machine would not read the test's CDI root)."""
         return [
+            "--container-runtime-endpoint", container_runtime_endpoint,
             "--node-name", self.node,
             "--nvml", f"simulated:{profile}",
             "--nvidia-driver-root", str(self.driver_root),

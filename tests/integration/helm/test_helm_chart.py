@@ -367,6 +367,8 @@ def test_kubelet_plugin_mounts_host_paths_at_identical_paths() -> None:
     assert set(host_paths.values()) == {
         "/run/nvidia/driver", "/etc/cdi", "/data/kubelet/plugins/cd",
         "/var/lib/kubelet/plugins_registry", "/dev",
+        # The container runtime CDI check's socket directories (test_helm_runtime_socket.py).
+        "/run/containerd", "/var/run/crio",
     }
     env = cr.container_env(plugin)
     assert (env["CDI_ROOT"], env["PLUGIN_DIR"]) == ("/etc/cdi", "/data/kubelet/plugins/cd")
@@ -506,6 +508,8 @@ def test_preflight_hook_checks_mode_and_isolation_before_upgrade(
         {"apiGroups": ["resource.k8s.io"], "resources": ["resourceclaims", "resourceslices"],
          "verbs": ["list"]},
         {"apiGroups": ["apps"], "resources": ["daemonsets"], "verbs": ["list"]},
+        # Nodes whose runtime ignores CDI specs are reported (condition of the plugins').
+        {"apiGroups": [""], "resources": ["nodes"], "verbs": ["list"]},
     ]
     # The hook's RBAC exists before the Job runs.
     for obj in (binding, role, cr.one(objects, "ServiceAccount", account)):

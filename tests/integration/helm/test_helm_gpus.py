@@ -131,6 +131,7 @@ def test_gpu_container_mounts_host_paths_at_identical_paths_but_the_driver_root(
     host_paths = _host_paths(values)
     assert set(mounts) == {
         "plugins-registry", "gpu-plugin-dir", "cdi-root", "host-dev", "driver-root", "host-sys",
+        "containerd-socket-dir", "crio-socket-dir",  # the runtime CDI check's
     }
     for name, mount in mounts.items():
         if name != "driver-root":

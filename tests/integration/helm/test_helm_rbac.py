@@ -205,6 +205,7 @@ def _preflight_needs() -> set[Need]:
         cluster.create(kinds.COMPUTE_DOMAIN.kind, upstream)
     preflight.check(cluster, mode="driverManaged", isolation="", feature_gates="",
                     namespace=cr.NAMESPACE)
+    preflight.runtime_cdi_notes(cluster)
     return cluster.needs
 
 
@@ -224,6 +225,8 @@ def _plugin_needs(mode: str) -> set[Need]:
         ("delete", dra, "resourceslices", ""),
         ("get", "", "nodes", ""),  # SlicePublisher.node_uid: the slices' owner
         ("create", "", "events", USER_NS),  # driver.py: events on claims
+        # apps/pluginkit/runtime_cdi_check.py: the Node condition ContainerRuntimeCDIDisabled
+        ("patch", "", "nodes/status", ""),
     }
     if mode == "driverManaged":
         needs |= {
@@ -320,6 +323,7 @@ def test_preflight_service_account_may_list_compute_domains_everywhere() -> None
         ("list", "resource.k8s.io", "resourceclaims", ""),
         ("list", "resource.k8s.io", "resourceslices", ""),
         ("list", "apps", "daemonsets", ""),
+        ("list", "", "nodes", ""),  # the nodes whose runtime ignores CDI specs, reported
     }
     assert _missing(objects, f"{cr.RELEASE}-compute-domain-dra-driver-preflight", needs) == []
 

@@ -224,6 +224,9 @@ class Driver:
             "CDI_ROOT": str(node.cdi_root),
             "PLUGIN_DIR": str(node.root / "plugin"),
             "REGISTRY_DIR": str(node.root / "registry"),
+            # No runtime here: the CDI check judges "unknown" (as on a node without the socket
+            # mounted) whatever runtime this machine runs, and still writes its Node condition.
+            "CONTAINER_RUNTIME_ENDPOINT": str(node.root / "no-runtime.sock"),
         })
         args = ["--proc-devices", str(devices), "--boot-id-path", str(boot_id),
                 "--retry-budget-seconds", "5"]

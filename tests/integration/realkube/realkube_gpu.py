@@ -118,6 +118,9 @@ class GpuDriver(Driver):
             "CDI_ROOT": str(node.cdi_root),
             "PLUGIN_DIR": str(node.plugin_dir),
             "REGISTRY_DIR": str(node.registry_dir),
+            # No runtime here: the CDI check judges "unknown" whatever runtime this machine runs
+            # (and writes its Node condition, under the chart's RBAC).
+            "CONTAINER_RUNTIME_ENDPOINT": str(node.root / "no-runtime.sock"),
             # The chart mounts the host's driver root at CONTAINER_DRIVER_ROOT; here both are one.
             "NVIDIA_DRIVER_ROOT": str(node.driver_root),
             "CONTAINER_DRIVER_ROOT": str(node.driver_root),

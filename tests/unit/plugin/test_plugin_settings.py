@@ -68,3 +68,13 @@ def test_upstreams_imex_env_names_reach_the_settings() -> None:
         ["--node-name", "n"], {"IMEX_MODE": "hostManaged", "IMEX_ISOLATION": "domain"}
     )
     assert (parsed.imex_mode, parsed.imex_isolation) == ("hostManaged", "domain")
+
+
+@pytest.mark.parametrize("module", ["apps.kubeletplugin.settings", "apps.gpuplugin.settings"])
+def test_the_container_runtime_endpoint_is_auto_detected_unless_set(module: str) -> None:
+    parse = __import__(module, fromlist=["parse"]).parse
+    assert parse(["--node-name", "n"], {}).container_runtime_endpoint == ""
+    from_env = parse(["--node-name", "n"], {"CONTAINER_RUNTIME_ENDPOINT": "unix:///x.sock"})
+    assert from_env.container_runtime_endpoint == "unix:///x.sock"
+    from_flag = parse(["--node-name", "n", "--container-runtime-endpoint", "none"], {})
+    assert from_flag.container_runtime_endpoint == "none"
