@@ -5,6 +5,8 @@ A daemon claim's CDI spec bind-mounts `<root>/<cdUID>` at `/imexd`. This wraps t
 spec that mounts it is written, and is removed when the last spec on this node mounting it is
 deleted (a replacement daemon pod whose claim was prepared before the old one was unprepared
 keeps it). The planners stay unaware: the spec itself says which directory it mounts.
+`on_prepared` (the plugin's) is called with each such directory before the spec is written:
+it leaves the node's fabric judgment there for the daemon.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from __future__ import annotations
 import logging
 import os
 import shutil
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from adapters.imex import files
@@ -25,10 +27,14 @@ log = logging.getLogger(__name__)
 class DaemonConfigDirs:
     """A `core.ports.CDIStore` that also keeps the daemon claims' mounted directories."""
 
-    def __init__(self, inner: ports.CDIStore, *, root: str, template: str) -> None:
+    def __init__(
+        self, inner: ports.CDIStore, *, root: str, template: str,
+        on_prepared: Callable[[str], None] | None = None,
+    ) -> None:
         self._inner = inner
         self._root = os.path.abspath(root)
         self._template = template
+        self._on_prepared = on_prepared
 
     def write(self, claim_uid: names.ClaimUID, spec: Mapping[str, Any]) -> None:
         for directory in self._mounted_dirs(spec):
@@ -36,6 +42,8 @@ class DaemonConfigDirs:
             path = os.path.join(directory, daemon_claim.TEMPLATE_FILE_NAME)
             if files.write_text(path, self._template):
                 log.info("event=imex_config_dir_prepared claim=%s dir=%s", claim_uid, directory)
+            if self._on_prepared is not None:
+                self._on_prepared(directory)
         self._inner.write(claim_uid, spec)
 
     def delete(self, claim_uid: names.ClaimUID) -> None:

@@ -6,6 +6,7 @@ import logging
 import threading
 from collections.abc import Callable
 
+from adapters.fs import fabric_health_file
 from adapters.imex import ctl as imex_ctl
 from adapters.imex import supervisor as imex_supervisor
 from adapters.kube import cluster as kube_cluster
@@ -101,6 +102,8 @@ def run_daemon(
         read=inventory.fabric_records, node_name=settings.node_name,
         on_change=lambda: _call_each(wake),
         interval_s=settings.fabric_check_s,
+        # NB: the kubelet plugin's judgment, in /imexd: preferred, NVML only without it.
+        read_plugin=lambda: fabric_health_file.read(settings.config_dir),
     )
     runner = daemon_runner.DaemonRunner(
         registry=registry,

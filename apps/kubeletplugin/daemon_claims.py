@@ -21,6 +21,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
+from collections.abc import Callable
 
 from adapters.imex import capability, config_dirs, files
 from apps.kubeletplugin import settings as plugin_settings
@@ -74,11 +75,13 @@ def cdi_store(
     node: node_facts.ImexNodeFacts,
     config: models.DriverConfig,
     template_path: str,
+    on_prepared: Callable[[str], None] | None = None,
 ) -> ports.CDIStore:
     """The CDI store, creating/removing per-domain config dirs with daemon claims' specs.
 
     `template_path` is the plugin's --imex-daemon-config-template ("" = the built-in
-    template). Raises ConfigError when it names a file that cannot be read.
+    template). Raises ConfigError when it names a file that cannot be read. `on_prepared`
+    gets each per-domain directory a daemon claim's spec mounts, before the spec is written.
     """
     if config.host_managed or not node.daemon_config_root:
         return inner
@@ -91,7 +94,8 @@ def cdi_store(
                 "template there, or unset it to use the built-in template"
             )
         template = text
-    return config_dirs.DaemonConfigDirs(inner, root=node.daemon_config_root, template=template)
+    return config_dirs.DaemonConfigDirs(inner, root=node.daemon_config_root, template=template,
+                                        on_prepared=on_prepared)
 
 
 def find_imex_binaries(

@@ -138,7 +138,9 @@ def start_plugin(
     each slice resync of a host-managed node without one). `probe_fabric` (the fabric records)
     is judged at start and on that interval too: while the fabric is degraded, every published
     device is tainted `compute-domain.nvidia.com/fabric-degraded` and Unhealthy in the
-    kubelet's health stream (`fabric_watch`). Without it every device is reported Healthy.
+    kubelet's health stream (`fabric_watch`), and a driver-managed node's IMEX daemons read
+    it from their domain directory (`fabric_watch.DomainFabricFiles`). Without it every device
+    is reported Healthy.
     """
     os.makedirs(settings.plugin_dir, exist_ok=True)
     node = plugin_daemon_claims.with_daemon_facts(node, settings=settings, config=config)
@@ -154,6 +156,20 @@ def start_plugin(
         probe = imexctl.HostIMEXProbe(
             driver_root=settings.nvidia_driver_root, socket_path=settings.imex_host_socket
         ).check
+    republish: list[Callable[[], None]] = []  # NB: the plugin's slice resync, once serving
+    fabric_files: fabric_watch.DomainFabricFiles | None = None
+    fabric = (
+        fabric_watch.FabricWatch(
+            node_name=settings.node_name, probe=probe_fabric, cluster=cluster,
+            on_change=lambda: _call_each(republish),
+            on_judgment=lambda: fabric_files.sync_all() if fabric_files is not None else None,
+        )
+        if probe_fabric is not None else None
+    )
+    if fabric is not None and node.daemon_config_root and not config.host_managed:
+        # The driver-managed daemons' view of the fabric (their pods have no NVML).
+        fabric_files = fabric_watch.DomainFabricFiles(
+            root=node.daemon_config_root, judgment=fabric.judgment)
     checkpoint_store, cdi_dir = serving.open_stores(settings)
     driver = plugin_driver.new_driver(
         ports=claim_driver.PluginPorts(
@@ -163,6 +179,7 @@ def start_plugin(
             cdi=plugin_daemon_claims.cdi_store(
                 cdi_dir, node=node, config=config,
                 template_path=settings.imex_daemon_config_template,
+                on_prepared=fabric_files.prepared if fabric_files is not None else None,
             ),
         ),
         node=node,
@@ -181,16 +198,10 @@ def start_plugin(
     offered = plugin_devices.NodeDevices(
         driver=driver, config=config, cluster=cluster, probe_clique=probe_clique
     )
-    republish: list[Callable[[], None]] = []  # NB: the plugin's slice resync, once serving
-    fabric = (
-        fabric_watch.FabricWatch(
-            node_name=settings.node_name, probe=probe_fabric, cluster=cluster,
-            on_change=lambda: _call_each(republish),
-        )
-        if probe_fabric is not None else None
-    )
     if fabric is not None:
         fabric.check()  # NB: before the first publish, so a degraded node never goes out bare
+        if fabric_files is not None:
+            fabric_files.sync_all(starting=True)  # NB: even unchanged: a file may be stale
     health = plugin_device_health.PublishedDeviceHealth(
         pool=settings.node_name,
         monitor=fabric.observations if fabric is not None else None,

@@ -12,16 +12,21 @@ slots: all of them need the fabric) carries taint `compute-domain.nvidia.com/fab
 Unhealthy in the kubelet's health stream, and the node's IMEX daemon reports its entry
 NotReady to its ComputeDomain. Nothing is evicted: running workloads keep their channels.
 
+The plugin hands its judgment to the node's driver-managed IMEX daemons as a small JSON file,
+`fabric-health.json`, in each per-domain directory (`encode` / `decode`): a daemon pod is given
+no NVML of its own.
+
 Pure: no clocks, no I/O.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections.abc import Iterable, Sequence
 from typing import Final
 
-from core import device_health, device_taints, models, names
+from core import device_health, device_taints, errors, models, names
 from core.computedomain import cliques
 
 TAINT_KEY: Final = f"{names.DRIVER_NAME}/fabric-degraded"
@@ -39,6 +44,9 @@ _STATE_NAMES: Final = {
     models.FabricState.IN_PROGRESS: "InProgress",
     models.FabricState.COMPLETED: "Completed",
 }
+
+# The plugin's judgment as the node's IMEX daemons read it, in each per-domain directory.
+FILE_NAME: Final = "fabric-health.json"
 
 HEALTHY_MESSAGE: Final = (
     "NVLink fabric: no GPU of this node reports an incomplete or failed registration"
@@ -141,3 +149,60 @@ def daemon_status(imex: models.DomainStatus, health: FabricHealth) -> models.Dom
     but never Ready while the node's fabric is degraded (its peers cannot reach it over
     NVLink, whatever the daemon process answers)."""
     return imex if health.healthy else models.DomainStatus.NOT_READY
+
+
+def encode(health: FabricHealth) -> bytes:
+    """`health` as the JSON of `FILE_NAME` (sorted keys, one trailing newline).
+
+    `healthy` and `reason` are for a human reading the file; `decode` trusts `degraded` alone.
+    """
+    document = {
+        "healthy": health.healthy,
+        "reason": health.reason,
+        "degraded": [
+            {"gpuUUID": gpu.gpu_uuid, "state": _STATE_NAMES[gpu.state],
+             "statusOk": gpu.status_ok}
+            for gpu in health.degraded
+        ],
+    }
+    return (json.dumps(document, indent=1, sort_keys=True) + "\n").encode()
+
+
+_STATES_BY_NAME: Final = {name: state for state, name in _STATE_NAMES.items()}
+
+
+def decode(data: bytes | str) -> FabricHealth:
+    """What `encode` wrote; unknown fields are ignored. DecodeError (naming the field) for
+    anything that is not such a document: a file that cannot be read is no judgment."""
+    try:
+        document = json.loads(data)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise errors.DecodeError(f"{FILE_NAME} is not JSON: {exc}") from None
+    if not isinstance(document, dict):
+        raise errors.DecodeError(f"{FILE_NAME} is not a JSON object")
+    entries = document.get("degraded", [])
+    if not isinstance(entries, list):
+        raise errors.DecodeError(f"{FILE_NAME}: degraded is not a list", field="degraded")
+    degraded: list[DegradedGpu] = []
+    for index, entry in enumerate(entries):
+        field = f"degraded[{index}]"
+        if not isinstance(entry, dict):
+            raise errors.DecodeError(f"{FILE_NAME}: {field} is not an object", field=field)
+        uuid, state, status_ok = entry.get("gpuUUID"), entry.get("state"), entry.get("statusOk")
+        if not isinstance(uuid, str) or not uuid:
+            raise errors.DecodeError(f"{FILE_NAME}: {field}.gpuUUID is not a non-empty string",
+                                     field=f"{field}.gpuUUID")
+        found = _STATES_BY_NAME.get(state) if isinstance(state, str) else None
+        if found is None or found is models.FabricState.NOT_SUPPORTED:
+            raise errors.DecodeError(
+                f"{FILE_NAME}: {field}.state {state!r} is not one of NotStarted, InProgress, "
+                "Completed", field=f"{field}.state")
+        if not isinstance(status_ok, bool):
+            raise errors.DecodeError(f"{FILE_NAME}: {field}.statusOk is not a boolean",
+                                     field=f"{field}.statusOk")
+        if found is models.FabricState.COMPLETED and status_ok:
+            raise errors.DecodeError(
+                f"{FILE_NAME}: {field} is Completed with an ok status, which degrades nothing",
+                field=field)
+        degraded.append(DegradedGpu(gpu_uuid=uuid, state=found, status_ok=status_ok))
+    return FabricHealth(degraded=tuple(sorted(degraded, key=lambda gpu: gpu.gpu_uuid)))

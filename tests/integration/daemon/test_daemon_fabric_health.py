@@ -5,8 +5,10 @@ through the fabric state file under `--nvidia-driver-root`) every `--fabric-chec
 while a GPU's registration is incomplete or failed its entry says NotReady, in the
 ComputeDomainClique and (gate ComputeDomainCliques off) in the ComputeDomain's
 `status.nodes`, though nvidia-imex answers READY; recovery makes it Ready again. Without NVML
-(this host) the check says so once and the entry follows nvidia-imex alone; a `--nvml` that
-cannot name this node stops the daemon at start with exit 2.
+(this host) the check says so once and the entry follows nvidia-imex alone, unless the kubelet
+plugin leaves its judgment in `/imexd/fabric-health.json` (as in a real daemon pod, which has
+no NVML): then the entry follows that file; a `--nvml` that cannot name this node stops the
+daemon at start with exit 2.
 """
 
 from __future__ import annotations
@@ -15,8 +17,10 @@ import pathlib
 
 import daemon_processes as dp
 
+from adapters.fs import fabric_health_file
 from adapters.nvml import simulated
 from core import models
+from core.computedomain import fabric_health
 
 READY, NOT_READY = models.DomainStatus.READY, models.DomainStatus.NOT_READY
 PROFILE = "gb200-nvl72"
@@ -102,7 +106,50 @@ def test_without_nvml_the_entry_follows_nvidia_imex_alone(
     dp.eventually(lambda: dp.ready_entries(cluster, cd_uid, 1), what="a Ready entry")
     dp.eventually(lambda: "event=fabric_check_unavailable" in process.output(),
                   what="the fabric check giving up")
-    assert process.output().count("event=fabric_check") == 1, "said once, then not checked"
+    assert process.output().count("event=fabric_check") == 1, "said once; NVML is not read again"
+
+
+def test_without_nvml_the_entry_follows_the_plugins_judgment_in_imexd(
+    served, bin_dir, launch, tmp_path
+) -> None:
+    cluster, kubeconfig = served
+    cd_uid = dp.compute_domain(cluster)
+    (node,) = dp.nodes(tmp_path, 1)
+    judgment = node.config_dir / fabric_health.FILE_NAME
+    # NB: real NVML, absent on this host: the plugin's file is the daemon's only view.
+    process = launch([*dp.daemon_args(node, cd_uid=cd_uid, kubeconfig=kubeconfig,
+                                      bin_dir=bin_dir),
+                      "--nvml", "real", "--fabric-check-seconds", "0.2"])
+    dp.eventually(lambda: dp.ready_entries(cluster, cd_uid, 1), what="a Ready entry")
+    sick = [models.FabricRecord(gpu_uuid="GPU-7", state=models.FabricState.COMPLETED,
+                                cluster_uuid=b"\x01" * 16, status_ok=False)]
+
+    fabric_health_file.write(str(node.config_dir), fabric_health.judge(sick))
+
+    dp.eventually(lambda: [p.status for p in dp.entries(cluster, cd_uid=cd_uid)] == [NOT_READY],
+                  what="the entry NotReady, as the plugin's file says")
+    output = process.output()
+    assert f"event=fabric_degraded node={node.name} reason=Failed" in output
+    assert "source=plugin" in output
+    assert output.count("event=fabric_check_unavailable") == 1
+
+    judgment.write_text("{not json", encoding="utf-8")  # kept: still NotReady
+    dp.eventually(lambda: "event=fabric_file_unreadable" in process.output(),
+                  what="the malformed file logged")
+    assert [p.status for p in dp.entries(cluster, cd_uid=cd_uid)] == [NOT_READY]
+
+    fabric_health_file.write(str(node.config_dir), fabric_health.judge([]))
+
+    dp.eventually(lambda: dp.ready_entries(cluster, cd_uid, 1), what="Ready again")
+    assert f"event=fabric_recovered node={node.name}" in process.output()
+    assert process.output().count("event=fabric_file_unreadable") == 1
+
+    fabric_health_file.write(str(node.config_dir), fabric_health.judge(sick))
+    dp.eventually(lambda: [p.status for p in dp.entries(cluster, cd_uid=cd_uid)] == [NOT_READY],
+                  what="NotReady again")
+    judgment.unlink()  # the plugin has no judgment: never NotReady for that
+
+    dp.eventually(lambda: dp.ready_entries(cluster, cd_uid, 1), what="Ready without a file")
 
 
 def test_an_nvml_that_cannot_name_this_node_exits_2(served, bin_dir, launch, tmp_path) -> None:
