@@ -20,6 +20,7 @@ import json
 import os
 import pathlib
 import shutil
+import subprocess
 import sys
 import tempfile
 from collections.abc import Callable, Iterator, Mapping
@@ -105,6 +106,17 @@ class NodeFiles:
                                                       encoding="utf-8")
 
 
+def unmount_under(root: pathlib.Path) -> None:
+    """Unmount everything mounted below `root`, deepest first. The kubelet bind-mounts its own
+    root directory and a tmpfs per pod's projected volume, and leaves them when it stops: the
+    scratch directory could not be removed, and every run left them behind in /tmp."""
+    prefix = str(root.resolve()) + "/"
+    with open("/proc/self/mountinfo", encoding="utf-8") as mounts:
+        points = [line.split()[4] for line in mounts if len(line.split()) > 4]
+    for point in sorted((p for p in points if p.startswith(prefix)), key=len, reverse=True):
+        subprocess.run(["umount", point], check=False, capture_output=True)
+
+
 class Cluster:
     """One node (`NODE`) with its kubelet and runtime, the control plane, the chart installed."""
 
@@ -184,6 +196,7 @@ class Cluster:
     def remove(self) -> None:
         """Delete the scratch directories (kept when KEEP_CONTROLPLANE_DIRS=1, to debug)."""
         if os.environ.get("KEEP_CONTROLPLANE_DIRS") != "1":
+            unmount_under(self.workdir)
             shutil.rmtree(self.workdir, ignore_errors=True)
 
     # -- the chart ----------------------------------------------------------------------
