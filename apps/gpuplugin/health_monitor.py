@@ -39,7 +39,6 @@ class GpuHealthMonitor:
         self._on_change = on_change
         self._lock = threading.Lock()
         self._state = health.for_boot(store.load(), boot_id=boot_id)
-        self.events_seen = 0
         kept = {d: t for d, t in self._state.taints.items() if t}
         if kept:
             log.info("event=gpu_health_state_kept devices=%d taints=%s", len(kept),
@@ -61,7 +60,6 @@ class GpuHealthMonitor:
     def on_event(self, event: health.HealthEvent) -> None:
         """Apply one event; save, log and announce it when a device's taints changed."""
         with self._lock:
-            self.events_seen += 1
             state, changed = health.apply_event(self._state, event,
                                                 where=self._placements(), policy=self._policy)
             if changed:

@@ -7,9 +7,7 @@ prepare with what is wrong and how to fix it, and logs `event=runtime_cdi_refusi
 
 from __future__ import annotations
 
-import pathlib
-import shutil
-import tempfile
+from collections.abc import Iterator
 
 import app_processes
 import gpuplugin_env
@@ -17,8 +15,6 @@ import pytest
 from gpuplugin_env import GpuNode
 
 from adapters.grpc import cri_fake
-from adapters.memory import apiserver
-from adapters.memory import cluster as memory_cluster
 
 pytestmark = [
     pytest.mark.slow,
@@ -29,36 +25,29 @@ pytestmark = [
 ]
 
 
-def test_gpu_plugin_refuses_prepares_while_the_runtime_has_cdi_off(
-    tmp_path: pathlib.Path,
-) -> None:
-    cluster = memory_cluster.InMemoryCluster()
-    server = apiserver.EmbeddedAPIServer(cluster).start()
-    kubeconfig = tmp_path / "kubeconfig"
-    server.write_kubeconfig(str(kubeconfig))
-    root = pathlib.Path(tempfile.mkdtemp(prefix="gpucri-", dir="/tmp"))
-    runtime = cri_fake.FakeRuntime(str(root / "containerd.sock"))
+@pytest.fixture
+def cdi_off(gpu_node: GpuNode) -> Iterator[cri_fake.FakeRuntime]:
+    """A stand-in containerd 1.7 with CDI disabled, on a socket beside the node's files."""
+    runtime = cri_fake.FakeRuntime(str(gpu_node.root / "containerd.sock"))
     runtime.answer_like(name="containerd", version="1.7.27",
                         info=cri_fake.containerd_info(enable_cdi=False))
     runtime.start()
-    gpu = GpuNode.create(root, node=app_processes.first_node())
-    process = app_processes.AppProcess(
-        "apps.gpuplugin",
-        gpu.plugin_args(kubeconfig=kubeconfig, container_runtime_endpoint=runtime.socket_path),
-        log_path=tmp_path / "plugin.log",
-    )
-    try:
-        gpuplugin_env.wait_registered(process, gpu.registration_socket)
-        ref = gpuplugin_env.gpu_claim(cluster, "cdi-off", node=gpu.node, devices=("gpu-0",))
+    yield runtime
+    runtime.stop()
 
-        refused = gpuplugin_env.prepare(gpu.dra_socket, ref, version="v1")
 
-        assert "has CDI disabled (enableCDI=false)" in refused.error, process.output()
-        assert not gpu.cdi_file(ref.uid).exists()
-        assert "event=runtime_cdi_refusing" in process.output()
-    finally:
-        process.kill()
-        runtime.stop()
-        server.stop()
-        cluster.close()
-        shutil.rmtree(root, ignore_errors=True)
+def test_gpu_plugin_refuses_prepares_while_the_runtime_has_cdi_off(
+    served: app_processes.ServedCluster, gpu_node: GpuNode, launch: app_processes.Launch,
+    cdi_off: cri_fake.FakeRuntime,
+) -> None:
+    process = launch("apps.gpuplugin", gpu_node.plugin_args(
+        kubeconfig=served.kubeconfig, container_runtime_endpoint=cdi_off.socket_path))
+    gpuplugin_env.wait_registered(process, gpu_node.registration_socket)
+    ref = gpuplugin_env.gpu_claim(served.cluster, "cdi-off", node=gpu_node.node,
+                                  devices=("gpu-0",))
+
+    refused = gpuplugin_env.prepare(gpu_node.dra_socket, ref, version="v1")
+
+    assert "has CDI disabled (enableCDI=false)" in refused.error, process.output()
+    assert not gpu_node.cdi_file(ref.uid).exists()
+    assert "event=runtime_cdi_refusing" in process.output()
