@@ -44,19 +44,19 @@ def _partition(partition_id: int, *module_ids: int) -> Partition:
 
 # The default Shared NVSwitch partitions of an HGX H100 / H200 8-GPU baseboard, as Fabric
 # Manager reports them (NVIDIA Fabric Manager User Guide, "Shared NVSwitch Virtualization
-# Model", table of default partitions for DGX H100 and HGX H100;
-# https://docs.nvidia.com/datacenter/tesla/fabric-manager-user-guide/). Module ids are the
-# GPUs' physical positions on the board (nvmlDeviceGetModuleId), 1 to 8. The 2-GPU pairs are
-# (1,3), (2,4), (5,7), (6,8): the guide changed them to these for H100 (v1.3).
+# Model", default partitions of DGX H100 and HGX H100; upstream's Fabric Manager tests use the
+# same ids and module sets). Module ids are the GPUs' physical positions on the board
+# (nvmlDeviceGetModuleId), 1 to 8; partition ids start at 1 on H100 (A100 boards start at 0).
+# The 4-GPU halves are (1,2,5,6) and (3,4,7,8), the 2-GPU pairs (1,3), (2,4), (5,7), (6,8).
 HGX_8GPU_PARTITIONS: Final[tuple[Partition, ...]] = (
-    _partition(0, 1, 2, 3, 4, 5, 6, 7, 8),
-    _partition(1, 1, 2, 3, 4),
-    _partition(2, 5, 6, 7, 8),
-    _partition(3, 1, 3),
-    _partition(4, 2, 4),
-    _partition(5, 5, 7),
-    _partition(6, 6, 8),
-    *(_partition(6 + module_id, module_id) for module_id in range(1, 9)),
+    _partition(1, 1, 2, 3, 4, 5, 6, 7, 8),
+    _partition(2, 1, 2, 5, 6),
+    _partition(3, 3, 4, 7, 8),
+    _partition(4, 1, 3),
+    _partition(5, 2, 4),
+    _partition(6, 5, 7),
+    _partition(7, 6, 8),
+    *(_partition(7 + module_id, module_id) for module_id in range(1, 9)),
 )
 
 

@@ -60,14 +60,14 @@ def test_an_hgx_node_publishes_each_gpus_partitions_and_the_slice_validates() ->
     finally:
         node.stop()
     assert found["gpu-0"] == {
-        "gpuModuleID": 1, "partition1": 7, "partition2": 3, "partition4": 1, "partition8": 0,
+        "gpuModuleID": 1, "partition1": 8, "partition2": 4, "partition4": 2, "partition8": 1,
     }
     assert found["gpu-6"] == {
-        "gpuModuleID": 7, "partition1": 13, "partition2": 5, "partition4": 2, "partition8": 0,
+        "gpuModuleID": 7, "partition1": 14, "partition2": 6, "partition4": 3, "partition8": 1,
     }
     # Every 2-GPU partition id is shared by exactly two GPUs: matchAttribute picks a pair.
     pairs = sorted(attrs["partition2"] for attrs in found.values())
-    assert pairs == [3, 3, 4, 4, 5, 5, 6, 6]
+    assert pairs == [4, 4, 5, 5, 6, 6, 7, 7]
     for version in _versions():
         for resource_slice in slices:
             assert kubernetes_validate.validate(resource_slice, version, strict=True) == version

@@ -33,32 +33,32 @@ def test_it_is_a_fabric_manager_port_with_the_hgx_table_and_nothing_active() -> 
 
 def test_activate_and_deactivate_are_idempotent() -> None:
     fm = simulated.SimulatedFabricManager()
-    fm.activate(1)
-    fm.activate(1)
-    fm.activate(6)
-    assert _active(fm) == [1, 6]
-    fm.deactivate(1)
-    fm.deactivate(1)
-    assert _active(fm) == [6]
+    fm.activate(2)
+    fm.activate(2)
+    fm.activate(3)
+    assert _active(fm) == [2, 3]
+    fm.deactivate(2)
+    fm.deactivate(2)
+    assert _active(fm) == [3]
 
 
 def test_activating_over_gpus_of_an_active_partition_is_refused() -> None:
     fm = simulated.SimulatedFabricManager()
-    fm.activate(3)  # modules 1 and 3
-    with pytest.raises(errors.PermanentError, match=r"active partition 3 holds modules \[1, 3\]"):
-        fm.activate(0)
+    fm.activate(4)  # modules 1 and 3
+    with pytest.raises(errors.PermanentError, match=r"active partition 4 holds modules \[1, 3\]"):
+        fm.activate(1)
     with pytest.raises(errors.PermanentError, match="FM_ST_IN_USE"):
-        fm.activate(7)  # module 1 alone
-    assert _active(fm) == [3]
-    fm.activate(4)  # modules 2 and 4: free
-    assert _active(fm) == [3, 4]
+        fm.activate(8)  # module 1 alone
+    assert _active(fm) == [4]
+    fm.activate(5)  # modules 2 and 4: free
+    assert _active(fm) == [4, 5]
 
 
 @pytest.mark.parametrize("call", ["activate", "deactivate"])
 def test_unknown_partition_ids_are_refused(call: str) -> None:
     fm = simulated.SimulatedFabricManager()
-    with pytest.raises(errors.PermanentError, match=r"no partition 15 \(it supports: 0, 1,"):
-        getattr(fm, call)(15)
+    with pytest.raises(errors.PermanentError, match=r"no partition 16 \(it supports: 1, 2,"):
+        getattr(fm, call)(16)
 
 
 def test_a_second_instance_sees_what_the_first_left_active(tmp_path: pathlib.Path) -> None:
@@ -102,8 +102,8 @@ def test_state_lives_in_a_simulated_driver_root_only(tmp_path: pathlib.Path) -> 
     simulated_driverroot.install(str(root), ld_cache=False)
     path = simulated.state_path_in(str(root))
     assert path == str(root / "var/lib/nvidia-simulated/fabricmanager-state.json")
-    simulated.SimulatedFabricManager(state_path=path).activate(0)
-    assert _active(simulated.SimulatedFabricManager(state_path=path)) == [0]
+    simulated.SimulatedFabricManager(state_path=path).activate(1)
+    assert _active(simulated.SimulatedFabricManager(state_path=path)) == [1]
 
 
 def test_a_contradictory_table_is_refused() -> None:

@@ -20,7 +20,7 @@ def test_hgx_table_has_one_8_two_4_four_2_and_eight_1_gpu_partitions() -> None:
     sizes = [p.size for p in HGX]
     assert sizes.count(8) == 1 and sizes.count(4) == 2
     assert sizes.count(2) == 4 and sizes.count(1) == 8
-    assert [p.partition_id for p in HGX] == list(range(15))
+    assert [p.partition_id for p in HGX] == list(range(1, 16))
     assert fm.check_partitions(HGX) == HGX
 
 
@@ -31,7 +31,7 @@ def test_every_hgx_size_covers_all_eight_modules_exactly_once() -> None:
 
 
 @pytest.mark.parametrize(
-    ("module_id", "one", "two", "four"), [(1, 7, 3, 1), (4, 10, 4, 1), (7, 13, 5, 2), (8, 14, 6, 2)]
+    ("module_id", "one", "two", "four"), [(1, 8, 4, 2), (4, 11, 5, 3), (7, 14, 6, 3), (8, 15, 7, 3)]
 )
 def test_published_attributes_name_the_partition_of_each_size(
     module_id: int, one: int, two: int, four: int
@@ -39,7 +39,7 @@ def test_published_attributes_name_the_partition_of_each_size(
     attributes = fm.published_attributes(module_id, HGX)
     assert attributes == {
         "gpuModuleID": module_id, "partition1": one, "partition2": two, "partition4": four,
-        "partition8": 0,
+        "partition8": 1,
     }
     assert list(attributes) == sorted(attributes)
 
@@ -58,14 +58,14 @@ def test_published_attributes_refuse_a_module_id_that_is_not_a_board_position(
 
 @pytest.mark.parametrize(
     ("module_ids", "partition_id"),
-    [({1, 2, 3, 4, 5, 6, 7, 8}, 0), ({5, 6, 7, 8}, 2), ({3, 1}, 3), ({6, 8}, 6), ({2}, 8)],
+    [({1, 2, 3, 4, 5, 6, 7, 8}, 1), ({3, 4, 7, 8}, 3), ({3, 1}, 4), ({6, 8}, 7), ({2}, 9)],
 )
 def test_partition_for_finds_the_exact_match(module_ids: set[int], partition_id: int) -> None:
     assert fm.partition_for(module_ids, HGX).partition_id == partition_id
 
 
 def test_partition_for_keeps_the_active_flag() -> None:
-    table = (*HGX[:3], part(3, 1, 3, active=True))
+    table = (*HGX[:3], part(4, 1, 3, active=True))
     assert fm.partition_for([1, 3], table).active
 
 
@@ -74,8 +74,8 @@ def test_partition_for_without_a_match_names_the_partitions_that_would_fit() -> 
         fm.partition_for([1, 2], HGX)
     message = str(caught.value)
     assert "GPU modules [1, 2] do not form a Fabric Manager partition" in message
-    # Smallest first: the 4-GPU partition 1, then the whole board.
-    assert "1 (4 GPUs: modules [1, 2, 3, 4]), 0 (8 GPUs" in message
+    # Smallest first: the 4-GPU partition 2, then the whole board.
+    assert "2 (4 GPUs: modules [1, 2, 5, 6]), 1 (8 GPUs" in message
     assert "matchAttribute gpu.nvidia.com/partition<N> (sizes here: 1, 2, 4, 8)" in message
 
 

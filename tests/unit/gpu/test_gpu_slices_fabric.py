@@ -56,12 +56,12 @@ def _fm(device: models.JSONObject) -> dict[str, object]:
 def test_each_gpu_carries_its_module_id_and_partition_of_each_size() -> None:
     found = _by_name(_hgx())
     assert _fm(found["gpu-0"]) == {
-        "gpuModuleID": {"int": 1}, "partition1": {"int": 7}, "partition2": {"int": 3},
-        "partition4": {"int": 1}, "partition8": {"int": 0},
+        "gpuModuleID": {"int": 1}, "partition1": {"int": 8}, "partition2": {"int": 4},
+        "partition4": {"int": 2}, "partition8": {"int": 1},
     }
     assert _fm(found["gpu-5"]) == {
-        "gpuModuleID": {"int": 6}, "partition1": {"int": 12}, "partition2": {"int": 6},
-        "partition4": {"int": 2}, "partition8": {"int": 0},
+        "gpuModuleID": {"int": 6}, "partition1": {"int": 13}, "partition2": {"int": 7},
+        "partition4": {"int": 2}, "partition8": {"int": 1},
     }
     attributes = found["gpu-0"]["attributes"]
     assert isinstance(attributes, dict)
@@ -82,8 +82,8 @@ def test_a_mig_device_carries_its_parent_gpus_attributes() -> None:
     found = _by_name(dataclasses.replace(node, gpus=gpus))
     mig = next(name for name in found if name.startswith("gpu-0-mig-"))
     assert _fm(found[mig]) == {
-        "gpuModuleID": {"int": 1}, "partition1": {"int": 7}, "partition2": {"int": 3},
-        "partition4": {"int": 1}, "partition8": {"int": 0},
+        "gpuModuleID": {"int": 1}, "partition1": {"int": 8}, "partition2": {"int": 4},
+        "partition4": {"int": 2}, "partition8": {"int": 1},
     }
 
 
