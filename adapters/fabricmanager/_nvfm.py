@@ -1,7 +1,8 @@
-"""ctypes binding of Fabric Manager's C API library (`libnvfm.so.1`), for `fmctl` only.
+"""ctypes binding of Fabric Manager's C API library (`libnvfm.so.1`).
 
-Only the child process `adapters.fabricmanager.fmctl` imports this: loading the library in
-the plugin would let a crash in it take the plugin down. Layouts, constants and return codes
+Only the child process `adapters.fabricmanager.fmctl` calls `load`: loading the library in
+the plugin would let a crash in it take the plugin down (the client imports this module for
+the names of return codes only). Layouts, constants and return codes
 are those of FM's public headers (`nv_fm_types.h`, `nv_fm_agent.h`, as NVIDIA's go-nvfm
 vendors them); only what partition management needs is bound. Every versioned struct carries
 `sizeof(struct) | (version << 24)` in its first field (`MAKE_FM_PARAM_VERSION`): a library

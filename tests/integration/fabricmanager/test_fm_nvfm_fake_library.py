@@ -22,7 +22,7 @@ from collections.abc import Iterator
 import pytest
 from fm_fake_library import FakeFm
 
-from adapters.fabricmanager import _codec, address, opening, real, simulated
+from adapters.fabricmanager import _codec, address, fmctl, opening, real, simulated
 from adapters.fs import simulated_driverroot
 from core import errors, ports
 from core.gpu import fm_partitions
@@ -266,7 +266,5 @@ def test_a_partition_naming_a_gpu_twice_is_refused(fake_fm: FakeFm) -> None:
 
 
 def test_the_child_refuses_a_request_it_cannot_read() -> None:
-    from adapters.fabricmanager import fmctl
-
     assert fmctl.main([]) == 2
     assert fmctl.main(['{"schema": 1, "action": "explode"}']) == 2
