@@ -8,12 +8,11 @@ the child crashing, hanging or answering nonsense is `NvmlMigFailed`.
 
 from __future__ import annotations
 
-import json
 import logging
-import subprocess
 import sys
 from collections.abc import Sequence
 
+from adapters.driverlib import child
 from adapters.nvml import real
 from core import errors
 from core.gpu import devices
@@ -69,23 +68,21 @@ class NvmlMigPartitioner:
         )
         text = " ".join(args)
         try:
-            done = subprocess.run(
-                args, stdin=subprocess.DEVNULL, capture_output=True, text=True,
-                errors="replace", timeout=self.timeout_s, env=self.inventory.child_env(),
-                check=False,
-            )
-        except subprocess.TimeoutExpired as exc:
+            done = child.run(args, timeout_s=self.timeout_s, env=self.inventory.child_env())
+        except child.ChildTimedOut as exc:
             raise NvmlMigFailed(
                 f"MIG {action} did not finish within {self.timeout_s:g}s and was killed "
                 f"(command: {text}); check nvidia-smi and dmesg on the node"
             ) from exc
-        except OSError as exc:
-            raise NvmlMigFailed(f"cannot start MIG {action} (command: {text}): {exc}") from exc
-        answer = _answer(done.stdout)
+        except child.ChildNotStarted as exc:
+            raise NvmlMigFailed(
+                f"cannot start MIG {action} (command: {text}): {exc.__cause__}"
+            ) from exc
+        answer = child.last_json_object(done.stdout)
         if done.returncode != 0 or answer is None:
             raise NvmlMigFailed(
                 f"MIG {action} exited with status {done.returncode} and no answer (command: "
-                f"{text}); stderr: {done.stderr.strip()[-800:] or '(empty)'}"
+                f"{text}); stderr: {done.stderr_tail}"
             )
         if answer.get("ok") is not True:
             raise errors.PermanentError(
@@ -93,11 +90,3 @@ class NvmlMigPartitioner:
             )
         return answer.get("changed") is True
 
-
-def _answer(stdout: str) -> dict[str, object] | None:
-    lines = stdout.strip().splitlines()
-    try:
-        answer = json.loads(lines[-1]) if lines else None
-    except ValueError:
-        return None
-    return answer if isinstance(answer, dict) else None

@@ -11,13 +11,10 @@ or the probe crashing, hanging or answering nonsense (`NvmlProbeFailed`).
 from __future__ import annotations
 
 import logging
-import os
-import pathlib
-import signal
-import subprocess
 import sys
 from collections.abc import Mapping, Sequence
 
+from adapters.driverlib import child
 from adapters.nvml import _codec
 from core import errors, models
 from core.gpu import devices
@@ -27,8 +24,7 @@ logger = logging.getLogger(__name__)
 DEFAULT_PROBE_TIMEOUT_S = 30.0
 PROBE_MODULE = "adapters.nvml.probe"
 _STDERR_TAIL_CHARS = 800
-# The directory holding the `adapters` package, so the child finds it however we run.
-_IMPORT_ROOT = str(pathlib.Path(__file__).resolve().parents[2])
+_IMPORT_ROOT = child.IMPORT_ROOT
 
 
 class NvmlError(errors.DriverError):
@@ -43,25 +39,11 @@ class NvmlProbeFailed(NvmlError):
     """The NVML probe crashed, hung, failed an NVML call, or printed an unreadable report."""
 
 
-# Where a driver root holds libnvidia-ml.so.1, by distribution layout (checked in this order).
-DRIVER_LIBRARY_DIRS = (
-    "usr/lib64",
-    "usr/lib/x86_64-linux-gnu",
-    "usr/lib/aarch64-linux-gnu",
-    "lib64",
-    "lib/x86_64-linux-gnu",
-    "lib/aarch64-linux-gnu",
-    "usr/lib",
-    "lib",
-)
-
-
-def driver_library_dirs(driver_root: str) -> tuple[str, ...]:
-    """The library directories that exist under `driver_root` (none for "/": the loader's own)."""
-    if os.path.normpath(driver_root) == "/":
-        return ()
-    candidates = (os.path.join(driver_root, d) for d in DRIVER_LIBRARY_DIRS)
-    return tuple(path for path in candidates if os.path.isdir(path))
+# Where a driver root holds libnvidia-ml.so.1 (shared with every driver-library child).
+DRIVER_LIBRARY_DIRS = child.LIBRARY_DIRS
+driver_library_dirs = child.library_dirs
+child_env = child.child_env
+_signal_name = child.signal_name
 
 
 def default_probe_command() -> tuple[str, ...]:
@@ -167,52 +149,20 @@ class NvmlInventory:
     def _run_probe(self, command_text: str) -> tuple[str, str, int]:
         """The one call site of this adapter's I/O: run the child, bounded by the timeout."""
         try:
-            completed = subprocess.run(
-                self.probe_command,
-                stdin=subprocess.DEVNULL,
-                capture_output=True,
-                text=True,
-                errors="replace",
-                timeout=self.timeout_s,
-                env=self.child_env(),
-                check=False,
-            )
-        except subprocess.TimeoutExpired as exc:
+            done = child.run(self.probe_command, timeout_s=self.timeout_s, env=self.child_env())
+        except child.ChildTimedOut as exc:
             raise NvmlProbeFailed(
                 f"NVML probe did not answer within {self.timeout_s:g}s and was killed "
                 f"(command: {command_text}); NVML may be stuck on a GPU: check nvidia-smi and "
                 "the driver logs (dmesg) on the node"
             ) from exc
-        except OSError as exc:
+        except child.ChildNotStarted as exc:
             raise NvmlProbeFailed(
-                f"cannot start the NVML probe (command: {command_text}): {exc}"
+                f"cannot start the NVML probe (command: {command_text}): {exc.__cause__}"
             ) from exc
-        return completed.stdout, completed.stderr, completed.returncode
+        return done.stdout, done.stderr, done.returncode
 
     def child_env(self) -> dict[str, str]:
         """The environment NVML children get (this package importable, the driver's libraries)."""
-        return child_env(driver_root=self.driver_root, env=self._env)
+        return child.child_env(driver_root=self.driver_root, env=self._env)
 
-
-def child_env(*, driver_root: str, env: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The environment of a child that loads NVML: `env` (default: ours, with this package
-    importable), with the library directories of `driver_root` leading LD_LIBRARY_PATH."""
-    if env is not None:
-        result = dict(env)
-    else:
-        result = dict(os.environ)
-        python_path = result.get("PYTHONPATH", "")
-        result["PYTHONPATH"] = os.pathsep.join(p for p in (_IMPORT_ROOT, python_path) if p)
-    library_dirs = driver_library_dirs(driver_root)
-    if library_dirs:
-        result["LD_LIBRARY_PATH"] = os.pathsep.join(
-            p for p in (*library_dirs, result.get("LD_LIBRARY_PATH", "")) if p
-        )
-    return result
-
-
-def _signal_name(number: int) -> str:
-    try:
-        return signal.Signals(number).name
-    except ValueError:
-        return f"signal {number}"
