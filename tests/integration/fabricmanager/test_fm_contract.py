@@ -41,29 +41,29 @@ def test_it_lists_the_hgx_table_with_nothing_active(open_fm: Opener) -> None:
 
 def test_activate_and_deactivate_are_idempotent(open_fm: Opener) -> None:
     fm = open_fm()
-    fm.activate(1)
-    fm.activate(1)
-    fm.activate(6)
-    assert _active(fm) == [1, 6]
-    fm.deactivate(1)
-    fm.deactivate(1)
-    assert _active(fm) == [6]
+    fm.activate(2)
+    fm.activate(2)
+    fm.activate(3)
+    assert _active(fm) == [2, 3]
+    fm.deactivate(2)
+    fm.deactivate(2)
+    assert _active(fm) == [3]
 
 
 def test_activating_over_gpus_of_an_active_partition_is_refused(open_fm: Opener) -> None:
     fm = open_fm()
-    fm.activate(3)  # modules 1 and 3
+    fm.activate(4)  # modules 1 and 3
     with pytest.raises(
         errors.PermanentError,
-        match=r"partition 0 \(modules \[1, 2, 3, 4, 5, 6, 7, 8\]\): active partition 3 holds "
+        match=r"partition 1 \(modules \[1, 2, 3, 4, 5, 6, 7, 8\]\): active partition 4 holds "
         r"modules \[1, 3\] \(FM_ST_IN_USE\)",
     ):
-        fm.activate(0)
+        fm.activate(1)
     with pytest.raises(errors.PermanentError, match="FM_ST_IN_USE"):
-        fm.activate(7)  # module 1 alone
-    assert _active(fm) == [3]
-    fm.activate(4)  # modules 2 and 4: free
-    assert _active(fm) == [3, 4]
+        fm.activate(8)  # module 1 alone
+    assert _active(fm) == [4]
+    fm.activate(5)  # modules 2 and 4: free
+    assert _active(fm) == [4, 5]
 
 
 @pytest.mark.parametrize("call", ["activate", "deactivate"])
@@ -71,9 +71,9 @@ def test_unknown_partition_ids_are_refused(open_fm: Opener, call: str) -> None:
     fm = open_fm()
     with pytest.raises(
         errors.PermanentError,
-        match=r"Fabric Manager has no partition 15 \(it supports: 0, 1, 2, .*, 14\)",
+        match=r"Fabric Manager has no partition 16 \(it supports: 1, 2, 3, .*, 15\)",
     ):
-        getattr(fm, call)(15)
+        getattr(fm, call)(16)
 
 
 def test_a_second_instance_sees_what_the_first_left_active(open_fm: Opener) -> None:

@@ -94,13 +94,13 @@ def test_a_library_gone_after_startup_is_retryable(fake_fm: FakeFm) -> None:
 
 def test_activation_checks_the_state_before_asking_fabric_manager(fake_fm: FakeFm) -> None:
     fm = fake_fm.manager()
-    fm.activate(0)
+    fm.activate(1)
     # The fake, as Fabric Manager, answers FM_ST_IN_USE to activating an active partition
     # (and FM_ST_BADPARAM to deactivating an inactive one): asking would fail.
-    fm.activate(0)
-    assert fake_fm.state.read_text().split() == ["0"]
-    fm.deactivate(0)
-    fm.deactivate(0)
+    fm.activate(1)
+    assert fake_fm.state.read_text().split() == ["1"]
+    fm.deactivate(1)
+    fm.deactivate(1)
     assert _active(fm) == []
 
 
@@ -193,8 +193,8 @@ def test_a_hung_libnvfm_is_killed_and_retryable(fake_fm: FakeFm) -> None:
          "returned FM_ST_CONNECTION_NOT_VALID"),
         ("fmActivateFabricPartition", -22, errors.RetryableError, "returned FM_ST_NOT_READY"),
         ("fmActivateFabricPartition", -7, errors.PermanentError,
-         r"cannot activate Fabric Manager partition 1 \(modules \[1, 2, 3, 4\]\): its GPUs are "
-         r"in use \(FM_ST_IN_USE\)"),
+         r"cannot activate Fabric Manager partition 1 \(modules \[1, 2, 3, 4, 5, 6, 7, 8\]\): "
+         r"its GPUs are in use \(FM_ST_IN_USE\)"),
         ("fmActivateFabricPartition", -1, errors.PermanentError,
          r"refused partition 1 \(fmActivateFabricPartition returned FM_ST_BADPARAM\).*fmpm -l"),
         ("fmActivateFabricPartition", -3, errors.PermanentError,
