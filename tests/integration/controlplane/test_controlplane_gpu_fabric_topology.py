@@ -9,7 +9,8 @@ partition 1); then a claim asking for 4 GPUs with `fabricTopologyConfig: {strate
 partitionSize: 4}` and no constraints is created: the API server has the webhook add
 `matchAttribute: gpu.nvidia.com/partition4`, and the real scheduler gives it the GPUs of
 partition 2 (modules 5-8), where without the constraint it would have taken the first four free
-GPUs (modules 1, 3, 4, 5), which form no partition.
+GPUs (modules 1, 3, 4, 5), which form no partition (the control test shows it). A Manual claim
+listing partition 6 gets a selector instead, and the two GPUs of that pair.
 
 NB: the GPU plugin binary publishes partition attributes once its Fabric Manager wiring is in
 (`FabricManagerPartitioning` built in the gpu-kubelet-plugin); until then this module skips,
@@ -131,10 +132,23 @@ class Webhook:
 
 @pytest.fixture(scope="module")
 def webhook(cluster: Cluster) -> Iterator[Webhook]:
+    """The webhook, registered and answering: the API server picks up a new webhook
+    configuration through an informer, so probe claims (fresh names, deleted at once) are
+    created until one comes back mutated."""
+    workloads.ensure_namespace(cluster)
     hook = Webhook(cluster.workdir)
+    tries: list[str] = []
+
+    def mutating() -> bool:
+        tries.append(f"probe-{len(tries)}")
+        made = workloads.create(cluster, gpu_claim(tries[-1], count=4, topology=AUTO_4))
+        delete_claim(cluster, tries[-1])
+        return bool(made["spec"]["devices"].get("constraints"))
+
     try:
         cluster.eventually(hook.listening, what="the webhook listening", timeout_s=60)
         cluster.plane.kube.apply([hook.configuration(cluster)])
+        cluster.eventually(mutating, what="the API server calling the webhook", timeout_s=60)
         yield hook
     finally:
         hook.stop()
@@ -189,20 +203,8 @@ def test_a_fabric_topology_claim_without_constraints_gets_one_4_gpu_partition(
     workloads.running(cluster, "one")
     assert allocated(read_claim(cluster, "module-2")) == [by_module[2]]
 
-    # NB: the API server picks up a new webhook configuration through an informer: a claim
-    # created before that is not mutated, so probe (with fresh names) until one is.
-    tries: list[str] = []
-
-    def mutated() -> dict[str, Any] | None:
-        tries.append(f"fabric-4-{len(tries)}")
-        made = workloads.create(cluster, gpu_claim(tries[-1], count=4, topology=AUTO_4))
-        if made["spec"]["devices"].get("constraints"):
-            return made
-        delete_claim(cluster, tries[-1])
-        return None
-
-    claim = cluster.eventually(mutated, what="the webhook mutating a claim", timeout_s=60)
-    name = tries[-1]
+    name = "fabric-4"
+    claim = workloads.create(cluster, gpu_claim(name, count=4, topology=AUTO_4))
     assert claim["spec"]["devices"]["constraints"] == [
         {"requests": ["gpus"], "matchAttribute": "gpu.nvidia.com/partition4"}]
     assert "event=admission_mutated" in webhook.process.output()
@@ -251,3 +253,19 @@ def test_the_same_claim_without_the_webhook_would_get_gpus_of_no_partition(
         workloads.delete_pod(cluster, pod_name)
     for claim_name in ("plain-4", "module-2-again"):
         delete_claim(cluster, claim_name)
+
+
+def test_a_manual_claim_gets_a_selector_and_the_gpus_of_the_listed_partition(
+    cluster: Cluster, partitions: dict[str, dict[str, int]], webhook: Webhook,
+) -> None:
+    manual = {"strategy": "Manual", "partitionIDs": ["6"]}
+    claim = workloads.create(cluster, gpu_claim("manual-6", count=2, topology=manual))
+    (selector,) = claim["spec"]["devices"]["requests"][0]["exactly"]["selectors"]
+    assert "partition2 in [6]" in selector["cel"]["expression"]
+    workloads.create(cluster, workloads.pod("manual", claims=[("gpus", {
+        "resourceClaimName": "manual-6"})]))
+    workloads.running(cluster, "manual")
+    devices = allocated(read_claim(cluster, "manual-6"))
+    assert sorted(partitions[d]["gpuModuleID"] for d in devices) == [6, 8]
+    workloads.delete_pod(cluster, "manual")
+    delete_claim(cluster, "manual-6")
