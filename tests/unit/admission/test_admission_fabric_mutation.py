@@ -20,6 +20,8 @@ from typing import Any
 import celpy
 import celpy.adapter
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from core import admission, models
 from core.computedomain import modes
@@ -281,6 +283,68 @@ def test_the_document_endpoint_wraps_the_response_in_an_admission_review() -> No
                                       config=ON)
     assert wrong["response"]["status"]["message"].endswith(
         'set admissionReviewVersions: ["v1"] in the webhook configuration')
+
+
+# ---------------------------------------------------------------- properties
+
+TOPOLOGIES = st.one_of(
+    st.fixed_dictionaries({"strategy": st.just("Auto"),
+                           "partitionSize": st.sampled_from([2, 4, 8])}),
+    st.fixed_dictionaries({"strategy": st.just("Manual"),
+                           "partitionIDs": st.lists(st.integers(0, 14), min_size=1,
+                                                    max_size=3, unique=True)}),
+    st.fixed_dictionaries({"strategy": st.sampled_from(["Auto", "Disabled"])}),
+)
+REQUEST_NAMES = st.lists(st.sampled_from(["a", "b", "c"]), min_size=1, max_size=3, unique=True)
+
+
+@st.composite
+def claims(draw: st.DrawFn) -> tuple[dict[str, Any], str]:
+    """A claim of random requests (plain, or firstAvailable) and fabric configs, and its
+    API version."""
+    version = draw(st.sampled_from(["v1", "v1beta2", "v1beta1"]))
+    requests = []
+    for name in draw(REQUEST_NAMES):
+        if draw(st.booleans()):
+            subs = [{"name": s, "deviceClassName": "gpu.nvidia.com"} for s in ("x", "y")]
+            requests.append({"name": name, "firstAvailable": subs})
+        elif version == "v1beta1":
+            requests.append({"name": name, "deviceClassName": "gpu.nvidia.com", "count": 2})
+        else:
+            requests.append(v1_request(name, count=2))
+    names = [r["name"] for r in requests]
+    configs = [
+        gpu_config(draw(TOPOLOGIES), requests=draw(st.one_of(
+            st.none(), st.lists(st.sampled_from(names), max_size=2, unique=True))))
+        for _ in range(draw(st.integers(1, 3)))
+    ]
+    return claim(*configs, requests=requests), version
+
+
+@settings(max_examples=150)
+@given(drawn=claims())
+def test_mutating_a_mutated_claim_adds_nothing(drawn: tuple[dict[str, Any], str]) -> None:
+    obj, version = drawn
+    response = admission.mutate(request_for(obj, version=version), config=ON)
+    mutated = apply(obj, patch_of(response)) if "patch" in response else obj
+    assert admission.mutate(request_for(mutated, version=version), config=ON) == {
+        "uid": "u-1", "allowed": True}
+
+
+JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(max_size=5),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner,
+                                                                max_size=3),
+    max_leaves=12,
+)
+
+
+@settings(max_examples=200)
+@given(devices=JSON, version=st.sampled_from(["v1", "v1beta1", "x"]))
+def test_any_json_in_the_spec_is_answered_without_raising(devices: Any, version: str) -> None:
+    response = admission.mutate(request_for({"spec": {"devices": devices}}, version=version),
+                                config=ON)
+    assert response["allowed"] is True
 
 
 # ---------------------------------------------------------------- the selector, evaluated
