@@ -64,7 +64,8 @@ def plan_partitions(
     partitions: Sequence[fm_partitions.Partition],
 ) -> FabricPlan:
     """The plan for a claim allocated the GPUs with `module_ids`, given Fabric Manager's
-    `partitions`. `topology` None means Auto on BareMetal.
+    `partitions`. `topology` None means Auto on BareMetal. No `module_ids` (a claim of MIG
+    devices only: no NVLink endpoint of its own) plans nothing.
 
     Raises PermanentError when the allocation does not fit: no partition is exactly the
     claim's GPUs (Auto), the GPU count is not partitionSize (Auto with partitionSize), or the
@@ -79,7 +80,8 @@ def plan_partitions(
         max_latency=config.max_latency,
     )
     if (
-        config.strategy is configs.FabricStrategy.DISABLED
+        not module_ids
+        or config.strategy is configs.FabricStrategy.DISABLED
         or config.virtualization_model is configs.VirtualizationModel.VGPU
     ):
         return recorded

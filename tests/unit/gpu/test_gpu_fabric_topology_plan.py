@@ -96,6 +96,14 @@ def test_disabled_and_vgpu_partition_nothing_whatever_the_gpus(
     assert (planned.partition_ids, planned.activates) == ((), ())
 
 
+@pytest.mark.parametrize("topology", [None, auto(4), manual(1)])
+def test_a_claim_without_whole_gpus_plans_nothing(
+    topology: configs.FabricTopologyConfig | None,
+) -> None:
+    planned = plan(topology)
+    assert (planned.partition_ids, planned.activates) == ((), ())
+
+
 def test_bandwidth_and_latency_are_recorded_not_judged() -> None:
     topology = configs.FabricTopologyConfig(partition_size=2, min_bandwidth=10_000.0,
                                             max_latency=0.0)
