@@ -10,7 +10,8 @@ partitionSize: 4}` and no constraints is created: the API server has the webhook
 `matchAttribute: gpu.nvidia.com/partition4`, and the real scheduler gives it the GPUs of
 partition 2 (modules 5-8), where without the constraint it would have taken the first four free
 GPUs (modules 1, 3, 4, 5), which form no partition (the control test shows it). A Manual claim
-listing partition 6 gets a selector instead, and the two GPUs of that pair.
+listing partition 6 gets a selector instead, and the two GPUs of that pair. Templates written in
+resource.k8s.io v1beta1 and v1beta2 (served for this module) get the same in their own shape.
 
 NB: the GPU plugin binary publishes partition attributes once its Fabric Manager wiring is in
 (`FabricManagerPartitioning` built in the gpu-kubelet-plugin); until then this module skips,
@@ -59,7 +60,10 @@ if gates.Component.GPU_PLUGIN in gates.REGISTRY[gates.FABRIC_MANAGER_PARTITIONIN
 
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[Cluster]:
-    yield from cluster_driver.started("driverManaged", values=VALUES, gpu_profile="hgx-h100")
+    # The beta APIs too (off by default): claims written in them are mutated in their shape.
+    yield from cluster_driver.started(
+        "driverManaged", values=VALUES, gpu_profile="hgx-h100",
+        kube_apis={"resource.k8s.io/v1beta1": True, "resource.k8s.io/v1beta2": True})
 
 
 @pytest.fixture(scope="module")
@@ -269,3 +273,40 @@ def test_a_manual_claim_gets_a_selector_and_the_gpus_of_the_listed_partition(
     assert sorted(partitions[d]["gpuModuleID"] for d in devices) == [6, 8]
     workloads.delete_pod(cluster, "manual")
     delete_claim(cluster, "manual-6")
+
+
+def _served(cluster: Cluster, version: str) -> bool:
+    api = client.ApisApi(cluster.admin_client())
+    groups = {g.name: g for g in api.get_api_versions().groups}
+    group = groups.get("resource.k8s.io")
+    return group is not None and any(v.version == version for v in group.versions)
+
+
+@pytest.mark.parametrize("version", ["v1beta1", "v1beta2"])
+def test_templates_written_in_the_beta_apis_are_mutated_in_their_own_shape(
+    cluster: Cluster, webhook: Webhook, version: str,
+) -> None:
+    if not _served(cluster, version):
+        pytest.skip(f"resource.k8s.io/{version} is not served by this API server")
+    if version == "v1beta1":
+        request: dict[str, Any] = {"name": "gpus", "deviceClassName": "gpu.nvidia.com",
+                                   "count": 2}
+    else:
+        request = {"name": "gpus", "exactly": {"deviceClassName": "gpu.nvidia.com", "count": 2}}
+    pair = gpu_claim("x", count=2, topology={"strategy": "Manual", "partitionIDs": [4]})
+    auto = gpu_claim("x", count=2, topology={"strategy": "Auto", "partitionSize": 2})
+    configs = [*pair["spec"]["devices"]["config"], *auto["spec"]["devices"]["config"]]
+    name = f"fabric-{version}"
+    made = workloads.create(cluster, {
+        "apiVersion": f"resource.k8s.io/{version}", "kind": "ResourceClaimTemplate",
+        "metadata": {"name": name, "namespace": WORKLOAD_NAMESPACE},
+        "spec": {"spec": {"devices": {"requests": [request], "config": configs}}},
+    })
+    devices = made["spec"]["spec"]["devices"]
+    assert devices["constraints"] == [
+        {"requests": ["gpus"], "matchAttribute": "gpu.nvidia.com/partition2"}]
+    (got,) = devices["requests"]
+    selectors = got["selectors"] if version == "v1beta1" else got["exactly"]["selectors"]
+    assert [s["cel"]["expression"].count("in [4]") for s in selectors] == [4]
+    workloads.resources(cluster, f"resource.k8s.io/{version}", "ResourceClaimTemplate").delete(
+        name=name, namespace=WORKLOAD_NAMESPACE)
