@@ -11,21 +11,31 @@ prepare uses, under the feature gates the webhook runs with.
 Pure: an `admission.k8s.io/v1` AdmissionReview (already parsed JSON) and the driver config in,
 the `response` object out. Whatever JSON it is given, it never raises: a malformed review is
 a denial whose message says what is malformed.
+
+The mutating endpoint (`mutate`) judges nothing: it writes into a claim the constraints its
+GpuConfigs' `fabricTopologyConfig` imply (`core.gpu.fabric_constraints`), since the scheduler
+reads constraints and selectors, never opaque configs.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import base64
+import json
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final
 
 from core import decoding, errors, models, names
 from core.computedomain import allocation_mode
 from core.gpu import configs as gpu_configs
+from core.gpu import fabric_constraints
 
 ADMISSION_API_VERSION: Final = "admission.k8s.io/v1"
 ADMISSION_REVIEW_KIND: Final = "AdmissionReview"
 # The path of the ValidatingWebhookConfiguration in the Helm chart (templates/webhook.yaml).
 VALIDATE_PATH: Final = "/validate-resource-claim-parameters"
+# The path of the MutatingWebhookConfiguration (templates/webhook.yaml).
+MUTATE_PATH: Final = "/mutate-resource-claim-parameters"
+PATCH_TYPE: Final = "JSONPatch"
 
 CODE_BAD_REQUEST: Final = 400
 CODE_INVALID: Final = 422
@@ -33,6 +43,8 @@ REASON_BAD_REQUEST: Final = "BadRequest"
 REASON_INVALID: Final = "Invalid"
 
 _VALIDATED_OPERATIONS: Final = ("CREATE", "UPDATE")
+# NB: a claim's and a template's spec are immutable: only a new object can be given constraints.
+_MUTATED_OPERATIONS: Final = ("CREATE",)
 # Where each kind keeps its device configs (`spec.devices.config[]` of a claim spec).
 _CONFIG_PATHS: Final[Mapping[str, tuple[str, ...]]] = {
     "ResourceClaim": ("spec", "devices", "config"),
@@ -52,23 +64,10 @@ def review(request: Mapping[str, Any], *, config: models.DriverConfig) -> dict[s
     finalizers removed. Other kinds, other operations and other drivers' configs are
     allowed. A malformed request is denied with code 400. Deterministic; never raises.
     """
-    if not isinstance(request, Mapping):
-        return _bad_request("", "AdmissionReview.request must be a JSON object")
-    uid = request.get("uid")
-    if not isinstance(uid, str) or not uid:
-        return _bad_request("", "AdmissionReview.request.uid must be a non-empty string")
-
-    kind = request.get("kind")
-    if not isinstance(kind, Mapping):
-        return _bad_request(uid, "AdmissionReview.request.kind must be an object")
-    group, kind_name = kind.get("group"), kind.get("kind")
-    if not isinstance(group, str) or not isinstance(kind_name, str):
-        return _bad_request(
-            uid, "AdmissionReview.request.kind.group and .kind must be strings"
-        )
-    operation = request.get("operation")
-    if not isinstance(operation, str):
-        return _bad_request(uid, "AdmissionReview.request.operation must be a string")
+    header = _header(request)
+    if isinstance(header, dict):
+        return header
+    uid, group, kind_name, operation = header
 
     config_path = _CONFIG_PATHS.get(kind_name)
     if group != names.DRA_GROUP or config_path is None or operation not in _VALIDATED_OPERATIONS:
@@ -104,6 +103,52 @@ def review(request: Mapping[str, Any], *, config: models.DriverConfig) -> dict[s
     return _allowed(uid)
 
 
+def mutate(request: Mapping[str, Any], *, config: models.DriverConfig) -> dict[str, Any]:
+    """The AdmissionReview `response` of the mutating endpoint for one `request`.
+
+    A ResourceClaim or ResourceClaimTemplate being created whose gpu.nvidia.com GpuConfigs
+    carry a fabricTopologyConfig gets, as a base64 JSON Patch (patchType JSONPatch), the
+    constraints and selectors `core.gpu.fabric_constraints.plan_patch` derives; anything
+    else is allowed unchanged (no patch). It never denies a well-formed request: judging
+    configs is `review`'s. A malformed request is denied with code 400, as there.
+    Deterministic; never raises.
+    """
+    header = _header(request)
+    if isinstance(header, dict):
+        return header
+    uid, group, kind_name, operation = header
+    config_path = _CONFIG_PATHS.get(kind_name)
+    if group != names.DRA_GROUP or config_path is None or operation not in _MUTATED_OPERATIONS:
+        return _allowed(uid)
+    obj = request.get("object")
+    if not isinstance(obj, Mapping):
+        return _bad_request(
+            uid, f"AdmissionReview.request.object must be the {kind_name} to admit, "
+            f"got {decoding.json_type_name(obj)}"
+        )
+    devices_path = config_path[:-1]
+    devices: Any = obj
+    for key in devices_path:
+        devices = devices.get(key) if isinstance(devices, Mapping) else None
+    kind = request.get("kind")
+    version = kind.get("version") if isinstance(kind, Mapping) else None
+    ops = fabric_constraints.plan_patch(
+        devices,
+        pointer="/" + "/".join(devices_path),
+        api_version=version if isinstance(version, str) else "",
+        gates=config.gates,
+    )
+    if not ops:
+        return _allowed(uid)
+    patch = json.dumps([op.to_json() for op in ops], separators=(",", ":")).encode()
+    return {
+        "uid": uid,
+        "allowed": True,
+        "patchType": PATCH_TYPE,
+        "patch": base64.b64encode(patch).decode(),
+    }
+
+
 def review_document(document: object, *, config: models.DriverConfig) -> dict[str, Any]:
     """The full AdmissionReview to send back for a received AdmissionReview document.
 
@@ -111,6 +156,20 @@ def review_document(document: object, *, config: models.DriverConfig) -> dict[st
     `response`; a document that is not an AdmissionReview gets a denial saying so.
     Never raises.
     """
+    return _answer(document, review, config=config)
+
+
+def mutate_document(document: object, *, config: models.DriverConfig) -> dict[str, Any]:
+    """`review_document` for the mutating endpoint: the AdmissionReview `mutate` answers."""
+    return _answer(document, mutate, config=config)
+
+
+def _answer(
+    document: object,
+    judge: Callable[..., dict[str, Any]],
+    *,
+    config: models.DriverConfig,
+) -> dict[str, Any]:
     response: dict[str, Any]
     if not isinstance(document, Mapping):
         response = _bad_request("", "the request body must be an AdmissionReview JSON object")
@@ -121,17 +180,39 @@ def review_document(document: object, *, config: models.DriverConfig) -> dict[st
         response = _bad_request(
             _uid_of(document.get("request")),
             f"expected apiVersion {ADMISSION_API_VERSION} kind {ADMISSION_REVIEW_KIND}: "
-            "set admissionReviewVersions: [\"v1\"] in the ValidatingWebhookConfiguration",
+            "set admissionReviewVersions: [\"v1\"] in the webhook configuration",
         )
     elif not isinstance(document.get("request"), Mapping):
         response = _bad_request("", "AdmissionReview.request is missing")
     else:
-        response = review(document["request"], config=config)
+        response = judge(document["request"], config=config)
     return {
         "apiVersion": ADMISSION_API_VERSION,
         "kind": ADMISSION_REVIEW_KIND,
         "response": response,
     }
+
+
+def _header(request: object) -> tuple[str, str, str, str] | dict[str, Any]:
+    """(uid, kind group, kind name, operation) of a request, or the 400 response saying
+    which of them is malformed."""
+    if not isinstance(request, Mapping):
+        return _bad_request("", "AdmissionReview.request must be a JSON object")
+    uid = request.get("uid")
+    if not isinstance(uid, str) or not uid:
+        return _bad_request("", "AdmissionReview.request.uid must be a non-empty string")
+    kind = request.get("kind")
+    if not isinstance(kind, Mapping):
+        return _bad_request(uid, "AdmissionReview.request.kind must be an object")
+    group, kind_name = kind.get("group"), kind.get("kind")
+    if not isinstance(group, str) or not isinstance(kind_name, str):
+        return _bad_request(
+            uid, "AdmissionReview.request.kind.group and .kind must be strings"
+        )
+    operation = request.get("operation")
+    if not isinstance(operation, str):
+        return _bad_request(uid, "AdmissionReview.request.operation must be a string")
+    return uid, group, kind_name, operation
 
 
 def check_config_entry(entry: object, *, path: str, config: models.DriverConfig) -> str:

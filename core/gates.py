@@ -75,6 +75,8 @@ COMPUTE_DOMAIN_CLIQUES: Final = "ComputeDomainCliques"
 CRASH_ON_NVLINK_FABRIC_ERRORS: Final = "CrashOnNVLinkFabricErrors"
 HOST_MANAGED_IMEX: Final = "HostManagedIMEXDaemon"
 FABRIC_MANAGER_PARTITIONING: Final = "FabricManagerPartitioning"
+# The seed's gate (not upstream's): GpuConfig.fabricTopologyConfig (core.gpu.fabric_topology).
+FABRIC_TOPOLOGY_SUPPORT: Final = "FabricTopologySupport"
 # The GPU half's gates (gpu.nvidia.com), with upstream's names and defaults.
 TIME_SLICING_SETTINGS: Final = "TimeSlicingSettings"
 MPS_SUPPORT: Final = "MPSSupport"
@@ -118,6 +120,7 @@ REGISTRY: Final[Mapping[str, Gate]] = {
                 unbuilt_in=frozenset({Component.GPU_PLUGIN, Component.COMPUTE_DOMAIN_PLUGIN}),
                 feature="Fabric Manager (NVSwitch) partition activation",
             ),
+            Gate(name=FABRIC_TOPOLOGY_SUPPORT, default=False, stage=Stage.ALPHA),
             Gate(
                 name=DRA_LIST_TYPE_ATTRIBUTES, default=False, stage=Stage.ALPHA,
                 unbuilt_in=_GPU_PLUGIN, feature="list-valued device attributes in ResourceSlices",
@@ -140,6 +143,9 @@ RULES: Final[tuple[Rule, ...]] = (
     Excludes(gate=DYNAMIC_MIG, other=MPS_SUPPORT),
     Excludes(gate=PASSTHROUGH_SUPPORT, other=NVML_DEVICE_HEALTH_CHECK),
     Requires(gate=DEVICE_METADATA, needed=PASSTHROUGH_SUPPORT),
+    # Ours (the seed's gate): fabricTopologyConfig chooses Fabric Manager partitions, which
+    # only exist where FabricManagerPartitioning publishes and activates them.
+    Requires(gate=FABRIC_TOPOLOGY_SUPPORT, needed=FABRIC_MANAGER_PARTITIONING),
 )
 
 # Other spellings accepted on input; always canonicalised before anything else sees them.

@@ -1,4 +1,4 @@
-"""`computedomain webhook`: the optional validating admission webhook (Helm `webhook.enabled`).
+"""`computedomain webhook`: the optional admission webhook (Helm `webhook.enabled`).
 
 Thin wiring: flags (with the env the chart sets), the driver config resolved exactly as the
 controller and plugin resolve it, and a stdlib HTTPS server that hands every AdmissionReview
@@ -6,6 +6,8 @@ to `core.admission`. Every decision lives in the core; this module only speaks H
 It validates the configs of both halves: compute-domain.nvidia.com against the IMEX mode, and
 gpu.nvidia.com against the feature gates it is given (TimeSlicingSettings, PassthroughSupport),
 which must therefore be the GPU plugin's gates (the chart passes the same `featureGates`).
+A second path mutates: it gives claims whose GpuConfig carries a fabricTopologyConfig the
+constraints the scheduler needs (`core.admission.mutate`).
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ import socket
 import ssl
 import sys
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final
 
 from apps.shell import flags, logs, signals
@@ -35,6 +37,11 @@ HEALTH_PATH: Final = "/healthz"
 # An AdmissionReview carries the object (etcd caps objects near 1.5 MiB) and maybe its old copy.
 MAX_BODY_BYTES: Final = 8 * 1024 * 1024
 CONNECTION_TIMEOUT_S: Final = 30.0
+# Which core function answers the AdmissionReviews posted to each path.
+_ANSWERS: Final[Mapping[str, Callable[..., dict[str, Any]]]] = {
+    admission.VALIDATE_PATH: admission.review_document,
+    admission.MUTATE_PATH: admission.mutate_document,
+}
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -149,8 +156,8 @@ def run(args: argparse.Namespace, *, env: Mapping[str, str]) -> int:
     stop = signals.stop_on_signals(log)
     host, port = server.server_address[:2]
     log.info(
-        "event=listening address=%s port=%d tls=%s path=%s",
-        host, port, str(tls is not None).lower(), admission.VALIDATE_PATH,
+        "event=listening address=%s port=%d tls=%s path=%s mutate_path=%s",
+        host, port, str(tls is not None).lower(), admission.VALIDATE_PATH, admission.MUTATE_PATH,
     )
     serving = threading.Thread(target=server.serve_forever, name="webhook", daemon=True)
     serving.start()
@@ -269,7 +276,8 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             self._reply(404, b"not found\n", content_type="text/plain; charset=utf-8")
 
     def do_POST(self) -> None:
-        if self._path() != admission.VALIDATE_PATH:
+        answer = _ANSWERS.get(self._path())
+        if answer is None:
             self._reply(404, b"not found\n", content_type="text/plain; charset=utf-8")
             return
         try:
@@ -286,7 +294,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         except (ValueError, RecursionError):
             self._reply(400, b"the body is not JSON\n", content_type="text/plain")
             return
-        reply = admission.review_document(document, config=self.server.config)
+        reply = answer(document, config=self.server.config)
         _log_outcome(document, reply["response"])
         self._reply(200, json.dumps(reply).encode(), content_type="application/json")
 
@@ -315,6 +323,9 @@ def _log_outcome(document: object, response: Mapping[str, Any]) -> None:
         f"namespace={request.get('namespace', '')} name={request.get('name', '')} "
         f"operation={request.get('operation', '')}"
     )
+    if response.get("patch"):
+        log.info("event=admission_mutated %s patch_type=%s", fields, response.get("patchType"))
+        return
     if response.get("allowed"):
         log.debug("event=admission_allowed %s", fields)
         return

@@ -5,6 +5,8 @@
 decode time, so a decoded value is always the normalized, valid config. Sharing: TimeSlicing
 (gate TimeSlicingSettings) and MPS (gate MPSSupport: a control daemon per claim, see
 `core.gpu.mps`), whose `mpsConfig` limits are checked as quantities here already.
+`fabricTopologyConfig` (the seed's, gate FabricTopologySupport) says which Fabric Manager
+partitions a GpuConfig's GPUs form and who activates them (`core.gpu.fabric_topology`).
 
 The prepare planner and the admission webhook both decode through `decode_device_config`, so
 a config the webhook admits is one prepare accepts, with the same message when it does not.
@@ -16,8 +18,10 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import math
+import re
 from collections.abc import Mapping
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 from core import decoding, errors, models, names
 from core import gates as feature_gates
@@ -36,7 +40,7 @@ KINDS: Final = (KIND_GPU_CONFIG, KIND_MIG_DEVICE_CONFIG, KIND_VFIO_DEVICE_CONFIG
 _COMPUTE_DOMAIN_KINDS: Final = ("ComputeDomainChannelConfig", "ComputeDomainDaemonConfig")
 
 # Accepted JSON fields at each level, as upstream's types declare them (strict decoding).
-GPU_CONFIG_FIELDS: Final = ("apiVersion", "kind", "sharing")
+GPU_CONFIG_FIELDS: Final = ("apiVersion", "kind", "sharing", "fabricTopologyConfig")
 MIG_DEVICE_CONFIG_FIELDS: Final = ("apiVersion", "kind", "sharing")
 VFIO_DEVICE_CONFIG_FIELDS: Final = ("apiVersion", "kind", "iommu")
 # NB: upstream's MigDeviceSharing has no timeSlicingConfig: the interval is a property of
@@ -49,6 +53,14 @@ MPS_CONFIG_FIELDS: Final = (
     "defaultPerDevicePinnedMemoryLimit", "multiUser",
 )
 IOMMU_FIELDS: Final = ("backendPolicy", "enableAPIDevice")
+FABRIC_TOPOLOGY_FIELDS: Final = (
+    "strategy", "partitionSize", "virtualizationModel", "minBandwidth", "maxLatency",
+    "partitionIDs",
+)
+# The partition sizes a fabricTopologyConfig may ask for (the seed's; HGX boards have 2-, 4-
+# and 8-GPU partitions).
+PARTITION_SIZES: Final = (2, 4, 8)
+_DECIMAL: Final = re.compile(r"[0-9]+")
 
 
 
@@ -69,6 +81,43 @@ class IommuBackendPolicy(enum.StrEnum):
 
     LEGACY_ONLY = "LegacyOnly"
     PREFER_IOMMU_FD = "PreferIommuFD"
+
+
+class FabricStrategy(enum.StrEnum):
+    """How a claim's Fabric Manager partitions are chosen (fabricTopologyConfig.strategy)."""
+
+    AUTO = "Auto"
+    MANUAL = "Manual"
+    DISABLED = "Disabled"
+
+
+class VirtualizationModel(enum.StrEnum):
+    """Who activates the partitions (fabricTopologyConfig.virtualizationModel); the names are
+    Fabric Manager's virtualization models."""
+
+    BARE_METAL = "BareMetal"
+    FULL_PASSTHROUGH = "FullPassthrough"
+    SHARED_NVSWITCH = "SharedNVSwitch"
+    VGPU = "VGPU"
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class FabricTopologyConfig:
+    """The seed's `fabricTopologyConfig` of a GpuConfig (gate FabricTopologySupport).
+
+    Decoded and checked on its own (fields, ranges, which fields go with which strategy);
+    whether it fits the GPUs a claim was allocated is `core.gpu.fabric_topology`'s question.
+    """
+
+    strategy: FabricStrategy = FabricStrategy.AUTO
+    # 2, 4 or 8: the claim's GPU count (Auto) or the size of each listed partition (Manual).
+    partition_size: int | None = None
+    virtualization_model: VirtualizationModel = VirtualizationModel.BARE_METAL
+    # GB/s and ms as given; validated, recorded, not enforced (docs/gpus.md says why).
+    min_bandwidth: float | None = None
+    max_latency: float | None = None
+    # Fabric Manager partition ids (Manual only), in the order given, no duplicates.
+    partition_ids: tuple[int, ...] = ()
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -104,6 +153,7 @@ class Sharing:
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class GpuConfig:
     sharing: Sharing | None = None
+    fabric_topology: FabricTopologyConfig | None = None
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -130,6 +180,9 @@ _KIND_FOR_TYPE: Final[Mapping[str, str]] = {
 }
 
 
+_Member = TypeVar("_Member", bound=enum.StrEnum)
+
+
 # ---------------------------------------------------------------- public functions
 
 
@@ -146,7 +199,9 @@ def decode_device_config(
     PassthroughSupport; sharing.strategy TimeSlicing only with gate TimeSlicingSettings, its
     interval defaulted to Default; MPS only with gate MPSSupport, its mpsConfig's thread
     percentage 0-100 and limits quantities of at least 1Mi; iommu defaulted to LegacyOnly and
-    enableAPIDevice false. Deterministic; raises only errors.DecodeError, for any JSON value.
+    enableAPIDevice false; GpuConfig.fabricTopologyConfig only with gate FabricTopologySupport
+    (`_fabric_topology` lists its rules). Deterministic; raises only errors.DecodeError, for
+    any JSON value.
     """
     if not isinstance(parameters, Mapping):
         fail(
@@ -194,7 +249,12 @@ def decode_device_config(
     accepted = GPU_CONFIG_FIELDS if gpu else MIG_DEVICE_CONFIG_FIELDS
     _check_fields(obj, accepted, path="", what=kind, strict=strict)
     sharing = _sharing(obj.get("sharing"), kind=kind, gpu=gpu, gates=gates, strict=strict)
-    return GpuConfig(sharing=sharing) if gpu else MigDeviceConfig(sharing=sharing)
+    if not gpu:
+        return MigDeviceConfig(sharing=sharing)
+    topology = _fabric_topology(
+        obj.get("fabricTopologyConfig"), kind=kind, gates=gates, strict=strict
+    )
+    return GpuConfig(sharing=sharing, fabric_topology=topology)
 
 
 def default_config(device_type: str) -> DeviceConfig:
@@ -291,6 +351,25 @@ def device_config_to_k8s(config: DeviceConfig) -> dict[str, Any]:
         if config.sharing.mps is not None:
             sharing["mpsConfig"] = _mps_to_k8s(config.sharing.mps)
         out["sharing"] = sharing
+    if isinstance(config, GpuConfig) and config.fabric_topology is not None:
+        out["fabricTopologyConfig"] = fabric_topology_to_k8s(config.fabric_topology)
+    return out
+
+
+def fabric_topology_to_k8s(topology: FabricTopologyConfig) -> dict[str, Any]:
+    """The normalized `fabricTopologyConfig` JSON (strategy and model written out, ids as ints)."""
+    out: dict[str, Any] = {
+        "strategy": topology.strategy.value,
+        "virtualizationModel": topology.virtualization_model.value,
+    }
+    if topology.partition_size is not None:
+        out["partitionSize"] = topology.partition_size
+    if topology.min_bandwidth is not None:
+        out["minBandwidth"] = topology.min_bandwidth
+    if topology.max_latency is not None:
+        out["maxLatency"] = topology.max_latency
+    if topology.partition_ids:
+        out["partitionIDs"] = list(topology.partition_ids)
     return out
 
 
@@ -445,6 +524,133 @@ def _time_slicing(value: object, *, kind: str, strict: bool) -> TimeSlicing:
         f"{kind}.{field} {show_value(interval)} is not valid: use "
         f"{' or '.join(member.value for member in TimeSliceInterval)}",
     )
+
+
+def _fabric_topology(
+    value: object, *, kind: str, gates: models.FeatureGates, strict: bool
+) -> FabricTopologyConfig | None:
+    """Rules: gate FabricTopologySupport; strategy Auto (default), Manual or Disabled;
+    virtualizationModel BareMetal (default), FullPassthrough, SharedNVSwitch or VGPU;
+    partitionSize 2, 4 or 8 (not with Disabled); minBandwidth/maxLatency non-negative numbers;
+    partitionIDs (Manual only, and required there) distinct partition ids, ints or decimal
+    strings."""
+    path = "fabricTopologyConfig"
+    if value is None:
+        return None
+    gate = feature_gates.FABRIC_TOPOLOGY_SUPPORT
+    if not gates.enabled(gate):
+        fail(
+            path,
+            f"{kind}.{path} needs feature gate {gate}, which is off: enable it (Helm "
+            f"featureGates.{gate}=true, with featureGates."
+            f"{feature_gates.FABRIC_MANAGER_PARTITIONING}=true) or remove {path}",
+        )
+    obj = _object(value, path, kind)
+    _check_fields(obj, FABRIC_TOPOLOGY_FIELDS, path=path, what=kind, strict=strict)
+    strategy = _member(
+        obj.get("strategy"), FabricStrategy, FabricStrategy.AUTO,
+        field=f"{path}.strategy", kind=kind,
+    )
+    model = _member(
+        obj.get("virtualizationModel"), VirtualizationModel, VirtualizationModel.BARE_METAL,
+        field=f"{path}.virtualizationModel", kind=kind,
+    )
+    size = obj.get("partitionSize")
+    if size is not None:
+        field = f"{path}.partitionSize"
+        if type(size) is not int or size not in PARTITION_SIZES:
+            shown = str(size) if type(size) is int else show_value(size)
+            fail(
+                field,
+                f"{kind}.{field} {shown} is not valid: use "
+                f"{', '.join(map(str, PARTITION_SIZES))} (GPUs per partition)",
+            )
+        if strategy is FabricStrategy.DISABLED:
+            fail(
+                field,
+                f"{kind}.{field} has no effect with strategy Disabled: remove it, or use "
+                "strategy Auto",
+            )
+    bandwidth = _non_negative(obj.get("minBandwidth"), field=f"{path}.minBandwidth",
+                              kind=kind, unit="GB/s")
+    latency = _non_negative(obj.get("maxLatency"), field=f"{path}.maxLatency",
+                            kind=kind, unit="ms")
+    ids = _partition_ids(obj.get("partitionIDs"), field=f"{path}.partitionIDs", kind=kind)
+    if strategy is FabricStrategy.MANUAL and not ids:
+        fail(
+            f"{path}.partitionIDs",
+            f"{kind}.{path}.partitionIDs is required with strategy Manual: list the Fabric "
+            "Manager partition ids the claim's GPUs form (the values of their "
+            "gpu.nvidia.com/partition<N> attributes), or use strategy Auto",
+        )
+    if strategy is not FabricStrategy.MANUAL and ids:
+        fail(
+            f"{path}.partitionIDs",
+            f"{kind}.{path}.partitionIDs can only be used with strategy Manual (strategy is "
+            f"{strategy.value}): set strategy Manual, or remove partitionIDs",
+        )
+    return FabricTopologyConfig(
+        strategy=strategy,
+        partition_size=size,
+        virtualization_model=model,
+        min_bandwidth=bandwidth,
+        max_latency=latency,
+        partition_ids=ids,
+    )
+
+
+def _member(
+    value: object, members: type[_Member], default: _Member, *, field: str, kind: str
+) -> _Member:
+    """The enum member `value` names exactly; `default` when missing or empty."""
+    if value is None or value == "":
+        return default
+    for member in members:
+        if value == member.value:
+            return member
+    fail(
+        field,
+        f"{kind}.{field} {show_value(value)} is not valid: use "
+        f"{' or '.join(member.value for member in members)}",
+    )
+
+
+def _non_negative(value: object, *, field: str, kind: str, unit: str) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        fail(field, f"{kind}.{field} must be a number ({unit}), got "
+             f"{decoding.json_type_name(value)}")
+    if not math.isfinite(value) or value < 0:
+        fail(field, f"{kind}.{field} {value} is not valid: use a number of {unit} of 0 or more")
+    return float(value)
+
+
+def _partition_ids(value: object, *, field: str, kind: str) -> tuple[int, ...]:
+    if value is None:
+        return ()
+    if not isinstance(value, list):
+        fail(field, f"{kind}.{field} must be a list of partition ids, got "
+             f"{decoding.json_type_name(value)}")
+    ids: list[int] = []
+    for index, item in enumerate(value):
+        where = f"{field}[{index}]"
+        if type(item) is int and item >= 0:
+            partition_id = item
+        elif isinstance(item, str) and _DECIMAL.fullmatch(item):
+            partition_id = int(item)
+        else:
+            shown = str(item) if type(item) is int else show_value(item)
+            fail(
+                where,
+                f"{kind}.{where} {shown} is not a Fabric Manager partition id: use the "
+                "partition's number as Fabric Manager reports it (the value of the GPUs' "
+                "gpu.nvidia.com/partition<N> attributes), e.g. 1 or \"1\"",
+            )
+        if partition_id in ids:
+            fail(where, f"{kind}.{where} {partition_id} is listed twice: list each once")
+        ids.append(partition_id)
+    return tuple(ids)
 
 
 def _vfio_config(value: object, *, kind: str, strict: bool) -> VfioDeviceConfig:

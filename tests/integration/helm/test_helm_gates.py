@@ -59,6 +59,7 @@ RULE_BREAKERS = [
     {"DynamicMIG": True, "MPSSupport": True},
     {"PassthroughSupport": True, "NVMLDeviceHealthCheck": True},
     {"DeviceMetadata": True},
+    {"FabricTopologySupport": True},
     # Two rules broken at once: upstream's order decides which one is reported.
     {"DynamicMIG": True, "MPSSupport": True, "PassthroughSupport": True},
 ]

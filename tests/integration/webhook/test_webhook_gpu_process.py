@@ -1,11 +1,13 @@
 """`computedomain webhook` as a real process, judging gpu.nvidia.com configs by its gates.
 
 The gates come from FEATURE_GATES as the chart sets them; the same claim is admitted by a
-webhook running with TimeSlicingSettings and refused by one running without it.
+webhook running with TimeSlicingSettings and refused by one running without it. The mutating
+path gives a claim whose GpuConfig carries a fabricTopologyConfig its partition constraint.
 """
 
 from __future__ import annotations
 
+import base64
 import collections.abc
 import http.client
 import json
@@ -22,6 +24,7 @@ import pytest
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[3]
 PATH = "/validate-resource-claim-parameters"
+MUTATE_PATH = "/mutate-resource-claim-parameters"
 _OWN_ENV = ("WEBHOOK_PORT", "WEBHOOK_ADDRESS", "TLS_CERT_FILE", "TLS_KEY_FILE", "IMEX_MODE",
             "IMEX_ISOLATION", "FEATURE_GATES", "NAMESPACE")
 
@@ -55,7 +58,7 @@ class GpuWebhook:
         for line in self.proc.stderr:
             self.lines.append(line)
 
-    def review(self, uid: str, parameters: dict[str, Any]) -> dict[str, Any]:
+    def review(self, uid: str, parameters: dict[str, Any], *, path: str = PATH) -> dict[str, Any]:
         claim = {
             "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
             "metadata": {"name": "infer", "namespace": "ml"},
@@ -75,7 +78,7 @@ class GpuWebhook:
         }
         conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=10)
         try:
-            conn.request("POST", PATH, body=json.dumps(document).encode(),
+            conn.request("POST", path, body=json.dumps(document).encode(),
                          headers={"Content-Type": "application/json"})
             reply = conn.getresponse()
             assert reply.status == 200
@@ -153,3 +156,36 @@ def test_webhook_without_the_gate_refuses_time_slicing_naming_the_gate(start: An
     assert "needs feature gate TimeSlicingSettings, which is off" in denied["status"]["message"]
     assert hook.review("uid-plain", {"apiVersion": "resource.nvidia.com/v1beta1",
                                      "kind": "GpuConfig"})["allowed"] is True
+
+
+def test_the_mutating_path_adds_the_partition_constraint_a_fabric_topology_config_implies(
+    start: Any,
+) -> None:
+    hook = start(feature_gates="FabricTopologySupport=true,FabricManagerPartitioning=true")
+    parameters = {"apiVersion": "resource.nvidia.com/v1beta1", "kind": "GpuConfig",
+                  "fabricTopologyConfig": {"strategy": "Auto", "partitionSize": 4}}
+    mutated = hook.review("uid-fm", parameters, path=MUTATE_PATH)
+    assert (mutated["uid"], mutated["allowed"], mutated["patchType"]) == (
+        "uid-fm", True, "JSONPatch")
+    assert json.loads(base64.b64decode(mutated["patch"])) == [
+        {"op": "add", "path": "/spec/devices/constraints",
+         "value": [{"matchAttribute": "gpu.nvidia.com/partition4", "requests": ["gpu"]}]}]
+    assert any("event=admission_mutated uid=uid-fm kind=ResourceClaim" in line
+               for line in hook.lines)
+    # The validating path admits the same config; a plain GpuConfig is not patched.
+    assert hook.review("uid-ok", parameters) == {"uid": "uid-ok", "allowed": True}
+    plain = {"apiVersion": "resource.nvidia.com/v1beta1", "kind": "GpuConfig"}
+    assert hook.review("uid-plain", plain, path=MUTATE_PATH) == {
+        "uid": "uid-plain", "allowed": True}
+    assert hook.stop() == 0
+
+
+def test_without_the_gate_the_config_is_refused_and_not_patched(start: Any) -> None:
+    hook = start(feature_gates="FabricManagerPartitioning=true")
+    parameters = {"apiVersion": "resource.nvidia.com/v1beta1", "kind": "GpuConfig",
+                  "fabricTopologyConfig": {"partitionSize": 4}}
+    assert hook.review("uid-m", parameters, path=MUTATE_PATH) == {"uid": "uid-m", "allowed": True}
+    denied = hook.review("uid-v", parameters)
+    assert denied["allowed"] is False
+    assert "needs feature gate FabricTopologySupport, which is off" in denied["status"]["message"]
+    assert hook.stop() == 0

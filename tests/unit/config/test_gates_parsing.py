@@ -11,7 +11,8 @@ from core import errors, gates, models
 UNKNOWN_GATE_SUFFIX = (
     ": known gates are ComputeDomainCliques, ConsumableShares, ContextualLogging, "
     "CrashOnNVLinkFabricErrors, DRAListTypeAttributes, DeviceMetadata, DynamicMIG, "
-    "FabricManagerPartitioning, HostManagedIMEXDaemon, IMEXDaemonsWithDNSNames, "
+    "FabricManagerPartitioning, FabricTopologySupport, HostManagedIMEXDaemon, "
+    "IMEXDaemonsWithDNSNames, "
     "LoggingAlphaOptions, LoggingBetaOptions, MPSSupport, NVMLDeviceHealthCheck, "
     "PassthroughSupport, TimeSlicingSettings (and AllAlpha, AllBeta; HostManagedIMEX is an "
     "alias of HostManagedIMEXDaemon)"
@@ -27,6 +28,8 @@ UPSTREAM_DEFAULTS = {
     "DeviceMetadata": (False, "alpha"),
     "DynamicMIG": (False, "alpha"),
     "FabricManagerPartitioning": (False, "alpha"),
+    # The seed's gate (not upstream's).
+    "FabricTopologySupport": (False, "alpha"),
     "HostManagedIMEXDaemon": (False, "alpha"),
     "IMEXDaemonsWithDNSNames": (True, "beta"),
     "MPSSupport": (False, "alpha"),
@@ -162,6 +165,10 @@ def test_dependency_satisfied_when_dependent_gate_is_off() -> None:
             {"DeviceMetadata": True},
             "feature gate DeviceMetadata=true requires PassthroughSupport=true",
         ),
+        (
+            {"FabricTopologySupport": True},
+            "feature gate FabricTopologySupport=true requires FabricManagerPartitioning=true",
+        ),
     ],
 )
 def test_upstream_dependency_rules_are_enforced(explicit: dict[str, bool], message: str) -> None:
@@ -186,6 +193,7 @@ def test_allowed_combinations_pass_dependency_validation() -> None:
         {"DynamicMIG": True},
         {"NVMLDeviceHealthCheck": True, "MPSSupport": True},
         {"FabricManagerPartitioning": True, "PassthroughSupport": True},
+        {"FabricTopologySupport": True, "FabricManagerPartitioning": True},
     ):
         gates.validate_gate_dependencies(gates.resolve_gates(explicit))
 
