@@ -5,12 +5,12 @@ partition table), the chart with only the GPU half and gates FabricManagerPartit
 FabricTopologySupport. The webhook runs as its own process over TLS (a self-signed
 certificate made by `openssl`); the chart's MutatingWebhookConfiguration is registered with the
 API server, pointed at it on loopback. A pod first takes the GPU with module id 2 (in 4-GPU
-partition 1); then a claim asking for 4 GPUs with `fabricTopologyConfig: {strategy: Auto,
+partition 2); then a claim asking for 4 GPUs with `fabricTopologyConfig: {strategy: Auto,
 partitionSize: 4}` and no constraints is created: the API server has the webhook add
 `matchAttribute: gpu.nvidia.com/partition4`, and the real scheduler gives it the GPUs of
-partition 2 (modules 5-8), where without the constraint it would have taken the first four free
+partition 3 (modules 3, 4, 7, 8), where without the constraint it would have taken the first four free
 GPUs (modules 1, 3, 4, 5), which form no partition (the control test shows it). A Manual claim
-listing partition 6 gets a selector instead, and the two GPUs of that pair. Templates written in
+listing partition 7 gets a selector instead, and the two GPUs of that pair. Templates written in
 resource.k8s.io v1beta1 and v1beta2 (served for this module) get the same in their own shape.
 
 NB: the GPU plugin binary publishes partition attributes once its Fabric Manager wiring is in
@@ -217,8 +217,8 @@ def test_a_fabric_topology_claim_without_constraints_gets_one_4_gpu_partition(
         "resourceClaimName": name})]))
     workloads.running(cluster, "four")
     devices = allocated(read_claim(cluster, name))
-    assert sorted(partitions[d]["gpuModuleID"] for d in devices) == [5, 6, 7, 8]
-    assert {partitions[d]["partition4"] for d in devices} == {2}
+    assert sorted(partitions[d]["gpuModuleID"] for d in devices) == [3, 4, 7, 8]
+    assert {partitions[d]["partition4"] for d in devices} == {3}
 
     for pod_name in ("four", "one"):
         workloads.delete_pod(cluster, pod_name)
@@ -262,17 +262,17 @@ def test_the_same_claim_without_the_webhook_would_get_gpus_of_no_partition(
 def test_a_manual_claim_gets_a_selector_and_the_gpus_of_the_listed_partition(
     cluster: Cluster, partitions: dict[str, dict[str, int]], webhook: Webhook,
 ) -> None:
-    manual = {"strategy": "Manual", "partitionIDs": ["6"]}
-    claim = workloads.create(cluster, gpu_claim("manual-6", count=2, topology=manual))
+    manual = {"strategy": "Manual", "partitionIDs": ["7"]}
+    claim = workloads.create(cluster, gpu_claim("manual-7", count=2, topology=manual))
     (selector,) = claim["spec"]["devices"]["requests"][0]["exactly"]["selectors"]
-    assert "partition2 in [6]" in selector["cel"]["expression"]
+    assert "partition2 in [7]" in selector["cel"]["expression"]
     workloads.create(cluster, workloads.pod("manual", claims=[("gpus", {
-        "resourceClaimName": "manual-6"})]))
+        "resourceClaimName": "manual-7"})]))
     workloads.running(cluster, "manual")
-    devices = allocated(read_claim(cluster, "manual-6"))
+    devices = allocated(read_claim(cluster, "manual-7"))
     assert sorted(partitions[d]["gpuModuleID"] for d in devices) == [6, 8]
     workloads.delete_pod(cluster, "manual")
-    delete_claim(cluster, "manual-6")
+    delete_claim(cluster, "manual-7")
 
 
 def _served(cluster: Cluster, version: str) -> bool:

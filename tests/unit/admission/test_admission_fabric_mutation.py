@@ -370,8 +370,8 @@ def _selected(expression: str) -> list[int]:
 
 @pytest.mark.parametrize(
     ("ids", "size", "modules"),
-    [((2,), 4, [5, 6, 7, 8]), ((3, 6), None, [1, 3, 6, 8]), ((0,), None, list(range(1, 9))),
-     ((9,), None, [3]), ((1,), 2, [])],
+    [((3,), 4, [3, 4, 7, 8]), ((4, 7), None, [1, 3, 6, 8]), ((1,), None, list(range(1, 9))),
+     ((10,), None, [3]), ((1,), 2, [])],
 )
 def test_the_selector_admits_exactly_the_gpus_of_the_listed_partitions(
     ids: tuple[int, ...], size: int | None, modules: list[int],

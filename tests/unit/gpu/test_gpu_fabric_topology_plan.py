@@ -1,4 +1,4 @@
-"""core.gpu.fabric_topology.plan_partitions on the HGX 8-GPU partition table.
+"""core.gpu.fabric_topology.plan_partitions on an 8-GPU partition table.
 
 Covers: no config (Auto on BareMetal, upstream's), Auto with and without partitionSize,
 Manual (one partition, two disjoint ones), Disabled and VGPU (nothing), which models let the
@@ -13,7 +13,24 @@ import pytest
 from core import errors
 from core.gpu import configs, fabric_topology, fm_partitions
 
-HGX = fm_partitions.HGX_8GPU_PARTITIONS
+
+def _partition(partition_id: int, *module_ids: int) -> fm_partitions.Partition:
+    return fm_partitions.Partition(partition_id=partition_id, module_ids=frozenset(module_ids))
+
+
+# An 8-GPU board whose partition ids start at 0 (the planner takes whatever table Fabric
+# Manager reports; the BOARD H100 one starts at 1): the whole board, halves (1-4) and (5-8),
+# pairs (1,3), (2,4), (5,7), (6,8), and each GPU alone as 7 + module id - 1.
+BOARD = (
+    _partition(0, 1, 2, 3, 4, 5, 6, 7, 8),
+    _partition(1, 1, 2, 3, 4),
+    _partition(2, 5, 6, 7, 8),
+    _partition(3, 1, 3),
+    _partition(4, 2, 4),
+    _partition(5, 5, 7),
+    _partition(6, 6, 8),
+    *(_partition(6 + module_id, module_id) for module_id in range(1, 9)),
+)
 Model = configs.VirtualizationModel
 Strategy = configs.FabricStrategy
 
@@ -22,7 +39,7 @@ def plan(
     topology: configs.FabricTopologyConfig | None, *modules: int
 ) -> fabric_topology.FabricPlan:
     return fabric_topology.plan_partitions(
-        topology, module_ids=frozenset(modules), partitions=HGX)
+        topology, module_ids=frozenset(modules), partitions=BOARD)
 
 
 def refusal(topology: configs.FabricTopologyConfig | None, *modules: int) -> str:
@@ -168,6 +185,6 @@ def test_full_passthrough_manual_still_checks_the_listed_partitions() -> None:
 
 
 def test_contradictory_fabric_manager_tables_are_refused() -> None:
-    twice = (*HGX, fm_partitions.Partition(partition_id=1, module_ids=frozenset({1})))
+    twice = (*BOARD, fm_partitions.Partition(partition_id=1, module_ids=frozenset({1})))
     with pytest.raises(errors.PermanentError, match="reported partition 1 twice"):
         fabric_topology.plan_partitions(None, module_ids=frozenset({1}), partitions=twice)
