@@ -115,8 +115,10 @@ REGISTRY: Final[Mapping[str, Gate]] = {
             ),
             Gate(
                 name=FABRIC_MANAGER_PARTITIONING, default=False, stage=Stage.ALPHA,
-                unbuilt_in=frozenset({Component.GPU_PLUGIN, Component.COMPUTE_DOMAIN_PLUGIN}),
-                feature="Fabric Manager (NVSwitch) partition activation",
+                # NB: built in the GPU plugin (partition attributes, activation at prepare);
+                # upstream's ComputeDomain plugin uses it to detect single-node NVLink systems.
+                unbuilt_in=frozenset({Component.COMPUTE_DOMAIN_PLUGIN}),
+                feature="single-node NVLink (NVSwitch) system handling",
             ),
             Gate(
                 name=DRA_LIST_TYPE_ATTRIBUTES, default=False, stage=Stage.ALPHA,
