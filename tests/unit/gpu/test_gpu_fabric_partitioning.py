@@ -19,7 +19,7 @@ import gpu_prep_fixtures as f
 import pytest
 
 from core import errors, gates, models, names
-from core.gpu import actions, devices, fabric_partitioning, fm_partitions
+from core.gpu import actions, configs, devices, fabric_partitioning, fm_partitions
 from core.gpu import checkpoint_records as records
 from core.gpu import preparing as gpu_preparing
 
@@ -273,7 +273,7 @@ def test_rollback_deactivates_what_the_prepare_activated_last_unless_another_cla
 ) -> None:
     done = (actions.ActivateFabricPartition(partition_id=3),
             actions.SetTimeSlice(gpu_uuids=(f.gpu(0).uuid,),
-                                 interval=gpu_preparing.configs.TimeSliceInterval.LONG))
+                                 interval=configs.TimeSliceInterval.LONG))
     empty = gpu_preparing.empty_gpu_checkpoint(boot_id="b")
 
     undo = gpu_preparing.plan_gpu_rollback(MINE, done=done, rollback_to=empty)
@@ -329,6 +329,6 @@ def test_a_checkpoint_rebuilt_from_cdi_specs_infers_each_claims_partition() -> N
     ).entries[MINE].record.fabric_partitions == ()
 
 
-def _written_spec(outcome: gpu_preparing.GpuClaimOutcome) -> models.JSONObject:
-    [spec] = [s.spec for s in outcome.steps if isinstance(s, models.WriteCDISpec)]
+def _written_spec(outcome: gpu_preparing.GpuClaimOutcome) -> dict[str, object]:
+    [spec] = [dict(s.spec) for s in outcome.steps if isinstance(s, models.WriteCDISpec)]
     return spec
