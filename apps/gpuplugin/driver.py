@@ -178,16 +178,26 @@ class GpuHalf:
         return gpu_preparing.gpu_checkpoint_from_cdi(
             specs, boot_id=boot_id, now=now, dynamic_mig=self._mig is not None,
             fabric_partitions=self._fabric_partitions,
-            module_ids={g.minor: g.module_id for g in self._discovered().gpus if g.module_id},
+            module_ids=self._module_ids(),
         )
 
     def adopt_upstream(
         self, upstream: upstream_checkpoint.UpstreamCheckpoint, *, boot_id: str, now: float
     ) -> upstream_checkpoint.Adoption[gpu_records.GpuClaimRecord]:
-        """Upstream's GPU claims as entries of ours (VFIO addresses from discovery now)."""
-        return gpu_upstream_import.adopt(
+        """Upstream's GPU claims as entries of ours (VFIO addresses from discovery now; with
+        Fabric Manager, each claim's partition inferred from its GPUs)."""
+        adopted = gpu_upstream_import.adopt(
             upstream, inventory=self._inventory(), boot_id=boot_id, now=now
         )
+        if self._fabric_partitions is None:
+            return adopted
+        return dataclasses.replace(adopted, checkpoint=fabric_partitioning.with_inferred(
+            adopted.checkpoint, module_ids=self._module_ids(),
+            partitions=self._fabric_partitions,
+        ))
+
+    def _module_ids(self) -> dict[int, int]:
+        return {g.minor: g.module_id for g in self._discovered().gpus if g.module_id}
 
     def plan_restore_spec(
         self, entry: gpu_records.Entry, *, node: models.NodeFacts

@@ -129,3 +129,26 @@ def inferred(
         return ()
 
 
+
+
+
+def with_inferred(
+    checkpoint: records.Checkpoint,
+    *,
+    module_ids: Mapping[int, int],
+    partitions: Sequence[fm_partitions.Partition],
+) -> records.Checkpoint:
+    """`checkpoint` with each holding entry that records no partition given the one its GPUs
+    form (`inferred`): for claims taken over from a checkpoint that does not record them
+    (upstream's), so that their running workloads keep their partition through the start-up
+    clean-up and unprepare deactivates it."""
+    entries = dict(checkpoint.entries)
+    for uid, entry in checkpoint.entries.items():
+        if entry.state not in checkpoints.HOLDING_STATES or entry.record.fabric_partitions:
+            continue
+        found = inferred(entry.record.held, module_ids=module_ids, partitions=partitions)
+        if found:
+            entries[uid] = dataclasses.replace(
+                entry, record=dataclasses.replace(entry.record, fabric_partitions=found)
+            )
+    return dataclasses.replace(checkpoint, entries=entries)

@@ -7,7 +7,8 @@ after, before any other GPU step, for full GPUs and VFIO functions (by their GPU
 devices or admin access, not without the gate; every refusal leaves no step; the record's
 `fabricPartitions` member (written only when set, strict and tolerant decoding); unprepare,
 the stale undo and rollback deactivate it last, only when no other claim holding GPUs records
-it; the start-up orphans; a checkpoint rebuilt from CDI specs infers the partition.
+it; the start-up orphans; a checkpoint rebuilt from CDI specs, or entries taken over from
+upstream's checkpoint, get the partition their GPUs form.
 """
 
 from __future__ import annotations
@@ -332,3 +333,19 @@ def test_a_checkpoint_rebuilt_from_cdi_specs_infers_each_claims_partition() -> N
 def _written_spec(outcome: gpu_preparing.GpuClaimOutcome) -> dict[str, object]:
     [spec] = [dict(s.spec) for s in outcome.steps if isinstance(s, models.WriteCDISpec)]
     return spec
+
+
+def test_entries_taken_over_without_a_partition_get_the_one_their_gpus_form() -> None:
+    recorded = _prepared("gpu-0", "gpu-2")
+    bare = _prepare(f.claim("gpu-4", "gpu-5", "gpu-6", "gpu-7", uid=OTHER),
+                    recorded, gate_values=f.ALL_GATES).checkpoint
+    modules = {g.minor: g.module_id for g in HGX.gpus if g.module_id}
+
+    taken = fabric_partitioning.with_inferred(bare, module_ids=modules, partitions=TABLE)
+
+    assert bare.entries[OTHER].record.fabric_partitions == ()
+    assert taken.entries[OTHER].record.fabric_partitions == (2,)
+    assert taken.entries[MINE] == bare.entries[MINE]
+    assert fabric_partitioning.with_inferred(
+        bare, module_ids={}, partitions=TABLE
+    ).entries[OTHER].record.fabric_partitions == ()
