@@ -25,6 +25,8 @@ from bench import (
 
 _HEALTH_TITLE = (f"GPU half: health event -> taint published; prepare with "
                  f"{gpu.HEALTH_STREAMS} health streams open vs none (alternating blocks) ...")
+_FABRIC_TITLE = ("GPU half: 4-GPU prepare with its Fabric Manager partition activated vs "
+                 "without (interleaved) ...")
 
 
 def main() -> int:
@@ -38,6 +40,9 @@ def main() -> int:
                         help="the MPS prepare vs full-GPU prepare figure only")
     parser.add_argument("--only-mig", action="store_true",
                         help="the dynamic MIG prepare vs full-GPU prepare figure only")
+    parser.add_argument("--only-fabric", action="store_true",
+                        help="the 4-GPU Fabric Manager partitioned prepare vs unpartitioned "
+                             "4-GPU prepare figure only")
     parser.add_argument("--only-health", action="store_true",
                         help="the GPU health figures only: event -> taint published, prepare "
                              "with 64 health streams open vs none")
@@ -69,6 +74,11 @@ def main() -> int:
               "(interleaved), slice sizes ...", flush=True)
         results["gpu_mig_vs_full_gpu"] = gpu.mig_vs_full_gpu(samples=samples)
         return _write(results, started, args.out)
+    if args.only_fabric:
+        print(_FABRIC_TITLE, flush=True)
+        results["gpu_fabric_partition_vs_four_gpus"] = gpu.fabric_partition_vs_full_gpus(
+            samples=samples)
+        return _write(results, started, args.out)
     if args.only_health:
         print(_HEALTH_TITLE, flush=True)
         results["gpu_health"] = gpu.health(samples=samples)
@@ -97,6 +107,9 @@ def main() -> int:
             print("GPU half: dynamic MIG prepare (device created) vs full-GPU prepare "
                   "(interleaved), slice sizes ...", flush=True)
             results["gpu_mig_vs_full_gpu"] = gpu.mig_vs_full_gpu(samples=samples)
+            print(_FABRIC_TITLE, flush=True)
+            results["gpu_fabric_partition_vs_four_gpus"] = gpu.fabric_partition_vs_full_gpus(
+                samples=samples)
             print(_HEALTH_TITLE, flush=True)
             results["gpu_health"] = gpu.health(samples=samples)
     if args.only_gpu:

@@ -35,6 +35,15 @@ simulated GPUs keep their MIG state in the driver root, so it outlives the kille
 the restart the node must hold exactly the MIG devices of the prepared claims, and none once
 every claim is unprepared, also after one more restart.
 
+Mode `fm` runs the GPU plugin with gate FabricManagerPartitioning instead, every claim a pair
+of GPUs forming a 2-GPU Fabric Manager partition of its own (the simulated HGX board and
+Fabric Manager, its activations in the driver root, so they outlive the killed plugin as Fabric
+Manager's do): besides the file steps it is killed right before and right after each partition
+activation (`fm.activate`, `fm.activated`: after it and before the CDI write or
+PrepareCompleted) and right before each deactivation (`fm.deactivate`). After the restart
+exactly the prepared claims' partitions must be active, and none once every claim is
+unprepared, also after one more restart.
+
 The plugin runs as `python -m apps.kubeletplugin` against an embedded API server, driven
 over its real gRPC sockets. The last line of the output is the summary
 `faults: <points> injection points x <modes> modes, <n> consistent, <m> inconsistent`
@@ -58,6 +67,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
+from adapters import fabricmanager
 from adapters.fs import _atomic
 from adapters.fs import cdi as fs_cdi
 from adapters.fs import checkpoints as fs_checkpoints
@@ -80,7 +90,8 @@ PROFILE = "gb200-nvl72"
 NAMESPACE = "faults"
 MPS_MODE = "mps"
 MIG_MODE = "mig"
-MODES: tuple[str, ...] = ("hostManaged", "driverManaged", MPS_MODE, MIG_MODE)
+FM_MODE = "fm"
+MODES: tuple[str, ...] = ("hostManaged", "driverManaged", MPS_MODE, MIG_MODE, FM_MODE)
 GPU_PROFILE = "hgx-h100"
 DRIVER_NAMESPACE = "nvidia-dra-driver"
 START_TIMEOUT_S = 90.0
@@ -615,8 +626,79 @@ class MigNode(MpsNode):
                    for d in sorted(wanted - found)])
 
 
+class FabricNode(MpsNode):
+    """A simulated HGX node whose plugin activates Fabric Manager partitions (gate
+    FabricManagerPartitioning), each claim a pair of GPUs forming a 2-GPU partition of its own.
+
+    The simulated Fabric Manager keeps its activations in the driver root, so they outlive a
+    killed plugin as Fabric Manager's do; the harness reads them there.
+    """
+
+    # The HGX board's 2-GPU partitions by GPU minor (modules 1+3, 2+4, 5+7, 6+8): 3, 4, 5, 6.
+    PAIRS: tuple[tuple[str, str], ...] = (
+        ("gpu-0", "gpu-2"), ("gpu-1", "gpu-3"), ("gpu-4", "gpu-6"), ("gpu-5", "gpu-7"),
+    )
+    PARTITION_OF: dict[tuple[str, str], int] = dict(zip(PAIRS, (3, 4, 5, 6), strict=True))
+
+    def __init__(self, root: pathlib.Path, *, mode: str) -> None:
+        super().__init__(root, mode=mode)
+        self.pair_of: dict[str, tuple[str, str]] = {}
+
+    def plugin_args(self) -> list[str]:
+        args = super().plugin_args()
+        at = args.index("--feature-gates")
+        return [*args[:at], "--feature-gates", f"{gates.FABRIC_MANAGER_PARTITIONING}=true"]
+
+    def claim(self, name: str) -> models.ClaimRef:
+        """A claim of the next unused pair of GPUs, allocated to a pod on this node."""
+        pair = self.PAIRS[len(self.pair_of)]
+        pod = self.cluster.create(kinds.POD.kind, {
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": f"{name}-pod", "namespace": NAMESPACE},
+            "spec": {"nodeName": self.node, "containers": [{"name": "main", "image": "x"}]},
+        })
+        created = self.cluster.create(kinds.RESOURCE_CLAIM.kind, {
+            "apiVersion": names.DRA_GROUP_VERSION, "kind": "ResourceClaim",
+            "metadata": {"name": name, "namespace": NAMESPACE},
+            "spec": {"devices": {"requests": [{"name": "gpus", "exactly": {
+                "deviceClassName": "gpu.nvidia.com", "count": 2}}]}},
+        })
+        self.cluster.patch(
+            kinds.RESOURCE_CLAIM.kind, namespace=NAMESPACE, name=name, subresource="status",
+            patch={"status": {
+                "allocation": {"devices": {"results": [
+                    {"request": "gpus", "driver": self.driver, "pool": self.node,
+                     "device": device} for device in pair]}},
+                "reservedFor": [{"resource": "pods", "name": f"{name}-pod",
+                                 "uid": pod["metadata"]["uid"]}],
+            }},
+        )
+        uid = str(created["metadata"]["uid"])
+        self.pair_of[uid] = pair
+        return models.ClaimRef(uid=names.ClaimUID(uid), namespace=NAMESPACE, name=name)
+
+    def active_partitions(self) -> set[int]:
+        """The partitions Fabric Manager has active now (its state file in the driver root)."""
+        fabric = fabricmanager.SimulatedFabricManager(
+            state_path=fabricmanager.state_path_in(self.files.driver_root))
+        return {p.partition_id for p in fabric.partitions() if p.active}
+
+    def device_problems(self, held: Sequence[models.ClaimRef], *, when: str) -> list[str]:
+        """Exactly the partitions of the claims `held` are active."""
+        wanted = {self.PARTITION_OF[self.pair_of[str(ref.uid)]] for ref in held
+                  if str(ref.uid) in self.pair_of}
+        found = self.active_partitions()
+        return ([f"{when}: partition {p} of no prepared claim is active"
+                 for p in sorted(found - wanted)]
+                + [f"{when}: prepared claim's partition {p} is not active"
+                   for p in sorted(wanted - found)])
+
+
 def new_node(root: pathlib.Path, *, mode: str) -> Node:
-    """The node of `mode`: a ComputeDomain node, or a GPU node running MPS or MIG claims."""
+    """The node of `mode`: a ComputeDomain node, or a GPU node running MPS, MIG or Fabric
+    Manager claims."""
+    if mode == FM_MODE:
+        return FabricNode(root, mode=mode)
     if mode == MIG_MODE:
         return MigNode(root, mode=mode)
     return MpsNode(root, mode=mode) if mode == MPS_MODE else Node(root, mode=mode)

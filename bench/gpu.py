@@ -17,6 +17,11 @@
   wrapper, which starts the stand-in `nvidia-cuda-mps-control` (a Python process) and sends it
   the settings; compute modes go through the stand-in `nvidia-smi`. Unprepare (the daemon
   quit, its pod gone, DEFAULT again) is reported too. p50/p99/n and their ratios.
+- `fabric_partition_vs_full_gpus` (issue 23): prepare of one 4-GPU claim (gpu-0..3, modules
+  1-4) on a node with gate FabricManagerPartitioning, which records and activates Fabric
+  Manager partition 1 (the simulated Fabric Manager, its state file in the driver root) and
+  deactivates it at unprepare, against the same 4-GPU claim on a node without the gate,
+  interleaved in the same run. p50/p99/n and their ratios.
 - `health` (issue 22): on a node with gate NVMLDeviceHealthCheck, an XID event appended to the
   simulated events file until a watch of the in-memory cluster delivers the ResourceSlice
   carrying its taint (the whole path: watch child, reader thread, state saved, slice
@@ -58,11 +63,11 @@ START_GOAL_S = 1.0
 
 def _gpu_claims(
     node: gpu_demo.GpuNode, count: int, *, device: str, shared: bool = False, first: int = 0,
-    config: tuple[dict[str, Any], ...] = (),
+    config: tuple[dict[str, Any], ...] = (), more: tuple[str, ...] = (),
 ) -> list[models.ClaimRef]:
-    """`count` claims allocated `device` (as the scheduler would) and reserved for a pod; with
-    `shared`, each result is a consumable share (a shareID, one share consumed); `config` is
-    the allocation's device config (e.g. a GpuConfig)."""
+    """`count` claims allocated `device` (and the devices `more`, as the scheduler would)
+    and reserved for a pod; with `shared`, each result is a consumable share (a shareID, one
+    share consumed); `config` is the allocation's device config (e.g. a GpuConfig)."""
     cluster = node.cluster
     node_name = node.settings.node_name
     refs = []
@@ -75,12 +80,14 @@ def _gpu_claims(
             "metadata": {"name": f"{name}-pod", "namespace": gpu_demo.NAMESPACE},
             "spec": {"nodeName": node_name, "containers": [{"name": "main", "image": "busybox"}]},
         })
-        result: dict[str, Any] = {
-            "request": "gpu", "driver": GPU_DRIVER, "pool": node_name, "device": device}
+        results: list[dict[str, Any]] = [
+            {"request": "gpu", "driver": GPU_DRIVER, "pool": node_name, "device": d}
+            for d in (device, *more)]
         if shared:
-            result["shareID"] = str(uuid.uuid4())
-            result["consumedCapacity"] = {"memory": "0"}
-        allocation = {"devices": {"results": [result], "config": list(config)}}
+            for result in results:
+                result["shareID"] = str(uuid.uuid4())
+                result["consumedCapacity"] = {"memory": "0"}
+        allocation = {"devices": {"results": results, "config": list(config)}}
         reserved = [{"resource": "pods", "name": f"{name}-pod", "uid": pod["metadata"]["uid"]}]
         cluster.patch(kinds.RESOURCE_CLAIM.kind, namespace=gpu_demo.NAMESPACE, name=name,
                       patch={"status": {"allocation": allocation, "reservedFor": reserved}},
@@ -369,6 +376,55 @@ def mig_vs_full_gpu(*, samples: int) -> dict[str, Any]:
         }
     finally:
         for node in (mig_node, full_node):
+            if node is not None:
+                node.stop()
+
+
+# Four GPUs forming one Fabric Manager partition of the HGX board (modules 1-4: partition 1).
+FOUR_GPUS = ("gpu-0", "gpu-1", "gpu-2", "gpu-3")
+FM_GATES = "FabricManagerPartitioning=true"
+
+
+def fabric_partition_vs_full_gpus(*, samples: int) -> dict[str, Any]:
+    """One 4-GPU claim whose Fabric Manager partition is recorded and activated at prepare
+    (and deactivated at unprepare; simulated Fabric Manager) vs the same claim without the
+    gate, each on its own 8-GPU node: prepare and unprepare, interleaved sample by sample."""
+    full_node: gpu_demo.GpuNode | None = None
+    fm_node: gpu_demo.GpuNode | None = None
+    try:
+        full_node = gpu_demo.start_gpu_node("", profile=PROFILE)
+        fm_node = gpu_demo.start_gpu_node("", profile=PROFILE, feature_gates=FM_GATES)
+        if fm_node.fabric is None:
+            raise errors.PermanentError("the FabricManagerPartitioning node has no Fabric Manager")
+        full_refs = _gpu_claims(full_node, samples, device=FOUR_GPUS[0], more=FOUR_GPUS[1:])
+        fm_refs = _gpu_claims(fm_node, samples, device=FOUR_GPUS[0], more=FOUR_GPUS[1:])
+        timings: dict[str, list[float]] = {
+            "four_gpus_prepare": [], "partitioned_prepare": [], "four_gpus_unprepare": [],
+            "partitioned_unprepare": [],
+        }
+        sides = (("four_gpus", full_node.kubelet, full_refs),
+                 ("partitioned", fm_node.kubelet, fm_refs))
+        _interleaved(sides, range(samples), timings)
+        left = [p.partition_id for p in fm_node.fabric.partitions() if p.active]
+        if left:
+            raise errors.PermanentError(f"partition(s) {left} left active after the run")
+        summary = {name: stats.summarize(values) for name, values in timings.items()}
+        return {
+            "samples": samples,
+            "profile": PROFILE,
+            "devices": list(FOUR_GPUS),
+            "fabric_manager": "simulated (adapters.fabricmanager): activations in a state file",
+            **summary,
+            "partitioned_prepare_p50_over_four_gpus_prepare_p50": scenarios._ratio(
+                summary["partitioned_prepare"]["p50_ms"], summary["four_gpus_prepare"]["p50_ms"]),
+            "partitioned_prepare_p99_over_four_gpus_prepare_p99": scenarios._ratio(
+                summary["partitioned_prepare"]["p99_ms"], summary["four_gpus_prepare"]["p99_ms"]),
+            "partitioned_unprepare_p50_over_four_gpus_unprepare_p50": scenarios._ratio(
+                summary["partitioned_unprepare"]["p50_ms"],
+                summary["four_gpus_unprepare"]["p50_ms"]),
+        }
+    finally:
+        for node in (fm_node, full_node):
             if node is not None:
                 node.stop()
 

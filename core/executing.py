@@ -118,6 +118,7 @@ def execute_gpu_actions(
     mig: ports.MigPartitioner | None = None,
     cdi: ports.CDIStore | None = None,
     created: MutableMapping[gpu_devices.MigPlacement, gpu_devices.MigDeviceInfo] | None = None,
+    fabric: ports.FabricManager | None = None,
 ) -> None:
     """Carry out the GPU half's device actions in order through their ports.
 
@@ -166,6 +167,10 @@ def execute_gpu_actions(
                 if cdi is None or created is None:
                     raise TypeError("a MIG CDI spec step was planned but no CDI store is wired")
                 cdi.write(uid, dynamic_mig.created_spec(action, created))
+            case gpu_actions.ActivateFabricPartition(partition_id=partition_id):
+                _fabric(fabric).activate(partition_id)
+            case gpu_actions.DeactivateFabricPartition(partition_id=partition_id):
+                _fabric(fabric).deactivate(partition_id)
             case _:
                 typing.assert_never(action)
 
@@ -174,6 +179,12 @@ def _daemons(mps_daemons: ports.MpsDaemons | None) -> ports.MpsDaemons:
     if mps_daemons is None:
         raise TypeError("an MPS daemon step was planned but no MPS daemons port is wired")
     return mps_daemons
+
+
+def _fabric(fabric: ports.FabricManager | None) -> ports.FabricManager:
+    if fabric is None:
+        raise TypeError("a Fabric Manager step was planned but no Fabric Manager is wired")
+    return fabric
 
 
 def _mig(

@@ -117,8 +117,10 @@ REGISTRY: Final[Mapping[str, Gate]] = {
             ),
             Gate(
                 name=FABRIC_MANAGER_PARTITIONING, default=False, stage=Stage.ALPHA,
-                unbuilt_in=frozenset({Component.GPU_PLUGIN, Component.COMPUTE_DOMAIN_PLUGIN}),
-                feature="Fabric Manager (NVSwitch) partition activation",
+                # NB: built in the GPU plugin (partition attributes, activation at prepare);
+                # upstream's ComputeDomain plugin uses it to detect single-node NVLink systems.
+                unbuilt_in=frozenset({Component.COMPUTE_DOMAIN_PLUGIN}),
+                feature="single-node NVLink (NVSwitch) system handling",
             ),
             Gate(name=FABRIC_TOPOLOGY_SUPPORT, default=False, stage=Stage.ALPHA),
             Gate(

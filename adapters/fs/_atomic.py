@@ -57,7 +57,15 @@ MPS_STOP: Final = "mps.stop"
 # Dynamic MIG: a MIG device created or destroyed on the GPU.
 MIG_CREATE: Final = "mig.create"
 MIG_DESTROY: Final = "mig.destroy"
-GPU_ACTION_POINTS: Final = (COMPUTE_MODE, MPS_START, MPS_AWAIT, MPS_STOP, MIG_CREATE, MIG_DESTROY)
+# Fabric Manager partition (de)activation; `fm.activated` right after an activation returned,
+# before anything else: the window a partition is active that a later step must account for.
+FM_ACTIVATE: Final = "fm.activate"
+FM_ACTIVATED: Final = "fm.activated"
+FM_DEACTIVATE: Final = "fm.deactivate"
+GPU_ACTION_POINTS: Final = (
+    COMPUTE_MODE, MPS_START, MPS_AWAIT, MPS_STOP, MIG_CREATE, MIG_DESTROY, FM_ACTIVATE,
+    FM_ACTIVATED, FM_DEACTIVATE,
+)
 FAULT_POINTS: Final = (
     *(f"{kind}.{step}" for kind in FILE_KINDS for step in WRITE_STEPS),
     CDI_UNLINK,

@@ -8,6 +8,9 @@ test of a module-level bool.
 
 from adapters.fs._atomic import (
     COMPUTE_MODE,
+    FM_ACTIVATE,
+    FM_ACTIVATED,
+    FM_DEACTIVATE,
     GPU_ACTION_POINTS,
     MIG_CREATE,
     MIG_DESTROY,
@@ -17,5 +20,7 @@ from adapters.fs._atomic import (
     fault_point,
 )
 
-__all__ = ["COMPUTE_MODE", "GPU_ACTION_POINTS", "MIG_CREATE", "MIG_DESTROY", "MPS_AWAIT",
-           "MPS_START", "MPS_STOP", "fault_point"]
+__all__ = [
+    "COMPUTE_MODE", "FM_ACTIVATE", "FM_ACTIVATED", "FM_DEACTIVATE", "GPU_ACTION_POINTS",
+    "MIG_CREATE", "MIG_DESTROY", "MPS_AWAIT", "MPS_START", "MPS_STOP", "fault_point",
+]

@@ -104,6 +104,22 @@ def install(
         subprocess.run([ldconfig, "-r", root], check=True, capture_output=True, timeout=60)
 
 
+# NVSwitches of an HGX H100 8-GPU baseboard (third generation NVSwitch, four per board), as the
+# nvswitch driver lists them under /proc/driver/nvidia-nvswitch/devices (one directory per PCI
+# address); `adapters.fabricmanager.detect` reads that list.
+HGX_NVSWITCHES = ("0000:05:00.0", "0000:06:00.0", "0000:07:00.0", "0000:08:00.0")
+
+
+def present_nvswitch_fabric(proc_root: str, *, switches: tuple[str, ...] = HGX_NVSWITCHES) -> None:
+    """Lay out the nvswitch driver's device list under `proc_root` (a stand-in /proc), so
+    that the node shows an NVSwitch fabric."""
+    devices = os.path.join(proc_root, "driver/nvidia-nvswitch/devices")
+    for address in switches:
+        os.makedirs(os.path.join(devices, address), exist_ok=True)
+        _write(os.path.join(devices, address, "information"),
+               f"Bus Location:\t {address}\nArchitecture:\t LS10\n".encode())
+
+
 def make_control_nodes(dev_root: str) -> None:
     """Real character nodes for the control devices under `dev_root`/dev.
 

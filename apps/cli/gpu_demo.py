@@ -115,7 +115,10 @@ def lay_out_node_files(root: str, *, profile: str, node_name: str) -> NodeFiles:
     boot_id_path = os.path.join(proc_dir, "boot_id")
     with open(boot_id_path, "w", encoding="utf-8") as handle:
         handle.write(nvml_simulated.simulated_boot_id(node_name) + "\n")
-    inventory = gpu_simulation.simulated_gpus(profile, node_name=node_name).gpu_inventory()
+    simulated = gpu_simulation.simulated_gpus(profile, node_name=node_name)
+    if simulated.profile.nvswitch:
+        simulated_driverroot.present_nvswitch_fabric(proc_dir)
+    inventory = simulated.gpu_inventory()
     # NB: over the driver root's stub, where the plugin looks for nvidia-smi: the stand-in
     # records each call (time-slicing) for tests to read.
     nvidia_smi = nvsmi_simulated.install(

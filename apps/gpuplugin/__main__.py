@@ -7,7 +7,8 @@ import os
 import sys
 from collections.abc import Sequence
 
-from adapters import nvml
+from adapters import fabricmanager, nvml
+from adapters.fabricmanager import opening as fm_opening
 from adapters.fs import cdihook, driverroot, procfs
 from adapters.fs import vfio as fs_vfio
 from adapters.mps import daemons as mps_daemons
@@ -131,7 +132,23 @@ def _start(
             if resolved_gates.enabled(gates.NVML_DEVICE_HEALTH_CHECK) else None
         ),
         xid_policy=gpu_health.xid_policy(settings.additional_xids_to_ignore),
+        fabric=(
+            _fabric_manager(settings)
+            if resolved_gates.enabled(gates.FABRIC_MANAGER_PARTITIONING) else None
+        ),
     )
+
+
+def _fabric_manager(settings: gpu_settings.Settings) -> ports.FabricManager | None:
+    """Fabric Manager, on a node with an NVSwitch fabric (as upstream: else none, and the
+    gate changes nothing); the /proc it reads is the one /proc/devices is read from."""
+    proc_root = os.path.dirname(settings.proc_devices) or "/proc"
+    if not fabricmanager.has_nvswitch_fabric(proc_root=proc_root, sys_root=settings.sysfs_root):
+        log.info("event=fm_skipped reason=no_nvswitch_fabric proc_root=%s", proc_root)
+        return None
+    return fault_marked.MarkedFabricManager(fm_opening.open_fabric_manager(
+        driver_root=settings.container_driver_root, env=os.environ,
+    ))
 
 
 def _health_events(

@@ -9,6 +9,12 @@ Dynamic MIG (a `MigPartitioner` wired): at start-up, before serving, every MIG d
 completed claim holds is destroyed (`core.gpu.dynamic_mig`); the half remembers the devices
 its prepares created, so their specs are written from them and later plans see them before
 the next discovery does.
+
+Fabric Manager (a `FabricManager` and its partitions wired, gate FabricManagerPartitioning):
+prepares activate their GPUs' partition and unprepares deactivate it
+(`core.gpu.fabric_partitioning`); at start-up, before serving, every active partition no
+checkpointed claim records is deactivated (a plugin killed between an activation and the
+record that owns it, or a lost record).
 """
 
 from __future__ import annotations
@@ -24,7 +30,7 @@ from apps.pluginkit import claim_half
 from apps.pluginkit import driver as claim_driver
 from apps.pluginkit import metrics as plugin_metrics
 from core import device_status, executing, models, names, ports, upstream_checkpoint
-from core.gpu import actions, devices, dynamic_mig
+from core.gpu import actions, devices, dynamic_mig, fabric_partitioning, fm_partitions
 from core.gpu import checkpoint_records as gpu_records
 from core.gpu import device_status as gpu_device_status
 from core.gpu import preparing as gpu_preparing
@@ -59,6 +65,8 @@ def new_driver(
     mps_daemons: ports.MpsDaemons | None = None,
     mps_root: str | None = None,
     mig: ports.MigPartitioner | None = None,
+    fabric: ports.FabricManager | None = None,
+    fabric_partitions: Sequence[fm_partitions.Partition] | None = None,
 ) -> GpuPluginDriver:
     """The claim driver that prepares and unprepares `gpu.nvidia.com` claims on one node.
 
@@ -66,6 +74,9 @@ def new_driver(
     MPS claims are refused with the reason. With `claim_status`, prepares write their
     devices' entries of the claims' `status.devices` (unprepares clear them). `mig` (gate
     DynamicMIG) creates and destroys MIG devices; its specs go to the plugin's CDI root.
+    `fabric` with `fabric_partitions` (its partitions as read at start; gate
+    FabricManagerPartitioning on a node with an NVSwitch fabric) activates each claim's
+    partition at prepare and deactivates it at unprepare.
     """
     half = GpuHalf(
         gates=gates, inventory=inventory, files=files,
@@ -83,6 +94,8 @@ def new_driver(
         mps_root=mps_root if mps_daemons is not None else None,
         mig=mig,
         cdi=ports.cdi,
+        fabric=fabric if fabric_partitions is not None else None,
+        fabric_partitions=fabric_partitions if fabric is not None else None,
     )
     return claim_driver.ClaimDriver(
         half=half, ports=ports, node=node, clock=clock, metrics=metrics,
@@ -113,6 +126,8 @@ class GpuHalf:
         mps_root: str | None = None,
         mig: ports.MigPartitioner | None = None,
         cdi: ports.CDIStore | None = None,
+        fabric: ports.FabricManager | None = None,
+        fabric_partitions: Sequence[fm_partitions.Partition] | None = None,
     ) -> None:
         self._gates = gates
         self._discovered = inventory
@@ -125,6 +140,12 @@ class GpuHalf:
         self._mps_root = mps_root
         self._mig = mig
         self._cdi = cdi
+        self._fabric = fabric
+        # NB: which GPUs form a partition is fixed; whether one is active is read when needed.
+        self._fabric_partitions = (
+            tuple(dataclasses.replace(p, active=False) for p in fabric_partitions)
+            if fabric_partitions is not None else None
+        )
         # MIG devices this process created, by placement (dynamic MIG).
         self._created: dict[devices.MigPlacement, devices.MigDeviceInfo] = {}
         self._created_lock = threading.Lock()
@@ -155,16 +176,28 @@ class GpuHalf:
         """The GPU claims the readable specs prove; unreadable ones get no entry (with dynamic
         MIG, their MIG devices recorded as created)."""
         return gpu_preparing.gpu_checkpoint_from_cdi(
-            specs, boot_id=boot_id, now=now, dynamic_mig=self._mig is not None
+            specs, boot_id=boot_id, now=now, dynamic_mig=self._mig is not None,
+            fabric_partitions=self._fabric_partitions,
+            module_ids=self._module_ids(),
         )
 
     def adopt_upstream(
         self, upstream: upstream_checkpoint.UpstreamCheckpoint, *, boot_id: str, now: float
     ) -> upstream_checkpoint.Adoption[gpu_records.GpuClaimRecord]:
-        """Upstream's GPU claims as entries of ours (VFIO addresses from discovery now)."""
-        return gpu_upstream_import.adopt(
+        """Upstream's GPU claims as entries of ours (VFIO addresses from discovery now; with
+        Fabric Manager, each claim's partition inferred from its GPUs)."""
+        adopted = gpu_upstream_import.adopt(
             upstream, inventory=self._inventory(), boot_id=boot_id, now=now
         )
+        if self._fabric_partitions is None:
+            return adopted
+        return dataclasses.replace(adopted, checkpoint=fabric_partitioning.with_inferred(
+            adopted.checkpoint, module_ids=self._module_ids(),
+            partitions=self._fabric_partitions,
+        ))
+
+    def _module_ids(self) -> dict[int, int]:
+        return {g.minor: g.module_id for g in self._discovered().gpus if g.module_id}
 
     def plan_restore_spec(
         self, entry: gpu_records.Entry, *, node: models.NodeFacts
@@ -206,6 +239,7 @@ class GpuHalf:
             pool=node.node_name,
             vfio_nodes=self._vfio_nodes(),
             mps_root=self._mps_root,
+            fabric_partitions=self._fabric_partitions,
         )
 
     def check_before_steps(
@@ -241,7 +275,7 @@ class GpuHalf:
             executing.execute_gpu_actions(
                 (action,), time_slicer=self._time_slicer, vfio=self._vfio,
                 compute_mode=self._compute_mode, mps_daemons=self._mps_daemons,
-                mig=self._mig, cdi=self._cdi, created=self._created,
+                mig=self._mig, cdi=self._cdi, created=self._created, fabric=self._fabric,
             )
 
     def plan_rollback(
@@ -264,11 +298,14 @@ class GpuHalf:
     # ------------------------------------------------------------ follow-ups (none)
 
     def after_recover(self, current: gpu_records.Checkpoint, *, node: models.NodeFacts) -> None:
-        """Dynamic MIG: destroy every MIG device no completed claim holds, before serving.
+        """Before serving: deactivate every Fabric Manager partition no claim records; with
+        dynamic MIG, destroy every MIG device no completed claim holds.
 
-        A destroy that fails stops the start (the plugin restarts and tries again): serving
-        beside a device nobody will free would leave its memory slices taken for good.
+        A deactivate or destroy that fails stops the start (the plugin restarts and tries
+        again): serving beside a partition or device nobody will free would keep its GPUs
+        from every other partition, or its memory slices taken, for good.
         """
+        self._release_orphan_partitions(current, node=node)
         if self._mig is None:
             return
         unknown = dynamic_mig.unknown_mig_devices(self._discovered(), current)
@@ -283,6 +320,24 @@ class GpuHalf:
         log.info(
             "event=dynamic_mig_ready node=%s destroyed=%d kept=%d", node.node_name,
             len(unknown), len(self._discovered().migs) - len(unknown),
+        )
+
+    def _release_orphan_partitions(
+        self, current: gpu_records.Checkpoint, *, node: models.NodeFacts
+    ) -> None:
+        if self._fabric is None:
+            return
+        orphans = fabric_partitioning.orphans(self._fabric.partitions(), checkpoint=current)
+        for partition_id in orphans:
+            self._fabric.deactivate(partition_id)
+            log.info(
+                "event=fm_partition_orphan_deactivated node=%s partition=%d "
+                "reason=no_claim_records_it", node.node_name, partition_id,
+            )
+        owned = fabric_partitioning.owned(current)
+        log.info(
+            "event=fm_partitions_ready node=%s deactivated=%d owned=%s", node.node_name,
+            len(orphans), ",".join(str(p) for p in sorted(owned)) or "-",
         )
 
     def after_unprepare(

@@ -1,7 +1,8 @@
 """The GPU half's lasting device actions, each marked as a fault point before it runs.
 
 `make faults` (bench/faults.py) kills the plugin process right before a compute mode is set,
-an MPS daemon is started, awaited or stopped, a MIG device created or destroyed, as it does
+an MPS daemon is started, awaited or stopped, a MIG device created or destroyed, a Fabric
+Manager partition activated (and right after) or deactivated, as it does
 before each durable file step, and checks that the restarted plugin leaves nothing running
 or misconfigured. Unarmed (the `CD_DRA_FAULT*` variables unset), each mark is a no-op.
 """
@@ -10,7 +11,7 @@ from __future__ import annotations
 
 from adapters.fs import faults
 from core import ports
-from core.gpu import devices, mps
+from core.gpu import devices, fm_partitions, mps
 
 
 class MarkedComputeMode:
@@ -62,3 +63,26 @@ class MarkedMigPartitioner:
         """Mark, then destroy the MIG device at `placement` (False: there was none)."""
         faults.fault_point(faults.MIG_DESTROY)
         return self._inner.destroy_mig_device(placement)
+
+
+class MarkedFabricManager:
+    """A `ports.FabricManager` whose activations and deactivations are fault points `fm.*`
+    (`fm.activated` once an activation returned, before the plugin goes on)."""
+
+    def __init__(self, inner: ports.FabricManager) -> None:
+        self._inner = inner
+
+    def partitions(self) -> tuple[fm_partitions.Partition, ...]:
+        """Fabric Manager's partitions (no mark: reading changes nothing)."""
+        return self._inner.partitions()
+
+    def activate(self, partition_id: int) -> None:
+        """Mark, activate the partition, mark again."""
+        faults.fault_point(faults.FM_ACTIVATE)
+        self._inner.activate(partition_id)
+        faults.fault_point(faults.FM_ACTIVATED)
+
+    def deactivate(self, partition_id: int) -> None:
+        """Mark, then deactivate the partition."""
+        faults.fault_point(faults.FM_DEACTIVATE)
+        self._inner.deactivate(partition_id)

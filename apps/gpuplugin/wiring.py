@@ -97,7 +97,10 @@ def start_gpu_plugin(
     in the published slice (`core.gpu.health`, `xid_policy`) and reported in the kubelet's
     health stream; the taints survive a plugin restart within one boot of the node.
     `fabric` (gate FabricManagerPartitioning, on a node with an NVSwitch fabric) is read once
-    at start: every GPU with a module id publishes its partitions (`partition<size>`).
+    at start: every GPU with a module id publishes its partitions (`partition<size>`), each
+    prepare activates the partition its GPUs form (refusing GPUs that form none) and each
+    unprepare deactivates it; before serving, active partitions no claim records are
+    deactivated.
     """
     dynamic_mig = mig is not None and gates.enabled(feature_gates.DYNAMIC_MIG)
     if dynamic_mig and not isinstance(cluster, ports.ServerVersion):
@@ -137,6 +140,8 @@ def start_gpu_plugin(
         mps_daemons=mps_daemons,
         mps_root=settings.mps_control_root,
         mig=mig if dynamic_mig else None,
+        fabric=fabric if fabric_partitions is not None else None,
+        fabric_partitions=fabric_partitions,
     )
     recovered = driver.recover()
     if dynamic_mig:

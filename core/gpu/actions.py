@@ -3,7 +3,7 @@
 The planner in `core.gpu.preparing` returns these beside the shared plugin steps
 (`models.WriteCheckpoint`, `models.WriteCDISpec`, ...), in the order they must run; the
 driver carries each out through a port (`TimeSlicer`, `VfioBinder`, `ComputeModeSetter`,
-`MpsDaemons`, `MigPartitioner`). Each is idempotent:
+`MpsDaemons`, `MigPartitioner`, `FabricManager`). Each is idempotent:
 running it again after a crash between it and the next step changes nothing.
 
 Dynamic MIG (gate DynamicMIG): a MIG device's CDI nodes (its capability minors) exist only
@@ -101,7 +101,22 @@ class WriteMigCDISpec:
     vfio_api: str = ""
 
 
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ActivateFabricPartition:
+    """Activate the Fabric Manager partition `partition_id` (an active one stays as it is)."""
+
+    partition_id: int
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class DeactivateFabricPartition:
+    """Deactivate the Fabric Manager partition `partition_id` (an inactive one stays so)."""
+
+    partition_id: int
+
+
 GpuAction = (
     SetTimeSlice | BindVfio | UnbindVfio | SetComputeMode | StartMpsDaemon | AwaitMpsDaemon
     | StopMpsDaemon | CreateMigDevice | DestroyMigDevice | WriteMigCDISpec
+    | ActivateFabricPartition | DeactivateFabricPartition
 )

@@ -6,7 +6,10 @@ done to the GPUs (time-slices set, the IOMMU API device given, MPS control daemo
 the GPUs they put in EXCLUSIVE_PROCESS). Member `mpsDaemons` is written only when a claim has
 one, so records without MPS encode byte for byte as before; likewise `dynamicMIG`, the MIG
 devices a prepare creates (gate DynamicMIG), recorded before the first is created so that
-unprepare, rollback and the stale sweep destroy them. Entry member `gpu` (format
+unprepare, rollback and the stale sweep destroy them; and `fabricPartitions`, the Fabric
+Manager partitions a prepare activates (gate FabricManagerPartitioning), recorded before the
+activation so that unprepare, rollback, the stale sweep and the start-up clean-up of
+partitions no claim owns know whose they are. Entry member `gpu` (format
 version 2). Version 1 kept the same JSON under the entry's `gpu` member beside ComputeDomain
 fields that meant nothing for GPU claims; a missing or malformed one (hand-edited) reads as
 the device names of the entry, each held exclusively: the safe reading for conflict checks.
@@ -77,6 +80,8 @@ class GpuClaimRecord:
     mps: tuple[MpsRecord, ...] = ()
     # MIG devices this claim creates (dynamic MIG), recorded before any is created.
     dynamic_migs: tuple[devices.MigPlacement, ...] = ()
+    # Fabric Manager partitions this claim activates (ids), recorded before any is activated.
+    fabric_partitions: tuple[int, ...] = ()
 
 
 Entry = models.CheckpointEntry[GpuClaimRecord]
@@ -104,6 +109,8 @@ class _Codec:
             out["mpsDaemons"] = [_mps_to_json(m) for m in record.mps]
         if record.dynamic_migs:  # NB: likewise for records without dynamic MIG
             out["dynamicMIG"] = [_placement_to_json(m) for m in record.dynamic_migs]
+        if record.fabric_partitions:  # NB: likewise for records without Fabric Manager
+            out["fabricPartitions"] = list(record.fabric_partitions)
         return out
 
     def decode(self, raw: Any) -> GpuClaimRecord:
@@ -134,10 +141,15 @@ class _Codec:
                 f"'{KEY}.dynamicMIG' holds an item without integer gpuMinor, giProfileID and "
                 "placementStart"
             )
+        fabric = raw.get("fabricPartitions", [])
+        # NB: `type(...) is int`, not isinstance: JSON true is no partition id.
+        if not isinstance(fabric, list) or any(type(i) is not int for i in fabric):
+            raise ValueError(f"'{KEY}.fabricPartitions' is not a list of integers")
         return GpuClaimRecord(
             held=tuple(h for h in held if h is not None), time_sliced=tuple(sliced), vfio_api=api,
             mps=tuple(m for m in mps if m is not None),
             dynamic_migs=tuple(m for m in placements if m is not None),
+            fabric_partitions=tuple(fabric),
         )
 
     def decode_legacy(self, entry: Mapping[str, Any]) -> GpuClaimRecord:
@@ -156,6 +168,8 @@ class _Codec:
                     # NB: a snapshot (format version 1) keeps them here too: without them an
                     # unprepare after a restart would not destroy the claim's MIG devices.
                     dynamic_migs=_tolerant_placements(raw.get("dynamicMIG")),
+                    # NB: likewise, or the start-up clean-up would deactivate its partition.
+                    fabric_partitions=_tolerant_ints(raw.get("fabricPartitions")),
                 )
         named = entry.get("devices")
         return GpuClaimRecord(held=tuple(
@@ -246,6 +260,11 @@ def _placement_from_json(raw: Any) -> devices.MigPlacement | None:
 def _tolerant_placements(raw: Any) -> tuple[devices.MigPlacement, ...]:
     items = raw if isinstance(raw, list) else ()
     return tuple(m for m in (_placement_from_json(i) for i in items) if m is not None)
+
+
+def _tolerant_ints(raw: Any) -> tuple[int, ...]:
+    items = raw if isinstance(raw, list) else ()
+    return tuple(i for i in items if type(i) is int)
 
 
 def _tolerant_mps(raw: Any) -> tuple[MpsRecord, ...]:

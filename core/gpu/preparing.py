@@ -17,6 +17,11 @@ and the spec is written by `WriteMigCDISpec` from what the create returned (the 
 minors exist only then); unprepare, rollback and the stale sweep destroy it. A kill between
 create and PrepareCompleted leaves a PrepareStarted entry: the start-up teardown
 (`gpu.dynamic_mig`) destroys the device, and the kubelet's retried prepare creates it again.
+
+Fabric Manager (gate FabricManagerPartitioning, `fabric_partitions` given): the partition a
+claim's GPUs form (`gpu.fabric_partitioning`) is recorded in PrepareStarted and activated right
+after it, before any other GPU step; unprepare, rollback and the stale sweep deactivate it
+last, once no other claim that holds GPUs records it.
 """
 
 from __future__ import annotations
@@ -28,7 +33,18 @@ from typing import Any, Final
 from core import checkpoint as checkpoints
 from core import errors, models, names
 from core import gates as feature_gates
-from core.gpu import actions, configs, devices, mps, overlap, partitions, pinned_memory, shares
+from core.gpu import (
+    actions,
+    configs,
+    devices,
+    fabric_partitioning,
+    fm_partitions,
+    mps,
+    overlap,
+    partitions,
+    pinned_memory,
+    shares,
+)
 from core.gpu import cdi as gpu_cdi
 from core.gpu import checkpoint_records as records
 
@@ -116,6 +132,7 @@ def plan_gpu_prepare(
     pool: str = "",
     vfio_nodes: Mapping[str, Sequence[devices.DeviceNode]] | None = None,
     mps_root: str | None = None,
+    fabric_partitions: Sequence[fm_partitions.Partition] | None = None,
 ) -> GpuClaimOutcome:
     """Decide how to prepare `claim` on this node; never raises for a bad claim.
 
@@ -128,6 +145,9 @@ def plan_gpu_prepare(
     each daemon started, each daemon Ready), the CDI spec, PrepareCompleted. On error no
     step at all. With gate DynamicMIG, an allocated MIG partition is created after the
     binds and time-slices, and the spec is a `WriteMigCDISpec` (see the module docstring).
+    `fabric_partitions` (Fabric Manager's partitions, gate FabricManagerPartitioning on an
+    NVSwitch node; None: off) makes the claim's partition recorded and activated right after
+    PrepareStarted; GPUs that form no partition are refused with the partitions that fit.
     """
     entry = checkpoint.entries.get(claim.uid)
     if entry is not None and checkpoints.is_reusable(entry):
@@ -141,6 +161,9 @@ def plan_gpu_prepare(
             claim.uid, planned, files=files, vfio_nodes=vfio_nodes,
             mps_edits=_mps_edits(daemons, mps_root=mps_root),
         )
+        fabric = _fabric_plan(
+            claim, planned, inventory=inventory, gates=gates, partitions=fabric_partitions
+        )
     except errors.PermanentError as err:
         return GpuClaimOutcome(steps=(), checkpoint=checkpoint, error=err)
     gpu_steps, sliced = _gpu_steps(planned, gates=gates)
@@ -150,6 +173,7 @@ def plan_gpu_prepare(
     record = records.GpuClaimRecord(
         held=tuple(held.values()), time_sliced=sliced, vfio_api=vfio_api,
         mps=tuple(_mps_record(d) for d in daemons), dynamic_migs=created,
+        fabric_partitions=fabric,
     )
     prepared = tuple(
         models.PreparedDevice(
@@ -180,6 +204,7 @@ def plan_gpu_prepare(
         # NB: no sync of its own; the PrepareCompleted sync flushes it (see
         # computedomain.preparing).
         models.WriteCheckpoint(checkpoint=writes.started, changed=writes.changed, durable=False),
+        *(actions.ActivateFabricPartition(partition_id=p) for p in fabric),
         *gpu_steps,
         *(actions.CreateMigDevice(placement=placement) for placement in created),
         *_mps_steps(daemons),
@@ -263,6 +288,38 @@ def _planned(
 
 
 _Device = devices.GpuInfo | devices.MigDeviceInfo | devices.VfioDeviceInfo
+
+
+def _fabric_plan(
+    claim: models.ResourceClaim,
+    planned: Sequence[_Planned],
+    *,
+    inventory: devices.GpuInventory,
+    gates: models.FeatureGates,
+    partitions: Sequence[fm_partitions.Partition] | None,
+) -> tuple[int, ...]:
+    """The partitions to activate: the whole GPUs the claim changes (a VFIO function's GPU by
+    its parent minor), as `gpu.fabric_partitioning` decides."""
+    if partitions is None or not gates.enabled(feature_gates.FABRIC_MANAGER_PARTITIONING):
+        return ()
+    module_of = {g.minor: g.module_id for g in inventory.gpus}
+    gpus: dict[str, fabric_partitioning.ClaimGpu] = {}
+    for p in planned:
+        if p.result.admin_access:
+            continue
+        if p.gpu is not None:
+            gpus[p.gpu.name] = fabric_partitioning.ClaimGpu(
+                device=p.gpu.name, module_id=p.gpu.module_id
+            )
+        elif p.vfio is not None:
+            parent = p.vfio.parent_minor
+            gpus[p.vfio.name] = fabric_partitioning.ClaimGpu(
+                device=p.vfio.name, module_id=module_of.get(parent) if parent is not None else None
+            )
+    return fabric_partitioning.plan_fabric_partitions(
+        tuple(gpus[name] for name in sorted(gpus)), partitions=partitions,
+        claim=f"{claim.namespace}/{claim.name}",
+    )
 
 
 def _partition(name: str, inventory: devices.GpuInventory) -> devices.MigPlacement | None:
@@ -726,6 +783,13 @@ def _undo_steps(
     steps.extend(actions.UnbindVfio(pci_bus_id=b) for b in sorted(unbinds))
     steps.extend(actions.DestroyMigDevice(placement=m) for m in sorted(record.dynamic_migs))
     steps.extend(_time_slice_resets(record.time_sliced, claim_uid=entry.claim_uid, after=after))
+    # NB: last, as upstream: a passed-through GPU is back on nvidia before its partition goes.
+    steps.extend(
+        actions.DeactivateFabricPartition(partition_id=p)
+        for p in fabric_partitioning.to_release(
+            record.fabric_partitions, claim_uid=entry.claim_uid, after=after
+        )
+    )
     return tuple(steps)
 
 
@@ -756,12 +820,17 @@ def plan_gpu_rollback(
     The same rule as unprepare's undo: vfio functions it bound are given back (never shared),
     and time-slices it set are reset to Default only on GPUs no claim in `rollback_to` holds;
     MPS daemons it started are stopped and GPUs it put in EXCLUSIVE_PROCESS go back to
-    DEFAULT; MIG devices it created are destroyed. Reverse order of `done`; deterministic.
+    DEFAULT; MIG devices it created are destroyed; Fabric Manager partitions it activated are
+    deactivated, last, unless a claim in `rollback_to` records them. Reverse order of `done`;
+    deterministic.
     """
     undone: list[actions.GpuAction] = []
     sliced: list[str] = []
+    activated: list[int] = []
     for step in reversed(done):
-        if isinstance(step, actions.BindVfio):
+        if isinstance(step, actions.ActivateFabricPartition):
+            activated.append(step.partition_id)
+        elif isinstance(step, actions.BindVfio):
             undone.append(actions.UnbindVfio(pci_bus_id=step.pci_bus_id))
         elif isinstance(step, actions.CreateMigDevice):
             undone.append(actions.DestroyMigDevice(placement=step.placement))
@@ -776,7 +845,13 @@ def plan_gpu_rollback(
             undone.append(
                 actions.SetComputeMode(gpu_uuids=step.gpu_uuids, mode=mps.ComputeMode.DEFAULT)
             )
-    return (*undone, *_time_slice_resets(sliced, claim_uid=claim_uid, after=rollback_to))
+    released = fabric_partitioning.to_release(
+        activated, claim_uid=claim_uid, after=rollback_to
+    )
+    return (
+        *undone, *_time_slice_resets(sliced, claim_uid=claim_uid, after=rollback_to),
+        *(actions.DeactivateFabricPartition(partition_id=p) for p in released),
+    )
 
 
 # ---------------------------------------------------------------- recovery
@@ -821,6 +896,8 @@ def gpu_checkpoint_from_cdi(
     boot_id: str,
     now: float = 0.0,
     dynamic_mig: bool = False,
+    fabric_partitions: Sequence[fm_partitions.Partition] | None = None,
+    module_ids: Mapping[int, int] | None = None,
 ) -> records.Checkpoint:
     """Entries provable from the GPU claims' CDI specs after the checkpoint was lost.
 
@@ -832,6 +909,9 @@ def gpu_checkpoint_from_cdi(
     GPUs of an MPS daemon (proved by a device's pipe mount), are looked up in the inventory
     at unprepare. With `dynamic_mig` (gate DynamicMIG: every MIG device was created at
     prepare), the MIG devices a spec names are recorded as created, so unprepare destroys them.
+    With `fabric_partitions` (Fabric Manager partitioning on), the partition the held GPUs
+    form (their module ids by minor in `module_ids`) is recorded as the claim's, so the
+    start-up clean-up leaves it active and unprepare deactivates it.
     """
     entries: dict[names.ClaimUID, records.Entry] = {}
     for uid, spec in sorted(specs.items()):
@@ -856,6 +936,9 @@ def gpu_checkpoint_from_cdi(
                     p for p in (devices.MigPlacement.from_name(h.name) for h in held)
                     if p is not None
                 )) if dynamic_mig else (),
+                fabric_partitions=fabric_partitioning.inferred(
+                    held, module_ids=module_ids or {}, partitions=fabric_partitions
+                ) if fabric_partitions is not None else (),
             ),
             devices=prepared, updated_at=now,
         )

@@ -3,8 +3,9 @@
 Covers: the hook SIGKILLs the process exactly at the n-th hit of its point and traces every
 hit; a malformed `CD_DRA_FAULT` stops the process with what to write; the harness kills the
 real plugin process, restarts it and judges the node (one point per mode, so CI runs the
-whole loop); the summary line and the exit status; mode mps's and mode mig's checks, and a
-plugin killed between MPS steps or around a MIG device's create or destroy.
+whole loop); the summary line and the exit status; mode mps's, mig's and fm's checks, and a
+plugin killed between MPS steps, around a MIG device's create or destroy, or around a Fabric
+Manager partition's activation or deactivation.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import sys
 
 import pytest
 
+from adapters import fabricmanager
 from adapters.fs import _atomic
 from adapters.nvml import gpu_simulation
 from bench import faults
@@ -295,6 +297,45 @@ def test_a_plugin_killed_around_a_mig_create_or_destroy_leaves_exactly_the_prepa
     operation: faults.Operation, point: str, hit: int,
 ) -> None:
     case = faults.Case(mode=faults.MIG_MODE, operation=operation, point=point, hit=hit)
+
+    verdict = faults.run_case(case)
+
+    assert verdict.killed
+    assert verdict.consistent, verdict.line()
+
+
+def test_the_fabric_checks_name_a_stray_and_a_missing_partition(tmp_path: pathlib.Path) -> None:
+    node = faults.FabricNode(tmp_path, mode=faults.FM_MODE)
+    try:
+        assert "FabricManagerPartitioning=true" in node.plugin_args()
+        held = node.claim("held")  # gpu-0 + gpu-2: partition 3
+        assert node.device_problems((), when="fresh") == []
+        fabric = fabricmanager.SimulatedFabricManager(
+            state_path=fabricmanager.state_path_in(node.files.driver_root))
+        fabric.activate(6)
+
+        problems = node.device_problems((held,), when="now")
+    finally:
+        node.close()
+
+    assert problems == [
+        "now: partition 6 of no prepared claim is active",
+        "now: prepared claim's partition 3 is not active",
+    ]
+
+
+@pytest.mark.parametrize(("operation", "point", "hit"), [
+    # Killed before the activation; after it, before the CDI write and PrepareCompleted.
+    (faults.Operation.PREPARE, _atomic.FM_ACTIVATE, 1),
+    (faults.Operation.PREPARE, _atomic.FM_ACTIVATED, 1),
+    # Killed before the deactivation; after it, before the checkpoint drops the claim.
+    (faults.Operation.UNPREPARE, _atomic.FM_DEACTIVATE, 1),
+    (faults.Operation.UNPREPARE, "journal.append", 4),
+])
+def test_a_plugin_killed_around_a_partition_activation_leaves_exactly_the_prepared_partitions(
+    operation: faults.Operation, point: str, hit: int,
+) -> None:
+    case = faults.Case(mode=faults.FM_MODE, operation=operation, point=point, hit=hit)
 
     verdict = faults.run_case(case)
 

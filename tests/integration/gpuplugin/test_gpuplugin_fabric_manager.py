@@ -5,8 +5,7 @@ Covers: the node the plugin publishes (in-process, registered with the kubelet e
 carries on every GPU the int attributes `gpuModuleID` and `partition1/2/4/8` of the HGX
 table, and its slice validates strictly against every ResourceSlice schema from 1.34 on;
 without the gate, or on a profile without NVSwitches, no Fabric Manager is made and nothing is
-added. (The `gpu-kubelet-plugin` binary still refuses the gate until prepare activates
-partitions: tests/unit/config/test_gates_parsing.py.)
+added. (Activation at prepare: test_gpuplugin_fabric_partitions_prepare.py.)
 """
 
 from __future__ import annotations

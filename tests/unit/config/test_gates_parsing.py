@@ -202,7 +202,6 @@ def test_allowed_combinations_pass_dependency_validation() -> None:
     "gate",
     [
         "DeviceMetadata",
-        "FabricManagerPartitioning",
         "DRAListTypeAttributes",
     ],
 )
@@ -224,6 +223,7 @@ def test_unbuilt_gate_is_refused_only_where_its_feature_lives_and_only_when_on()
     # Built: DynamicMIG starts the GPU plugin.
     gates.refuse_unbuilt(gates.resolve_gates({"DynamicMIG": True}), gates.Component.GPU_PLUGIN)
     fm = gates.resolve_gates({"FabricManagerPartitioning": True})
+    gates.refuse_unbuilt(fm, gates.Component.GPU_PLUGIN)  # built: partition activation
     with pytest.raises(errors.ConfigError, match="compute-domain-kubelet-plugin"):
         gates.refuse_unbuilt(fm, gates.Component.COMPUTE_DOMAIN_PLUGIN)
 

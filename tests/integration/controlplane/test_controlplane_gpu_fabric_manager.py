@@ -1,0 +1,150 @@
+"""Fabric Manager partitions under the real scheduler and kubelet (gate FabricManagerPartitioning).
+
+One simulated HGX H100 node (`hgx-h100`: eight GPUs on an NVSwitch board, module ids 1..8, the
+nvswitch driver's devices in its /proc), the chart with the GPU half alone (the ComputeDomain
+plugin does not build the gate) and the gate on; the plugin talks to the simulated Fabric
+Manager, whose activations the test reads from its state file in the driver root. Run the
+module with KUBE_VERSION=v1.37.2 and v1.34.4.
+
+Covers: claims of 2, 4 and 8 GPUs constrained with `matchAttribute: gpu.nvidia.com/partition<N>`
+are allocated one partition's GPUs by the scheduler, their pods run with that partition active,
+and deleting the pods deactivates it; a claim of 3 GPUs (which form no partition) is refused at
+prepare, with the message in the pod's events, and activates nothing.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import cluster_driver
+import pytest
+import workloads
+from cluster_driver import NODE, Cluster
+from workloads import WORKLOAD_NAMESPACE
+
+from adapters import fabricmanager
+from adapters.nvml import gpu_simulation
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
+
+GPU_DRIVER = "gpu.nvidia.com"
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Any:
+    values = {"resources": {"gpus": {"enabled": True}, "computeDomains": {"enabled": False}},
+              "featureGates": {"FabricManagerPartitioning": True}}
+    yield from cluster_driver.started("driverManaged", values=values, gpu_profile="hgx-h100")
+
+
+def active(cluster: Cluster) -> set[int]:
+    """The partitions the node's (simulated) Fabric Manager has active now."""
+    state = fabricmanager.state_path_in(cluster.files.gpu.driver_root)
+    assert state is not None
+    fabric = fabricmanager.SimulatedFabricManager(state_path=state)
+    return {p.partition_id for p in fabric.partitions() if p.active}
+
+
+def module_ids() -> dict[str, int]:
+    """Each GPU device's module id on the simulated board."""
+    inventory = gpu_simulation.simulated_gpus("hgx-h100", node_name=NODE).gpu_inventory()
+    return {g.name: g.module_id for g in inventory.gpus if g.module_id}
+
+
+def template(name: str, count: int, *, partition_size: int | None) -> dict[str, Any]:
+    exactly = {"deviceClassName": "gpu.nvidia.com", "count": count}
+    request: dict[str, Any] = {"name": "gpus", "exactly": exactly}
+    devices: dict[str, Any] = {"requests": [request]}
+    if partition_size is not None:
+        devices["constraints"] = [{
+            "requests": ["gpus"], "matchAttribute": f"{GPU_DRIVER}/partition{partition_size}"}]
+    return {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate",
+            "metadata": {"name": name, "namespace": WORKLOAD_NAMESPACE},
+            "spec": {"spec": {"devices": devices}}}
+
+
+def start_pod(cluster: Cluster, rct: str, name: str) -> None:
+    workloads.create(cluster, workloads.pod(
+        name, claims=[("gpus", {"resourceClaimTemplateName": rct})]))
+
+
+def allocated(cluster: Cluster, pod_name: str) -> list[str]:
+    pod = workloads.read_pod(cluster, pod_name)
+    assert pod is not None
+    (claim,) = workloads.claims_of(cluster, pod)
+    return sorted(r["device"] for r in claim["status"]["allocation"]["devices"]["results"]
+                  if r["driver"] == GPU_DRIVER)
+
+
+def partition_of(devices: list[str]) -> int:
+    """The HGX table's partition whose modules are exactly those of `devices`."""
+    modules = frozenset(module_ids()[d] for d in devices)
+    (found,) = [p.partition_id for p in fabricmanager.SimulatedFabricManager().partitions()
+                if p.module_ids == modules]
+    return found
+
+
+def published(cluster: Cluster) -> dict[str, dict[str, Any]] | None:
+    found = {d["name"]: d.get("attributes", {})
+             for s in workloads.list_objects(cluster, "resource.k8s.io/v1", "ResourceSlice")
+             if s["spec"]["driver"] == GPU_DRIVER and s["spec"].get("nodeName") == NODE
+             for d in s["spec"].get("devices") or ()}
+    return found or None
+
+
+def pod_events(cluster: Cluster, pod_name: str) -> list[str]:
+    events = cluster.core().list_namespaced_event(
+        WORKLOAD_NAMESPACE, field_selector=f"involvedObject.name={pod_name}")
+    return [f"{e.reason}: {e.message}" for e in events.items]
+
+
+def test_partition_constrained_claims_run_with_their_partition_active(cluster: Cluster) -> None:
+    workloads.ensure_namespace(cluster)
+    devices = cluster.eventually(lambda: published(cluster), what="the GPU plugin's slice",
+                                 timeout_s=180)
+    assert devices["gpu-0"]["partition2"] == {"int": 3}
+    assert active(cluster) == set()
+    for size in (2, 4, 8):
+        workloads.create(cluster, template(f"p{size}", size, partition_size=size))
+
+    start_pod(cluster, "p2", "pair")
+    start_pod(cluster, "p4", "quad")
+    for name in ("pair", "quad"):
+        workloads.running(cluster, name)
+    pair, quad = allocated(cluster, "pair"), allocated(cluster, "quad")
+    assert len(pair) == 2 and len(quad) == 4 and not set(pair) & set(quad)
+    assert active(cluster) == {partition_of(pair), partition_of(quad)}
+
+    workloads.delete_pod(cluster, "pair")
+    cluster.eventually(lambda: active(cluster) == {partition_of(quad)} or None,
+                       what="the pair's partition deactivated")
+    workloads.delete_pod(cluster, "quad")
+    cluster.eventually(lambda: active(cluster) == set() or None,
+                       what="the quad's partition deactivated")
+
+    start_pod(cluster, "p8", "all")
+    workloads.running(cluster, "all")
+    assert len(allocated(cluster, "all")) == 8
+    assert active(cluster) == {0}
+    workloads.delete_pod(cluster, "all")
+    cluster.eventually(lambda: active(cluster) == set() or None,
+                       what="the 8-GPU partition deactivated")
+
+
+def test_three_gpus_are_refused_at_prepare_with_the_message_in_the_pod_events(
+    cluster: Cluster,
+) -> None:
+    workloads.ensure_namespace(cluster)
+    workloads.create(cluster, template("three", 3, partition_size=None))
+
+    start_pod(cluster, "three", "three")
+
+    def refused() -> str | None:
+        return next((e for e in pod_events(cluster, "three")
+                     if "do not form a Fabric Manager partition" in e), None)
+
+    message = cluster.eventually(refused, what="the failed prepare in the pod's events",
+                                 timeout_s=120)
+    assert "matchAttribute gpu.nvidia.com/partition<N>" in message
+    assert active(cluster) == set()
+    workloads.delete_pod(cluster, "three")
