@@ -634,11 +634,11 @@ class FabricNode(MpsNode):
     killed plugin as Fabric Manager's do; the harness reads them there.
     """
 
-    # The HGX board's 2-GPU partitions by GPU minor (modules 1+3, 2+4, 5+7, 6+8): 3, 4, 5, 6.
+    # The HGX board's 2-GPU partitions by GPU minor (modules 1+3, 2+4, 5+7, 6+8): 4, 5, 6, 7.
     PAIRS: tuple[tuple[str, str], ...] = (
         ("gpu-0", "gpu-2"), ("gpu-1", "gpu-3"), ("gpu-4", "gpu-6"), ("gpu-5", "gpu-7"),
     )
-    PARTITION_OF: dict[tuple[str, str], int] = dict(zip(PAIRS, (3, 4, 5, 6), strict=True))
+    PARTITION_OF: dict[tuple[str, str], int] = dict(zip(PAIRS, (4, 5, 6, 7), strict=True))
 
     def __init__(self, root: pathlib.Path, *, mode: str) -> None:
         super().__init__(root, mode=mode)

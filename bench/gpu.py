@@ -17,9 +17,9 @@
   wrapper, which starts the stand-in `nvidia-cuda-mps-control` (a Python process) and sends it
   the settings; compute modes go through the stand-in `nvidia-smi`. Unprepare (the daemon
   quit, its pod gone, DEFAULT again) is reported too. p50/p99/n and their ratios.
-- `fabric_partition_vs_full_gpus` (issue 23): prepare of one 4-GPU claim (gpu-0..3, modules
-  1-4) on a node with gate FabricManagerPartitioning, which records and activates Fabric
-  Manager partition 1 (the simulated Fabric Manager, its state file in the driver root) and
+- `fabric_partition_vs_full_gpus` (issue 23): prepare of one 4-GPU claim (gpu-0, 1, 4, 5:
+  modules 1, 2, 5, 6) on a node with gate FabricManagerPartitioning, which records and activates
+  Fabric Manager partition 2 (the simulated Fabric Manager, its state file in the driver root) and
   deactivates it at unprepare, against the same 4-GPU claim on a node without the gate,
   interleaved in the same run. p50/p99/n and their ratios.
 - `health` (issue 22): on a node with gate NVMLDeviceHealthCheck, an XID event appended to the
@@ -380,8 +380,9 @@ def mig_vs_full_gpu(*, samples: int) -> dict[str, Any]:
                 node.stop()
 
 
-# Four GPUs forming one Fabric Manager partition of the HGX board (modules 1-4: partition 1).
-FOUR_GPUS = ("gpu-0", "gpu-1", "gpu-2", "gpu-3")
+# Four GPUs forming one Fabric Manager partition of the HGX board (modules 1, 2, 5, 6:
+# partition 2).
+FOUR_GPUS = ("gpu-0", "gpu-1", "gpu-4", "gpu-5")
 FM_GATES = "FabricManagerPartitioning=true"
 
 

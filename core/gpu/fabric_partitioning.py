@@ -2,12 +2,12 @@
 
 Gate FabricManagerPartitioning, on a node with an NVSwitch fabric: GPUs of one claim reach each
 other over NVLink only inside an active partition, so prepare activates the partition whose
-module set equals the claim's GPUs (`plan_fabric_partitions`, the one decision; a per-claim
-topology config is meant to plug in there). The ids are recorded in the claim's checkpoint
-record before the activation, so unprepare, rollback, the stale sweep (`to_release`) and the
-start-up clean-up (`orphans`) know who owns an active partition: a partition is deactivated
-only when no claim that still holds GPUs records it, and one active that no claim records at
-start is left over from a crash and deactivated.
+module set equals the claim's GPUs (`plan_fabric_partitions`, the one decision; a claim's
+`fabricTopologyConfig` changes it as `gpu.fabric_topology` says). The ids are recorded in the
+claim's checkpoint record before the activation, so unprepare, rollback, the stale sweep
+(`to_release`) and the start-up clean-up (`orphans`) know who owns an active partition: a
+partition is deactivated only when no claim that still holds GPUs records it, and one active
+that no claim records at start is left over from a crash and deactivated.
 
 As upstream: full GPUs and VFIO passthrough functions (their GPU) count, MIG devices do not
 (a MIG device is no NVLink endpoint of its own). Admin-access results count neither: such a
@@ -24,7 +24,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from core import checkpoint as checkpoints
 from core import errors, names
 from core.gpu import checkpoint_records as records
-from core.gpu import devices, fm_partitions
+from core.gpu import configs, devices, fabric_topology, fm_partitions
 
 _WHOLE_GPU_KINDS = frozenset({devices.GPU_TYPE, devices.VFIO_TYPE})
 
@@ -44,12 +44,14 @@ def plan_fabric_partitions(
     *,
     partitions: Sequence[fm_partitions.Partition],
     claim: str,
+    topology: configs.FabricTopologyConfig | None = None,
 ) -> tuple[int, ...]:
-    """The ids of the partitions to activate for a claim of `gpus` (deterministic, sorted).
+    """The ids of the partitions the driver activates for a claim of `gpus` (sorted).
 
-    No GPU (MIG devices only, or admin access only): none. Otherwise the one partition whose
-    module set is exactly the GPUs' (`fm_partitions.partition_for`); PermanentError, naming
-    `claim`, where there is none or a GPU's module id is unknown.
+    No GPU (MIG devices only, or admin access only): none. Otherwise as
+    `fabric_topology.plan_partitions` decides for the claim's `topology` (None: Auto on
+    BareMetal, the one partition whose module set is exactly the GPUs'); PermanentError,
+    naming `claim`, where the allocation does not fit or a GPU's module id is unknown.
     """
     if not gpus:
         return ()
@@ -63,10 +65,12 @@ def plan_fabric_partitions(
         )
     modules = frozenset(g.module_id for g in gpus if g.module_id)
     try:
-        found = fm_partitions.partition_for(modules, partitions)
+        plan = fabric_topology.plan_partitions(
+            topology, module_ids=modules, partitions=partitions
+        )
     except errors.PermanentError as err:
         raise errors.PermanentError(f"claim {claim}: {err.message}") from err
-    return (found.partition_id,)
+    return tuple(sorted(plan.activates))
 
 
 def owned(

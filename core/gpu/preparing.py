@@ -304,9 +304,12 @@ def _fabric_plan(
         return ()
     module_of = {g.minor: g.module_id for g in inventory.gpus}
     gpus: dict[str, fabric_partitioning.ClaimGpu] = {}
+    topologies: set[configs.FabricTopologyConfig] = set()
     for p in planned:
         if p.result.admin_access:
             continue
+        if isinstance(p.config, configs.GpuConfig) and p.config.fabric_topology is not None:
+            topologies.add(p.config.fabric_topology)
         if p.gpu is not None:
             gpus[p.gpu.name] = fabric_partitioning.ClaimGpu(
                 device=p.gpu.name, module_id=p.gpu.module_id
@@ -316,9 +319,17 @@ def _fabric_plan(
             gpus[p.vfio.name] = fabric_partitioning.ClaimGpu(
                 device=p.vfio.name, module_id=module_of.get(parent) if parent is not None else None
             )
+    if len(topologies) > 1:
+        raise errors.PermanentError(
+            f"claim {claim.namespace}/{claim.name}: its GpuConfigs give "
+            f"{len(topologies)} different fabricTopologyConfigs, but the claim's GPUs form one "
+            "Fabric Manager partition; give the claim one fabricTopologyConfig (in a config "
+            "without `requests`, or the same one in each)"
+        )
     return fabric_partitioning.plan_fabric_partitions(
         tuple(gpus[name] for name in sorted(gpus)), partitions=partitions,
         claim=f"{claim.namespace}/{claim.name}",
+        topology=next(iter(topologies), None),
     )
 
 

@@ -102,7 +102,7 @@ def test_partition_constrained_claims_run_with_their_partition_active(cluster: C
     workloads.ensure_namespace(cluster)
     devices = cluster.eventually(lambda: published(cluster), what="the GPU plugin's slice",
                                  timeout_s=180)
-    assert devices["gpu-0"]["partition2"] == {"int": 3}
+    assert devices["gpu-0"]["partition2"] == {"int": 4}
     assert active(cluster) == set()
     for size in (2, 4, 8):
         workloads.create(cluster, template(f"p{size}", size, partition_size=size))

@@ -308,19 +308,19 @@ def test_the_fabric_checks_name_a_stray_and_a_missing_partition(tmp_path: pathli
     node = faults.FabricNode(tmp_path, mode=faults.FM_MODE)
     try:
         assert "FabricManagerPartitioning=true" in node.plugin_args()
-        held = node.claim("held")  # gpu-0 + gpu-2: partition 3
+        held = node.claim("held")  # gpu-0 + gpu-2: partition 4
         assert node.device_problems((), when="fresh") == []
         fabric = fabricmanager.SimulatedFabricManager(
             state_path=fabricmanager.state_path_in(node.files.driver_root))
-        fabric.activate(6)
+        fabric.activate(7)
 
         problems = node.device_problems((held,), when="now")
     finally:
         node.close()
 
     assert problems == [
-        "now: partition 6 of no prepared claim is active",
-        "now: prepared claim's partition 3 is not active",
+        "now: partition 7 of no prepared claim is active",
+        "now: prepared claim's partition 4 is not active",
     ]
 
 

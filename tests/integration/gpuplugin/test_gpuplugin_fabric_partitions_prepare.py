@@ -107,7 +107,7 @@ def _claim(
 
 
 @pytest.mark.parametrize(("minors", "partition"), [
-    ((4, 6), 5), ((0, 1, 2, 3), 1), (tuple(range(8)), 0),
+    ((4, 6), 6), ((0, 1, 4, 5), 2), (tuple(range(8)), 1),
 ], ids=["2-gpu", "4-gpu", "8-gpu"])
 def test_prepare_activates_the_claims_partition_and_unprepare_deactivates_it(
     tmp_path: pathlib.Path, minors: tuple[int, ...], partition: int
@@ -132,7 +132,7 @@ def test_gpus_that_form_no_partition_are_refused_with_the_message(tmp_path: path
     error = driver.node_prepare((ref,))[ref.uid].error
 
     assert "GPU modules [1, 2, 3] do not form a Fabric Manager partition" in error
-    assert "1 (4 GPUs: modules [1, 2, 3, 4])" in error
+    assert "1 (8 GPUs: modules [1, 2, 3, 4, 5, 6, 7, 8])" in error
     assert _active(fabric) == set()
     assert ref.uid not in driver.load_checkpoint().entries
 
@@ -140,14 +140,14 @@ def test_gpus_that_form_no_partition_are_refused_with_the_message(tmp_path: path
 def test_fabric_manager_refusing_the_activation_fails_the_claim(tmp_path: pathlib.Path) -> None:
     cluster, fabric = memory_cluster.InMemoryCluster(), _fabric(tmp_path)
     driver = _driver(tmp_path, cluster, fabric=fabric)
-    fabric.activate(1)  # modules 1-4, by someone else after the start-up clean-up
+    fabric.activate(2)  # modules 1, 2, 5, 6, by someone else after the start-up clean-up
     ref = _claim(cluster, "pair", 0, 2)
 
     error = driver.node_prepare((ref,))[ref.uid].error
 
-    assert "cannot activate Fabric Manager partition 3" in error
+    assert "cannot activate Fabric Manager partition 4" in error
     assert "FM_ST_IN_USE" in error
-    assert _active(fabric) == {1}
+    assert _active(fabric) == {2}
 
 
 def test_a_kill_after_activation_keeps_the_partition_for_its_claim_and_the_retry_completes(
@@ -158,11 +158,11 @@ def test_a_kill_after_activation_keeps_the_partition_for_its_claim_and_the_retry
     first = _driver(tmp_path, cluster, fabric=fabric, crash_on=killed.uid)
     with pytest.raises(_Crash):
         first.node_prepare((killed,))
-    assert _active(fabric) == {6}  # the activation ran; PrepareCompleted did not
+    assert _active(fabric) == {7}  # the activation ran; PrepareCompleted did not
 
     restarted = _driver(tmp_path, cluster, fabric=_fabric(tmp_path))
 
-    assert _active(fabric) == {6}  # its PrepareStarted record owns it
+    assert _active(fabric) == {7}  # its PrepareStarted record owns it
     assert restarted.node_prepare((killed,))[killed.uid].error == ""
     assert restarted.load_checkpoint().entries[killed.uid].state is (
         models.ClaimState.PREPARE_COMPLETED
@@ -176,16 +176,16 @@ def test_a_partition_no_claim_records_is_deactivated_at_start_up(
 ) -> None:
     cluster, fabric = memory_cluster.InMemoryCluster(), _fabric(tmp_path)
     first = _driver(tmp_path, cluster, fabric=fabric)
-    kept = _claim(cluster, "kept", 0, 1, 2, 3)
+    kept = _claim(cluster, "kept", 0, 1, 4, 5)
     assert first.node_prepare((kept,))[kept.uid].error == ""
-    fabric.activate(2)  # left by a plugin killed before its claim's record was written
+    fabric.activate(3)  # left by a plugin killed before its claim's record was written
 
     with caplog.at_level(logging.INFO):
         _driver(tmp_path, cluster, fabric=_fabric(tmp_path))
 
-    assert _active(fabric) == {1}
+    assert _active(fabric) == {2}
     assert any(
-        "event=fm_partition_orphan_deactivated" in r.getMessage() and "partition=2" in
+        "event=fm_partition_orphan_deactivated" in r.getMessage() and "partition=3" in
         r.getMessage() for r in caplog.records
     )
 
@@ -195,9 +195,8 @@ def test_opening_fabric_manager_outside_a_simulated_root_says_what_to_do(
 ) -> None:
     with pytest.raises(errors.PermanentError) as caught:
         opening.open_fabric_manager(driver_root=str(tmp_path), env={})
-    assert "cannot talk to a real Fabric Manager yet" in caught.value.message
-    assert f"unix socket {tmp_path}/run/nvidia-fabricmanager/socket" in caught.value.message
-    assert "FabricManagerPartitioning=false" in caught.value.message
+    assert "cannot load Fabric Manager's library libnvfm.so.1" in caught.value.message
+    assert "disable the FabricManagerPartitioning feature gate" in caught.value.message
 
     (tmp_path / "var/lib/nvidia-simulated").mkdir(parents=True)
     found = opening.open_fabric_manager(driver_root=str(tmp_path), env={})
@@ -220,14 +219,14 @@ def test_gpu_plugin_activates_a_pairs_partition_and_refuses_three_gpus(
     ))
     env.wait_registered(process, gpu_node.registration_socket)
     published = env.wait_slice_devices(served.cluster, node=gpu_node.node)
-    assert published["gpu-1"]["attributes"]["partition2"] == {"int": 4}
+    assert published["gpu-1"]["attributes"]["partition2"] == {"int": 5}
     fabric = fabricmanager.SimulatedFabricManager(
         state_path=fabricmanager.state_path_in(str(gpu_node.driver_root))
     )
 
     pair = env.gpu_claim(served.cluster, "pair", node=gpu_node.node, devices=("gpu-1", "gpu-3"))
     assert env.prepare(gpu_node.dra_socket, pair).error == ""
-    assert _active(fabric) == {4}
+    assert _active(fabric) == {5}
     three = env.gpu_claim(
         served.cluster, "three", node=gpu_node.node, devices=("gpu-4", "gpu-5", "gpu-6")
     )

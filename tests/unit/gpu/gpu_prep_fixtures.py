@@ -20,7 +20,7 @@ import referencing
 import referencing.jsonschema
 
 from core import gates, models, names
-from core.gpu import devices
+from core.gpu import devices, fm_partitions
 
 _SHARED = Path(os.environ.get("SHARED_DIR", Path(__file__).parents[3] / ".." / "shared"))
 CDI_DIR = _SHARED / "reference" / "cdi"
@@ -155,3 +155,23 @@ def check_cdi(spec: Mapping[str, Any]) -> dict[str, Any]:
     if CDI_DIR.joinpath("schema.json").is_file() or os.environ.get("CI") == "true":
         _validator().validate(loaded)
     return loaded
+
+
+def _partition(partition_id: int, *module_ids: int) -> fm_partitions.Partition:
+    return fm_partitions.Partition(partition_id=partition_id, module_ids=frozenset(module_ids))
+
+
+# An 8-GPU board whose Fabric Manager partition ids start at 0 (the planners take whatever
+# table Fabric Manager reports; the HGX H100 one, `fm_partitions.HGX_8GPU_PARTITIONS`, starts
+# at 1): the whole board, halves (1-4) and (5-8), pairs (1,3), (2,4), (5,7), (6,8), and each
+# GPU alone as partition 6 + module id.
+ZERO_BASED_BOARD: tuple[fm_partitions.Partition, ...] = (
+    _partition(0, 1, 2, 3, 4, 5, 6, 7, 8),
+    _partition(1, 1, 2, 3, 4),
+    _partition(2, 5, 6, 7, 8),
+    _partition(3, 1, 3),
+    _partition(4, 2, 4),
+    _partition(5, 5, 7),
+    _partition(6, 6, 8),
+    *(_partition(6 + module_id, module_id) for module_id in range(1, 9)),
+)

@@ -1,5 +1,5 @@
 """Fabric Manager partitions at prepare, unprepare, rollback, the stale sweep and start-up
-(gate FabricManagerPartitioning), on an HGX 8-GPU node's table.
+(gate FabricManagerPartitioning), on an 8-GPU board's table (`ZERO_BASED_BOARD`).
 
 Covers: `plan_fabric_partitions` (no GPU, each partition size, a set that forms none, unknown
 module ids); the prepare plan records the partition in PrepareStarted and activates it right
@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 
 import gpu_prep_fixtures as f
 import pytest
@@ -24,7 +25,7 @@ from core.gpu import actions, configs, devices, fabric_partitioning, fm_partitio
 from core.gpu import checkpoint_records as records
 from core.gpu import preparing as gpu_preparing
 
-TABLE = fm_partitions.HGX_8GPU_PARTITIONS
+TABLE = f.ZERO_BASED_BOARD
 FM_GATES = models.FeatureGates(values={
     gates.TIME_SLICING_SETTINGS: True, gates.PASSTHROUGH_SUPPORT: True,
     gates.FABRIC_MANAGER_PARTITIONING: True,
@@ -349,3 +350,64 @@ def test_entries_taken_over_without_a_partition_get_the_one_their_gpus_form() ->
     assert fabric_partitioning.with_inferred(
         bare, module_ids={}, partitions=TABLE
     ).entries[OTHER].record.fabric_partitions == ()
+
+
+# ------------------------------------------------------------------ fabricTopologyConfig
+
+TOPOLOGY_GATES = models.FeatureGates(values={
+    **FM_GATES.values, gates.FABRIC_TOPOLOGY_SUPPORT: True,
+})
+
+
+def _topology_claim(*gpus: str, **topology: object) -> models.ResourceClaim:
+    return f.claim(*gpus, configs=[f.config(f.gpu_config(fabricTopologyConfig=topology))])
+
+
+@pytest.mark.parametrize(("topology", "activated"), [
+    ({"strategy": "Auto", "partitionSize": 2}, [3]),
+    ({"strategy": "Auto", "virtualizationModel": "SharedNVSwitch"}, [3]),
+    ({"strategy": "Manual", "partitionIDs": [3]}, [3]),
+    ({"strategy": "Disabled"}, []),
+    ({"strategy": "Auto", "virtualizationModel": "FullPassthrough"}, []),
+    ({"strategy": "Auto", "virtualizationModel": "VGPU"}, []),
+])
+def test_prepare_activates_what_the_claims_fabric_topology_config_says(
+    topology: dict[str, object], activated: list[int]
+) -> None:
+    outcome = _prepare(_topology_claim("gpu-0", "gpu-2", **topology), gate_values=TOPOLOGY_GATES)
+
+    assert outcome.error is None
+    assert _fabric_steps(outcome.steps) == [
+        actions.ActivateFabricPartition(partition_id=p) for p in activated
+    ]
+    record = outcome.checkpoint.entries[f.claim().uid].record
+    assert record.fabric_partitions == tuple(activated)
+
+
+@pytest.mark.parametrize(("topology", "message"), [
+    ({"strategy": "Auto", "partitionSize": 4}, "request exactly 4 GPUs"),
+    ({"strategy": "Manual", "partitionIDs": [4]}, r"partitionIDs \[4\] hold GPU modules \[2, 4\]"),
+    ({"strategy": "Auto", "virtualizationModel": "FullPassthrough", "partitionSize": 4},
+     "request exactly 4 GPUs"),
+])
+def test_prepare_refuses_an_allocation_its_fabric_topology_config_does_not_fit(
+    topology: dict[str, object], message: str
+) -> None:
+    outcome = _prepare(_topology_claim("gpu-0", "gpu-2", **topology), gate_values=TOPOLOGY_GATES)
+
+    assert isinstance(outcome.error, errors.PermanentError)
+    assert outcome.error.message.startswith("claim ")
+    assert re.search(message, outcome.error.message)
+    assert outcome.steps == ()
+
+
+def test_two_different_fabric_topology_configs_in_one_claim_are_refused() -> None:
+    claim = f.claim(("a", "gpu-0"), ("b", "gpu-2"), configs=[
+        f.config(f.gpu_config(fabricTopologyConfig={"strategy": "Disabled"}), requests=["a"]),
+        f.config(f.gpu_config(fabricTopologyConfig={"strategy": "Auto"}), requests=["b"]),
+    ])
+    outcome = _prepare(claim, gate_values=TOPOLOGY_GATES)
+
+    assert isinstance(outcome.error, errors.PermanentError)
+    assert "2 different fabricTopologyConfigs" in outcome.error.message
+    assert outcome.steps == ()

@@ -8,29 +8,13 @@ minBandwidth/maxLatency are recorded, and every refusal with what would fit.
 
 from __future__ import annotations
 
+import gpu_prep_fixtures as f
 import pytest
 
 from core import errors
 from core.gpu import configs, fabric_topology, fm_partitions
 
-
-def _partition(partition_id: int, *module_ids: int) -> fm_partitions.Partition:
-    return fm_partitions.Partition(partition_id=partition_id, module_ids=frozenset(module_ids))
-
-
-# An 8-GPU board whose partition ids start at 0 (the planner takes whatever table Fabric
-# Manager reports; the BOARD H100 one starts at 1): the whole board, halves (1-4) and (5-8),
-# pairs (1,3), (2,4), (5,7), (6,8), and each GPU alone as 7 + module id - 1.
-BOARD = (
-    _partition(0, 1, 2, 3, 4, 5, 6, 7, 8),
-    _partition(1, 1, 2, 3, 4),
-    _partition(2, 5, 6, 7, 8),
-    _partition(3, 1, 3),
-    _partition(4, 2, 4),
-    _partition(5, 5, 7),
-    _partition(6, 6, 8),
-    *(_partition(6 + module_id, module_id) for module_id in range(1, 9)),
-)
+BOARD = f.ZERO_BASED_BOARD
 Model = configs.VirtualizationModel
 Strategy = configs.FabricStrategy
 
