@@ -109,19 +109,13 @@ REGISTRY: Final[Mapping[str, Gate]] = {
             Gate(name=PASSTHROUGH_SUPPORT, default=False, stage=Stage.ALPHA),
             Gate(name=NVML_DEVICE_HEALTH_CHECK, default=False, stage=Stage.ALPHA),
             Gate(name=DYNAMIC_MIG, default=False, stage=Stage.ALPHA),
-            Gate(
-                name=DEVICE_METADATA, default=False, stage=Stage.ALPHA,
-                unbuilt_in=_GPU_PLUGIN, feature="device metadata files in workload containers",
-            ),
+            Gate(name=DEVICE_METADATA, default=False, stage=Stage.ALPHA),
             Gate(
                 name=FABRIC_MANAGER_PARTITIONING, default=False, stage=Stage.ALPHA,
                 unbuilt_in=frozenset({Component.GPU_PLUGIN, Component.COMPUTE_DOMAIN_PLUGIN}),
                 feature="Fabric Manager (NVSwitch) partition activation",
             ),
-            Gate(
-                name=DRA_LIST_TYPE_ATTRIBUTES, default=False, stage=Stage.ALPHA,
-                unbuilt_in=_GPU_PLUGIN, feature="list-valued device attributes in ResourceSlices",
-            ),
+            Gate(name=DRA_LIST_TYPE_ATTRIBUTES, default=False, stage=Stage.ALPHA),
             Gate(name=CONSUMABLE_SHARES, default=False, stage=Stage.ALPHA),
             Gate(name=CONTEXTUAL_LOGGING, default=True, stage=Stage.BETA),
             Gate(name=LOGGING_ALPHA_OPTIONS, default=False, stage=Stage.ALPHA),

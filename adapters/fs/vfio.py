@@ -15,7 +15,7 @@ import os
 import uuid
 
 from adapters.fs import devnodes
-from core import errors
+from core import errors, ports
 from core.gpu import devices
 
 log = logging.getLogger(__name__)
@@ -24,6 +24,8 @@ NVIDIA_VENDOR_ID = 0x10DE
 VGA_CONTROLLER_CLASS = 0x030000
 CONTROLLER_3D_CLASS = 0x030200
 VFIO_DRIVER = "vfio-pci"
+# What upstream asks modprobe for before a bind (go-nvlib's default VFIO variant).
+VFIO_MODULE = "vfio-pci"
 NVIDIA_DRIVER = "nvidia"
 # What nvpci reports for a device missing from the PCI ID database.
 UNKNOWN_DEVICE = "UNKNOWN_DEVICE"
@@ -84,10 +86,14 @@ class SysfsVfio:
         dev_root: str = "/",
         *,
         pci_ids_paths: tuple[str, ...] = PCI_IDS_PATHS,
+        modules: ports.KernelModules | None = None,
     ) -> None:
+        """`modules` loads vfio-pci before a bind where it is not loaded (as upstream);
+        None: a bind without it fails, saying to load it."""
         self.sysfs_root = sysfs_root
         self.dev_root = dev_root
         self._pci_ids_paths = pci_ids_paths
+        self._modules = modules
 
     def __repr__(self) -> str:
         return f"SysfsVfio(sysfs_root={self.sysfs_root!r}, dev_root={self.dev_root!r})"
@@ -210,6 +216,8 @@ class SysfsVfio:
                 f"GPU {pci_bus_id} is bound to driver {current!r}, expected {NVIDIA_DRIVER!r} "
                 f"or {VFIO_DRIVER!r}; unbind it from {current!r} on the node first"
             )
+        if self._modules is not None:
+            self._modules.ensure_loaded(VFIO_MODULE)
         self._require_driver(VFIO_DRIVER, fix="load it on the node: modprobe vfio-pci")
         numvfs = self._read(pci_bus_id, "sriov_numvfs", default="0")
         if int(numvfs) > 0:

@@ -262,18 +262,22 @@ def serve(
     stopping: threading.Event,
     health: ports.DeviceHealthSource | None = None,
     check: runtime_cdi_check.RuntimeCDICheck | None = None,
+    service: ports.KubeletPluginService | None = None,
 ) -> Plugin[NodeT]:
     """Serve `driver` to the kubelet; slices follow each registration; stale entries get cleaned.
 
     Call after `driver.recover()`: the kubelet may call as soon as the socket exists.
     With `health`, the kubelet's device-health stream is served and advertised too. With
     `check`, the runtime is judged before serving, and prepares are refused while it refuses.
+    `service` (default: `driver`) is what the kubelet's calls go to: a half's wrapper of the
+    driver that does more after each call.
     """
     resync = SliceResync(publish, node_name=settings.node_name)
-    service: ports.KubeletPluginService = driver
+    if service is None:
+        service = driver
     if check is not None:
         check.start(stopping)
-        service = runtime_cdi_check.RefusingWhileCDIOff(driver, check)
+        service = runtime_cdi_check.RefusingWhileCDIOff(service, check)
     server = grpc_server.PluginServer(
         service=service,
         driver_name=driver_name,
