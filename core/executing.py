@@ -118,13 +118,14 @@ def execute_gpu_actions(
     mig: ports.MigPartitioner | None = None,
     cdi: ports.CDIStore | None = None,
     created: MutableMapping[gpu_devices.MigPlacement, gpu_devices.MigDeviceInfo] | None = None,
+    iommufd: ports.IommufdNodes | None = None,
 ) -> None:
     """Carry out the GPU half's device actions in order through their ports.
 
     Dynamic MIG: `created` is the caller's record of the MIG devices created so far (by
     placement; it outlives one call, as the driver runs a plan one step at a time): a create
     adds to it, a destroy removes from it, and `WriteMigCDISpec` renders its devices from it
-    and writes the spec through `cdi`.
+    and writes the spec through `cdi` (with the iommufd nodes of bound functions, `iommufd`).
 
     A port left unwired (None) for an action the planner asked for is a wiring bug: TypeError.
     """
@@ -165,7 +166,10 @@ def execute_gpu_actions(
             case gpu_actions.WriteMigCDISpec(claim_uid=uid):
                 if cdi is None or created is None:
                     raise TypeError("a MIG CDI spec step was planned but no CDI store is wired")
-                cdi.write(uid, dynamic_mig.created_spec(action, created))
+                cdi.write(uid, dynamic_mig.created_spec(
+                    action, created,
+                    iommufd_nodes=iommufd.iommufd_nodes if iommufd is not None else None,
+                ))
             case _:
                 typing.assert_never(action)
 

@@ -442,3 +442,11 @@ class KernelModules(Protocol):
     def ensure_loaded(self, module: str) -> None:
         """Load `module` unless it is loaded; PermanentError (or Retryable) saying why not."""
         ...
+
+
+class IommufdNodes(Protocol):
+    """The iommufd node of a passthrough function bound to vfio-pci (`adapters.fs.vfio`)."""
+
+    def iommufd_nodes(self, pci_bus_id: str) -> tuple[gpu_devices.DeviceNode, ...]:
+        """`/dev/vfio/devices/vfio<N>` of the function; RetryableError while it has none."""
+        ...

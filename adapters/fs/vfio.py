@@ -295,6 +295,13 @@ class SysfsVfio:
             )
         return (self._device_node(f"/dev/vfio/{group}", fix=fix),)
 
+    def iommufd_nodes(self, pci_bus_id: str) -> tuple[devices.DeviceNode, ...]:
+        """`core.ports.IommufdNodes`: the function's iommufd node (it must be bound)."""
+        cdev = self._iommufd_cdev(pci_bus_id)
+        return (self._device_node(
+            f"/dev/vfio/devices/{cdev}", fix=f"bind {pci_bus_id} to vfio-pci first"
+        ),)
+
     def _iommufd_cdev(self, pci_bus_id: str) -> str:
         vfio_dev = os.path.join(self._devices_dir, pci_bus_id, "vfio-dev")
         try:

@@ -257,6 +257,7 @@ def start_plugin(
         discovery=discovery,
         vfio=vfio,
         vfio_nodes=None if vfio is None else (lambda: gpu_wiring.vfio_nodes(vfio)),
+        iommufd=vfio,
         files=driverroot.DriverRoot(
             files.driver_root, dev_root=files.dev_root, proc_devices=files.proc_devices
         ),

@@ -116,6 +116,7 @@ def _start(
         time_slicer=smi,
         vfio=vfio,
         vfio_nodes=(lambda: wiring.vfio_nodes(vfio)) if vfio is not None else None,
+        iommufd=vfio,
         consumable=gpu_shares.parse_consumable_shares(
             settings.consumable_shares, gates=resolved_gates),
         compute_mode=fault_marked.MarkedComputeMode(smi),

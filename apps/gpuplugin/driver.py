@@ -59,6 +59,7 @@ def new_driver(
     mps_daemons: ports.MpsDaemons | None = None,
     mps_root: str | None = None,
     mig: ports.MigPartitioner | None = None,
+    iommufd: ports.IommufdNodes | None = None,
 ) -> GpuPluginDriver:
     """The claim driver that prepares and unprepares `gpu.nvidia.com` claims on one node.
 
@@ -66,6 +67,7 @@ def new_driver(
     MPS claims are refused with the reason. With `claim_status`, prepares write their
     devices' entries of the claims' `status.devices` (unprepares clear them). `mig` (gate
     DynamicMIG) creates and destroys MIG devices; its specs go to the plugin's CDI root.
+    `iommufd` finds a bound function's iommufd node (VfioDeviceConfig `PreferIommuFD`).
     """
     half = GpuHalf(
         gates=gates, inventory=inventory, files=files,
@@ -83,6 +85,7 @@ def new_driver(
         mps_root=mps_root if mps_daemons is not None else None,
         mig=mig,
         cdi=ports.cdi,
+        iommufd=iommufd,
     )
     return claim_driver.ClaimDriver(
         half=half, ports=ports, node=node, clock=clock, metrics=metrics,
@@ -113,8 +116,10 @@ class GpuHalf:
         mps_root: str | None = None,
         mig: ports.MigPartitioner | None = None,
         cdi: ports.CDIStore | None = None,
+        iommufd: ports.IommufdNodes | None = None,
     ) -> None:
         self._gates = gates
+        self._iommufd = iommufd
         self._discovered = inventory
         self._files = files
         self._time_slicer = time_slicer
@@ -241,7 +246,7 @@ class GpuHalf:
             executing.execute_gpu_actions(
                 (action,), time_slicer=self._time_slicer, vfio=self._vfio,
                 compute_mode=self._compute_mode, mps_daemons=self._mps_daemons,
-                mig=self._mig, cdi=self._cdi, created=self._created,
+                mig=self._mig, cdi=self._cdi, created=self._created, iommufd=self._iommufd,
             )
 
     def plan_rollback(

@@ -85,9 +85,9 @@ def vfio_nodes(vfio: fs_vfio.SysfsVfio) -> dict[str, tuple[devices.DeviceNode, .
     nodes: dict[str, tuple[devices.DeviceNode, ...]] = {}
     for function in vfio.vfio_devices():
         try:
-            nodes[function.pci_bus_id] = (
-                *vfio.api_device_nodes(), *vfio.device_nodes(function.pci_bus_id)
-            )
+            # NB: the group node alone, as upstream: the IOMMU API node only where the
+            # claim's VfioDeviceConfig asks for it (`enableAPIDevice`), spec-wide.
+            nodes[function.pci_bus_id] = vfio.device_nodes(function.pci_bus_id)
         except errors.DriverError as exc:  # not bound to vfio-pci yet: the planner says so
             log.debug("event=vfio_nodes_unknown pci_bus_id=%s error=%r", function.pci_bus_id,
                       exc.message)
@@ -115,6 +115,7 @@ def start_gpu_plugin(
     xid_policy: gpu_health.XidPolicy = gpu_health.DEFAULT_XID_POLICY,
     fabric: ports.FabricManager | None = None,
     metadata: ports.DeviceMetadataStore | None = None,
+    iommufd: ports.IommufdNodes | None = None,
 ) -> Plugin[models.NodeFacts]:
     """Discover, recover state and start serving the kubelet; slices follow registration.
 
@@ -135,7 +136,8 @@ def start_gpu_plugin(
     passthrough functions (`core.gpu.passthrough`, read from the checkpoint at each publish)
     and is published again after every prepare and unprepare. Gate DeviceMetadata: each
     prepared claim gets its metadata files (`metadata`; by default under the plugin dir and
-    CDI root, `adapters.fs.device_metadata`).
+    CDI root, `adapters.fs.device_metadata`). `iommufd` finds the iommufd node of a function
+    bound for a `PreferIommuFD` claim (the spec is written after the bind).
     """
     dynamic_mig = mig is not None and gates.enabled(feature_gates.DYNAMIC_MIG)
     if dynamic_mig and not isinstance(cluster, ports.ServerVersion):
@@ -175,6 +177,7 @@ def start_gpu_plugin(
         mps_daemons=mps_daemons,
         mps_root=settings.mps_control_root,
         mig=mig if dynamic_mig else None,
+        iommufd=iommufd,
     )
     passthrough = gates.enabled(feature_gates.PASSTHROUGH_SUPPORT)
     list_attributes = gates.enabled(feature_gates.DRA_LIST_TYPE_ATTRIBUTES)
