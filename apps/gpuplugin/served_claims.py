@@ -9,14 +9,17 @@ Two things happen after the claim driver answered, both outside its node-wide lo
 - gate PassthroughSupport: the slice is published again (`after_call`), so a GPU whose
   passthrough function was just prepared disappears from it, and returns after unprepare
   (`core.gpu.passthrough`), as upstream republishes after every prepare and unprepare.
+Entries the stale-claim sweep drops get the same (`after_stale_cleanup`).
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 from apps.pluginkit import claim_reads
+from core import checkpoint as checkpoint_codec
 from core import device_metadata, errors, models, names, ports
 from core.gpu import devices
 
@@ -79,6 +82,27 @@ class GpuPluginService:
                     )
         self._after()
         return answers
+
+    def after_stale_cleanup(self, removed: Sequence[checkpoint_codec.StaleEntry[Any]]) -> None:
+        """What follows a stale-claim round that dropped entries: their metadata files go
+        (the kubelet never unprepared those claims), and the slice is published again."""
+        if not removed:
+            return
+        if self._metadata is not None:
+            for item in removed:
+                entry = item.entry
+                if not entry.name:  # rebuilt from a CDI spec: no name to find its files by
+                    continue
+                try:
+                    self._metadata.remove(
+                        claim_uid=entry.claim_uid, namespace=entry.namespace, name=entry.name
+                    )
+                except errors.DriverError as exc:
+                    log.warning(
+                        "event=device_metadata_cleanup_failed claim=%s/%s uid=%s error=%r",
+                        entry.namespace, entry.name, entry.claim_uid, exc.message,
+                    )
+        self._after()
 
     def _with_metadata(
         self,

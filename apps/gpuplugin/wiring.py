@@ -281,10 +281,14 @@ def start_gpu_plugin(
         attributes=lambda: served_claims.vfio_attributes(found.current(), vfio_device),
         after_call=publish_after_call if passthrough else None,
     )
+    def clean_stale_claims() -> None:
+        service.after_stale_cleanup(driver.clean_stale_claims())
+
     plugin = serving.serve(
         driver, settings, driver_name=gpu_settings.DRIVER_NAME, publish=publish,
         metrics=metrics, stopping=stopping, health=health,
         check=serving.runtime_check(settings, cluster), service=service,
+        clean=clean_stale_claims,
     )
     resync.append(plugin.slices)
     if plugin.server.health_streams is not None:

@@ -263,6 +263,7 @@ def serve(
     health: ports.DeviceHealthSource | None = None,
     check: runtime_cdi_check.RuntimeCDICheck | None = None,
     service: ports.KubeletPluginService | None = None,
+    clean: Callable[[], object] | None = None,
 ) -> Plugin[NodeT]:
     """Serve `driver` to the kubelet; slices follow each registration; stale entries get cleaned.
 
@@ -270,7 +271,8 @@ def serve(
     With `health`, the kubelet's device-health stream is served and advertised too. With
     `check`, the runtime is judged before serving, and prepares are refused while it refuses.
     `service` (default: `driver`) is what the kubelet's calls go to: a half's wrapper of the
-    driver that does more after each call.
+    driver that does more after each call; `clean` (default: the driver's) one stale-claim
+    clean-up round.
     """
     resync = SliceResync(publish, node_name=settings.node_name)
     if service is None:
@@ -292,7 +294,7 @@ def serve(
     server.start()
     threading.Thread(target=metrics.warm_up, name="metrics-warm-up", daemon=True).start()
     cleanup = StaleClaimCleanup(
-        driver.clean_stale_claims,
+        clean or driver.clean_stale_claims,
         node_name=settings.node_name,
         interval_s=settings.stale_claim_cleanup_interval_s,
     )

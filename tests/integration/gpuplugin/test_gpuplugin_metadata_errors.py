@@ -6,7 +6,8 @@ embedded API server for the claim, and a stand-in claim driver (the service's in
 Covers: a failed write fails that claim's prepare with the adapter's message (the kubelet
 retries; the driver's answer for other claims stands); a failed removal fails the unprepare;
 a claim the inner driver refused gets no metadata; the republish after a call failing never
-changes the answer.
+changes the answer; a stale-claim round that dropped entries removes their metadata (a
+failure is logged, the round goes on) and republishes.
 """
 
 from __future__ import annotations
@@ -15,9 +16,12 @@ import pathlib
 import shutil
 from collections.abc import Mapping
 
+import pytest
+
 from adapters.fs import device_metadata as fs_device_metadata
 from adapters.memory import cluster as memory_cluster
 from apps.gpuplugin import served_claims
+from core import checkpoint as checkpoints
 from core import kinds, models, names, ports
 
 UID = names.ClaimUID("c0ffee00-0000-4000-8000-000000000001")
@@ -97,3 +101,37 @@ def test_metadata_that_cannot_be_removed_fails_the_unprepare(tmp_path: pathlib.P
     claim_dir.unlink()
     assert served.node_unprepare((REF,))[UID] == models.ClaimResult()
     assert list((root / "cdi").iterdir()) == []
+
+
+def stale(ref: models.ClaimRef, *, name: str = "") -> checkpoints.StaleEntry[object]:
+    entry = models.CheckpointEntry(
+        claim_uid=ref.uid, namespace=ref.namespace, name=name or ref.name,
+        state=models.ClaimState.PREPARE_COMPLETED, record=object(),
+    )
+    return checkpoints.StaleEntry(entry=entry, reason=checkpoints.StaleReason.DELETED)
+
+
+def test_a_stale_claims_metadata_goes_with_its_entry(tmp_path: pathlib.Path) -> None:
+    after: list[str] = []
+    served = service(tmp_path, after=after)
+    served.node_prepare((REF,))
+    claim_dir = tmp_path / "plugin" / "dra-device-metadata" / "ml_vm"
+    assert claim_dir.is_dir() and len(list((tmp_path / "cdi").iterdir())) == 1
+    served.after_stale_cleanup(())
+    assert after == ["republish"]  # nothing dropped: nothing to do
+    served.after_stale_cleanup((stale(REF),))
+    assert not claim_dir.exists()
+    assert list((tmp_path / "cdi").iterdir()) == []
+    assert after == ["republish", "republish"]
+
+
+def test_a_stale_claims_metadata_that_cannot_go_is_logged_and_the_round_goes_on(
+    tmp_path: pathlib.Path, caplog: pytest.LogCaptureFixture,
+) -> None:
+    served = service(tmp_path, after=[])
+    served.node_prepare((REF,))
+    claim_dir = tmp_path / "plugin" / "dra-device-metadata" / "ml_vm"
+    shutil.rmtree(claim_dir)
+    claim_dir.write_text("not a directory")
+    served.after_stale_cleanup((stale(REF),))
+    assert "event=device_metadata_cleanup_failed claim=ml/vm" in caplog.text
