@@ -65,13 +65,16 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _gates(settings: gpu_settings.Settings) -> models.FeatureGates:
-    """The effective gates, or ConfigError: upstream's rules broken, or a feature not built."""
+    """The effective gates, or ConfigError: upstream's rules broken, a feature not built, or
+    (PassthroughSupport) no host root or IOMMU."""
     resolved = gates.resolve_gates(gates.parse_feature_gates(settings.feature_gates))
     gates.validate_gate_dependencies(resolved)
     gates.refuse_unbuilt(resolved, gates.Component.GPU_PLUGIN)
     # NB: checked here, beside the gates it needs, so a bad value stops the start at once.
     gpu_shares.parse_consumable_shares(settings.consumable_shares, gates=resolved)
     gpu_health.xid_policy(settings.additional_xids_to_ignore)
+    if resolved.enabled(gates.PASSTHROUGH_SUPPORT):
+        check_host_root(settings.host_root)
     return resolved
 
 
@@ -87,7 +90,6 @@ def _start(
     )
     vfio: fs_vfio.SysfsVfio | None = None
     if resolved_gates.enabled(gates.PASSTHROUGH_SUPPORT):
-        check_host_root(settings.host_root)
         vfio = fs_vfio.SysfsVfio(
             settings.sysfs_root, settings.dev_root,
             modules=kernel_modules.ChrootModprobe(settings.host_root),
