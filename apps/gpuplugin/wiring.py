@@ -243,6 +243,13 @@ def start_gpu_plugin(
                 found.refresh(), layout=layouts[0], consumable=consumable,
                 fabric_partitions=fabric_partitions,
             )
+            if list_attributes:
+                contents = tuple(
+                    dataclasses.replace(content, devices=tuple(
+                        gpu_slices.with_list_numa_node(d) for d in content.devices
+                    ))
+                    for content in contents
+                )
             publisher.publish_built(lambda generation, node_uid: (
                 partitions.build_partitioned_slices(
                     contents, node_name=settings.node_name, generation=generation,

@@ -12,7 +12,8 @@ is still offered; the hiding survives a plugin restart (read from the checkpoint
 afresh after the slices are gone); unprepare brings the GPU back; a prepared full GPU hides its
 function. Gate DeviceMetadata: the metadata file (attributes of the function), its CDI spec
 and the id in the kubelet's answer, removed at unprepare. Gate DRAListTypeAttributes: the slice
-carries `numaNode` as a list on a 1.37 server with that gate, and is refused on 1.34.
+carries `numaNode` as a list on a 1.37 server with that gate (dynamic MIG's partitions too),
+and is refused on 1.34.
 """
 
 from __future__ import annotations
@@ -271,3 +272,19 @@ def test_a_server_without_list_attributes_refuses_the_slice(root: pathlib.Path) 
     cluster = memory_cluster.InMemoryCluster(server_version="v1.34.4")
     with pytest.raises(errors.RetryableError, match="ResourceSlice not published"):
         start(root, f"{PASSTHROUGH},DRAListTypeAttributes=true", cluster=cluster)
+
+
+def test_numa_node_is_a_list_on_dynamic_mig_partitions_too(root: pathlib.Path) -> None:
+    cluster = memory_cluster.InMemoryCluster(server_version="v1.37.2", list_type_attributes=True)
+    node = gpu_demo.start_gpu_node(
+        str(root / "node"), profile="hgx-h100",
+        feature_gates="DynamicMIG=true,DRAListTypeAttributes=true", cluster=cluster,
+    )
+    try:
+        found = devices(node)
+        partitions = [n for n in found if "-mig-" in n]
+        assert partitions
+        assert {tuple(found[n]["attributes"]["resource.kubernetes.io/numaNode"]) for n in
+                partitions} == {("ints",)}
+    finally:
+        node.stop()
