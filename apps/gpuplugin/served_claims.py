@@ -60,7 +60,8 @@ class GpuPluginService:
                 answer = answers.get(ref.uid)
                 if answer is not None and not answer.error:
                     answers[ref.uid] = self._with_metadata(ref, answer, self._metadata)
-        self._after()
+        if claims:  # NB: not for the kubelet's empty probes
+            self._after()
         return answers
 
     def node_unprepare(
@@ -80,7 +81,8 @@ class GpuPluginService:
                     answers[ref.uid] = models.ClaimResult(
                         error=f"clean up device metadata: {exc.message}"
                     )
-        self._after()
+        if claims:
+            self._after()
         return answers
 
     def after_stale_cleanup(self, removed: Sequence[checkpoint_codec.StaleEntry[Any]]) -> None:

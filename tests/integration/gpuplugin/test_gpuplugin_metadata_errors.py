@@ -135,3 +135,10 @@ def test_a_stale_claims_metadata_that_cannot_go_is_logged_and_the_round_goes_on(
     claim_dir.write_text("not a directory")
     served.after_stale_cleanup((stale(REF),))
     assert "event=device_metadata_cleanup_failed claim=ml/vm" in caplog.text
+
+
+def test_the_kubelets_empty_probe_publishes_nothing(tmp_path: pathlib.Path) -> None:
+    after: list[str] = []
+    served = service(tmp_path, after=after)
+    assert served.node_prepare(()) == {} and served.node_unprepare(()) == {}
+    assert after == []
