@@ -94,8 +94,6 @@ LOGGING_BETA_OPTIONS: Final = "LoggingBetaOptions"
 ALL_ALPHA: Final = "AllAlpha"
 ALL_BETA: Final = "AllBeta"
 
-_GPU_PLUGIN: Final = frozenset({Component.GPU_PLUGIN})
-
 REGISTRY: Final[Mapping[str, Gate]] = {
     g.name: g
     for g in sorted(
