@@ -437,7 +437,11 @@ class DeviceMetadataStore(Protocol):
 
 
 class KernelModules(Protocol):
-    """Kernel modules of the host (vfio-pci before a passthrough bind)."""
+    """Kernel modules of the host (vfio-pci, or its variant, before a passthrough bind)."""
+
+    def modules_alias(self) -> str:
+        """The text of the host's modules.alias for the running kernel ("" if unreadable)."""
+        ...
 
     def ensure_loaded(self, module: str) -> None:
         """Load `module` unless it is loaded; PermanentError (or Retryable) saying why not."""

@@ -5,7 +5,9 @@ The plugin runs in a container; the host's root file system is mounted at `--hos
 `/sys/module/<name>` is a directory (the kernel's name: dashes become underscores); else
 `chroot <host root> modprobe <module>` runs, so the host's own modprobe, modules and
 configuration do the work. The chroot program is an argument so tests can put a stand-in
-on PATH that implements its contract (run the command inside the given root).
+on PATH that implements its contract (run the command inside the given root). The host's
+`modules.alias` (under the host root, as upstream reads it from the host's /lib/modules) tells
+which VFIO variant module serves a device (`core.gpu.vfio_variant`).
 """
 
 from __future__ import annotations
@@ -25,14 +27,33 @@ class ChrootModprobe:
     """`core.ports.KernelModules` on the host root mounted at `host_root`."""
 
     def __init__(
-        self, host_root: str, *, chroot: str = "chroot", timeout_s: float = MODPROBE_TIMEOUT_S
+        self,
+        host_root: str,
+        *,
+        chroot: str = "chroot",
+        timeout_s: float = MODPROBE_TIMEOUT_S,
+        kernel_release: str | None = None,
     ) -> None:
+        """`kernel_release` (default: the running kernel's, which a container shares with
+        its host) names the host's modules directory."""
         self.host_root = host_root
         self._chroot = chroot
         self._timeout_s = timeout_s
+        self._release = kernel_release or os.uname().release
 
     def __repr__(self) -> str:
         return f"ChrootModprobe(host_root={self.host_root!r})"
+
+    def modules_alias(self) -> str:
+        """The host's `/lib/modules/<release>/modules.alias`; "" where it cannot be read
+        (then no vendor variant is known, and vfio-pci serves)."""
+        path = os.path.join(self.host_root, "lib/modules", self._release, "modules.alias")
+        try:
+            with open(path, encoding="utf-8", errors="replace") as handle:
+                return handle.read()
+        except OSError as exc:
+            log.warning("event=modules_alias_unreadable path=%s error=%r", path, exc.strerror)
+            return ""
 
     def is_loaded(self, module: str) -> bool:
         """Whether the host's /sys/module shows `module`."""

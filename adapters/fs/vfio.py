@@ -16,7 +16,7 @@ import uuid
 
 from adapters.fs import devnodes
 from core import errors, ports
-from core.gpu import devices
+from core.gpu import devices, vfio_variant
 
 log = logging.getLogger(__name__)
 
@@ -202,9 +202,11 @@ class SysfsVfio:
     # Binding.
 
     def bind_vfio(self, pci_bus_id: str) -> None:
-        """Bind the function to vfio-pci; nothing to do when it already is."""
+        """Bind the function to vfio-pci, or the VFIO variant the host's modules.alias names
+        for it (as upstream); nothing to do when it already is."""
         current = self.current_driver(pci_bus_id)
-        if current == VFIO_DRIVER:
+        module = self.vfio_module(pci_bus_id)
+        if current in {VFIO_DRIVER, module, module.replace("_", "-")}:
             return
         if not self._is_gpu_function(pci_bus_id):
             raise errors.PermanentError(
@@ -214,18 +216,50 @@ class SysfsVfio:
         if current not in (None, NVIDIA_DRIVER):
             raise errors.PermanentError(
                 f"GPU {pci_bus_id} is bound to driver {current!r}, expected {NVIDIA_DRIVER!r} "
-                f"or {VFIO_DRIVER!r}; unbind it from {current!r} on the node first"
+                f"or {module!r}; unbind it from {current!r} on the node first"
             )
         if self._modules is not None:
-            self._modules.ensure_loaded(VFIO_MODULE)
-        self._require_driver(VFIO_DRIVER, fix="load it on the node: modprobe vfio-pci")
+            self._modules.ensure_loaded(module)
+        driver = self._vfio_driver(module)
         numvfs = self._read(pci_bus_id, "sriov_numvfs", default="0")
         if int(numvfs) > 0:
             raise errors.PermanentError(
                 f"GPU {pci_bus_id} has {numvfs} SR-IOV virtual functions enabled, so it cannot "
                 "be passed through whole; disable them (echo 0 > sriov_numvfs) first"
             )
-        self._change_driver(pci_bus_id, current, VFIO_DRIVER)
+        self._change_driver(pci_bus_id, current, driver)
+
+    def vfio_module(self, pci_bus_id: str) -> str:
+        """The VFIO module for the function: the best `vfio_pci` alias of the host's
+        modules.alias for its modalias (`core.gpu.vfio_variant`), else vfio-pci."""
+        if self._modules is None:
+            return VFIO_MODULE
+        modalias = self._read(pci_bus_id, "modalias", default="")
+        if not modalias:
+            return VFIO_MODULE
+        try:
+            device = vfio_variant.parse_modalias(modalias)
+        except ValueError:
+            log.warning("event=modalias_unreadable pci_bus_id=%s modalias=%r", pci_bus_id,
+                        modalias.strip())
+            return VFIO_MODULE
+        module = vfio_variant.best_module(
+            device, vfio_variant.vfio_aliases(self._modules.modules_alias())
+        )
+        if module != VFIO_MODULE:
+            log.info("event=vfio_variant pci_bus_id=%s module=%s", pci_bus_id, module)
+        return module
+
+    def _vfio_driver(self, module: str) -> str:
+        """The driver directory of `module`: its name, or with dashes for underscores (the
+        kernel's `vfio_pci` module drives `vfio-pci`), as upstream looks it up."""
+        for name in (module, module.replace("_", "-")):
+            if os.path.isdir(os.path.join(self._drivers_dir, name)):
+                return name
+        raise errors.PermanentError(
+            f"driver {module} is not loaded ({self._drivers_dir}/{module} does not "
+            f"exist); load it on the node: modprobe {module}"
+        )
 
     def unbind_vfio(self, pci_bus_id: str) -> None:
         """Give the function back to the nvidia driver; nothing to do when it already has it."""

@@ -7,7 +7,10 @@ root's `modprobe` records its arguments and, as the kernel does on a load, makes
 /sys/module/vfio_pci and the driver's directory under /sys/bus/pci/drivers appear. The sysfs
 the binder sees is the host root's /sys, as in the chart's container.
 
-Covers: a bind with vfio-pci not loaded runs modprobe once with `vfio-pci` and binds; a loaded
+Covers: a bind with vfio-pci not loaded runs modprobe once with `vfio-pci` and binds; a GPU
+whose modalias the host's modules.alias maps to a variant (Grace: `nvgrace_gpu_vfio_pci`) gets
+that module loaded and is bound to its driver, and without a readable modules.alias vfio-pci
+serves; a loaded
 module runs nothing; a failing modprobe is a PermanentError naming the command, its exit
 status and last line of output, and what to do; a missing chroot program says so; the
 plugin's start-up checks of --host-root (missing; no IOMMU group).
@@ -78,9 +81,13 @@ def host_root(tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> pathli
     return root
 
 
+RELEASE = "6.8.0-test"
+
+
 def _binder(root: pathlib.Path) -> vfio.SysfsVfio:
     return vfio.SysfsVfio(
-        str(root / "sys"), str(root), modules=kernel_modules.ChrootModprobe(str(root))
+        str(root / "sys"), str(root),
+        modules=kernel_modules.ChrootModprobe(str(root), kernel_release=RELEASE),
     )
 
 
@@ -140,3 +147,27 @@ def test_the_plugin_refuses_to_start_without_the_iommu(host_root: pathlib.Path) 
         gpu_main.check_host_root(str(host_root))
     (host_root / "sys/kernel/iommu_groups/7").mkdir()
     gpu_main.check_host_root(str(host_root))
+
+
+def test_a_grace_gpu_is_bound_to_the_variant_the_hosts_modules_alias_names(
+    host_root: pathlib.Path,
+) -> None:
+    aliases = host_root / "lib/modules" / RELEASE / "modules.alias"
+    aliases.parent.mkdir(parents=True)
+    aliases.write_text(
+        "alias vfio_pci:v000010DEd00002342sv*sd*bc*sc*i* nvgrace_gpu_vfio_pci\n"
+        "alias vfio_pci:v000010DEd00002330sv*sd*bc*sc*i* other_vfio_pci\n", encoding="utf-8")
+    (host_root / "sys/bus/pci/devices" / ADDRESS / "modalias").write_text(
+        "pci:v000010DEd00002342sv000010DEsd000016EBbc03sc02i00\n", encoding="utf-8")
+    binder = _binder(host_root)
+    assert binder.vfio_module(ADDRESS) == "nvgrace_gpu_vfio_pci"
+    binder.bind_vfio(ADDRESS)
+    assert _calls(host_root) == ["nvgrace_gpu_vfio_pci"]
+    bound = host_root / "sys/bus/pci/drivers/nvgrace_gpu_vfio_pci/bind"
+    assert bound.read_text(encoding="utf-8") == ADDRESS
+
+
+def test_without_a_readable_modules_alias_vfio_pci_serves(host_root: pathlib.Path) -> None:
+    (host_root / "sys/bus/pci/devices" / ADDRESS / "modalias").write_text(
+        "pci:v000010DEd00002342sv000010DEsd000016EBbc03sc02i00\n", encoding="utf-8")
+    assert _binder(host_root).vfio_module(ADDRESS) == "vfio-pci"
