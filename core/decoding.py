@@ -397,6 +397,10 @@ def _clique_daemon(item: Mapping[Any, Any], path: str) -> models.CliqueDaemon:
 # ---------------------------------------------------------------- ResourceClaim
 
 
+# Set by the resource claim controller on claims it makes from a ResourceClaimTemplate.
+POD_CLAIM_NAME_ANNOTATION = "resource.kubernetes.io/pod-claim-name"
+
+
 def resource_claim_from_k8s(obj: Mapping[str, Any]) -> models.ResourceClaim:
     """The plugin's view of a `resource.k8s.io/v1` ResourceClaim.
 
@@ -441,6 +445,7 @@ def resource_claim_from_k8s(obj: Mapping[str, Any]) -> models.ResourceClaim:
         results=tuple(results),
         configs=tuple(configs),
         reserved_for=tuple(consumers),
+        pod_claim_name=meta.annotations.get(POD_CLAIM_NAME_ANNOTATION, ""),
     )
 
 

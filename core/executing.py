@@ -119,13 +119,14 @@ def execute_gpu_actions(
     cdi: ports.CDIStore | None = None,
     created: MutableMapping[gpu_devices.MigPlacement, gpu_devices.MigDeviceInfo] | None = None,
     fabric: ports.FabricManager | None = None,
+    iommufd: ports.IommufdNodes | None = None,
 ) -> None:
     """Carry out the GPU half's device actions in order through their ports.
 
     Dynamic MIG: `created` is the caller's record of the MIG devices created so far (by
     placement; it outlives one call, as the driver runs a plan one step at a time): a create
     adds to it, a destroy removes from it, and `WriteMigCDISpec` renders its devices from it
-    and writes the spec through `cdi`.
+    and writes the spec through `cdi` (with the iommufd nodes of bound functions, `iommufd`).
 
     A port left unwired (None) for an action the planner asked for is a wiring bug: TypeError.
     """
@@ -171,6 +172,10 @@ def execute_gpu_actions(
                 _fabric(fabric).activate(partition_id)
             case gpu_actions.DeactivateFabricPartition(partition_id=partition_id):
                 _fabric(fabric).deactivate(partition_id)
+                cdi.write(uid, dynamic_mig.created_spec(
+                    action, created,
+                    iommufd_nodes=iommufd.iommufd_nodes if iommufd is not None else None,
+                ))
             case _:
                 typing.assert_never(action)
 

@@ -96,8 +96,6 @@ LOGGING_BETA_OPTIONS: Final = "LoggingBetaOptions"
 ALL_ALPHA: Final = "AllAlpha"
 ALL_BETA: Final = "AllBeta"
 
-_GPU_PLUGIN: Final = frozenset({Component.GPU_PLUGIN})
-
 REGISTRY: Final[Mapping[str, Gate]] = {
     g.name: g
     for g in sorted(
@@ -111,10 +109,7 @@ REGISTRY: Final[Mapping[str, Gate]] = {
             Gate(name=PASSTHROUGH_SUPPORT, default=False, stage=Stage.ALPHA),
             Gate(name=NVML_DEVICE_HEALTH_CHECK, default=False, stage=Stage.ALPHA),
             Gate(name=DYNAMIC_MIG, default=False, stage=Stage.ALPHA),
-            Gate(
-                name=DEVICE_METADATA, default=False, stage=Stage.ALPHA,
-                unbuilt_in=_GPU_PLUGIN, feature="device metadata files in workload containers",
-            ),
+            Gate(name=DEVICE_METADATA, default=False, stage=Stage.ALPHA),
             Gate(
                 name=FABRIC_MANAGER_PARTITIONING, default=False, stage=Stage.ALPHA,
                 # NB: built in the GPU plugin (partition attributes, activation at prepare);
@@ -123,10 +118,7 @@ REGISTRY: Final[Mapping[str, Gate]] = {
                 feature="single-node NVLink (NVSwitch) system handling",
             ),
             Gate(name=FABRIC_TOPOLOGY_SUPPORT, default=False, stage=Stage.ALPHA),
-            Gate(
-                name=DRA_LIST_TYPE_ATTRIBUTES, default=False, stage=Stage.ALPHA,
-                unbuilt_in=_GPU_PLUGIN, feature="list-valued device attributes in ResourceSlices",
-            ),
+            Gate(name=DRA_LIST_TYPE_ATTRIBUTES, default=False, stage=Stage.ALPHA),
             Gate(name=CONSUMABLE_SHARES, default=False, stage=Stage.ALPHA),
             Gate(name=CONTEXTUAL_LOGGING, default=True, stage=Stage.BETA),
             Gate(name=LOGGING_ALPHA_OPTIONS, default=False, stage=Stage.ALPHA),

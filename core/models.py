@@ -255,6 +255,9 @@ class ResourceClaim:
     results: tuple[DeviceResult, ...] = ()
     configs: tuple[RawOpaqueConfig, ...] = ()
     reserved_for: tuple[ClaimConsumer, ...] = ()
+    # The pod's name for a claim made from a ResourceClaimTemplate (annotation
+    # `resource.kubernetes.io/pod-claim-name`, set by the resource claim controller); "" else.
+    pod_claim_name: str = ""
 
 
 # ---------------------------------------------------------------- node

@@ -13,7 +13,7 @@ import enum
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
-from core import device_health, models, names, runtime_cdi
+from core import device_health, device_metadata, models, names, runtime_cdi
 from core.gpu import configs as gpu_configs
 from core.gpu import devices as gpu_devices
 from core.gpu import fm_partitions
@@ -421,4 +421,36 @@ class ContainerRuntime(Protocol):
     def ask(self) -> runtime_cdi.RuntimeAnswer | runtime_cdi.Unreachable:
         """Its name, version and verbose status info; Unreachable when it cannot be asked
         (never raises: a missing runtime socket is a judgment, not a crash)."""
+        ...
+
+
+class DeviceMetadataStore(Protocol):
+    """Device metadata files and the CDI specs that mount them (gate DeviceMetadata)."""
+
+    def write(self, planned: tuple[device_metadata.RequestMetadata, ...]) -> None:
+        """Write each request's file and spec (replacing what is there); RetryableError."""
+        ...
+
+    def remove(self, *, claim_uid: names.ClaimUID, namespace: str, name: str) -> None:
+        """Remove a claim's metadata files and specs; idempotent."""
+        ...
+
+
+class KernelModules(Protocol):
+    """Kernel modules of the host (vfio-pci, or its variant, before a passthrough bind)."""
+
+    def modules_alias(self) -> str:
+        """The text of the host's modules.alias for the running kernel ("" if unreadable)."""
+        ...
+
+    def ensure_loaded(self, module: str) -> None:
+        """Load `module` unless it is loaded; PermanentError (or Retryable) saying why not."""
+        ...
+
+
+class IommufdNodes(Protocol):
+    """The iommufd node of a passthrough function bound to vfio-pci (`adapters.fs.vfio`)."""
+
+    def iommufd_nodes(self, pci_bus_id: str) -> tuple[gpu_devices.DeviceNode, ...]:
+        """`/dev/vfio/devices/vfio<N>` of the function; RetryableError while it has none."""
         ...

@@ -15,8 +15,8 @@ import os
 import uuid
 
 from adapters.fs import devnodes
-from core import errors
-from core.gpu import devices
+from core import errors, ports
+from core.gpu import devices, vfio_variant
 
 log = logging.getLogger(__name__)
 
@@ -24,6 +24,8 @@ NVIDIA_VENDOR_ID = 0x10DE
 VGA_CONTROLLER_CLASS = 0x030000
 CONTROLLER_3D_CLASS = 0x030200
 VFIO_DRIVER = "vfio-pci"
+# What upstream asks modprobe for before a bind (go-nvlib's default VFIO variant).
+VFIO_MODULE = "vfio-pci"
 NVIDIA_DRIVER = "nvidia"
 # What nvpci reports for a device missing from the PCI ID database.
 UNKNOWN_DEVICE = "UNKNOWN_DEVICE"
@@ -84,10 +86,14 @@ class SysfsVfio:
         dev_root: str = "/",
         *,
         pci_ids_paths: tuple[str, ...] = PCI_IDS_PATHS,
+        modules: ports.KernelModules | None = None,
     ) -> None:
+        """`modules` loads vfio-pci before a bind where it is not loaded (as upstream);
+        None: a bind without it fails, saying to load it."""
         self.sysfs_root = sysfs_root
         self.dev_root = dev_root
         self._pci_ids_paths = pci_ids_paths
+        self._modules = modules
 
     def __repr__(self) -> str:
         return f"SysfsVfio(sysfs_root={self.sysfs_root!r}, dev_root={self.dev_root!r})"
@@ -196,9 +202,11 @@ class SysfsVfio:
     # Binding.
 
     def bind_vfio(self, pci_bus_id: str) -> None:
-        """Bind the function to vfio-pci; nothing to do when it already is."""
+        """Bind the function to vfio-pci, or the VFIO variant the host's modules.alias names
+        for it (as upstream); nothing to do when it already is."""
         current = self.current_driver(pci_bus_id)
-        if current == VFIO_DRIVER:
+        module = self.vfio_module(pci_bus_id)
+        if current in {VFIO_DRIVER, module, module.replace("_", "-")}:
             return
         if not self._is_gpu_function(pci_bus_id):
             raise errors.PermanentError(
@@ -208,16 +216,50 @@ class SysfsVfio:
         if current not in (None, NVIDIA_DRIVER):
             raise errors.PermanentError(
                 f"GPU {pci_bus_id} is bound to driver {current!r}, expected {NVIDIA_DRIVER!r} "
-                f"or {VFIO_DRIVER!r}; unbind it from {current!r} on the node first"
+                f"or {module!r}; unbind it from {current!r} on the node first"
             )
-        self._require_driver(VFIO_DRIVER, fix="load it on the node: modprobe vfio-pci")
+        if self._modules is not None:
+            self._modules.ensure_loaded(module)
+        driver = self._vfio_driver(module)
         numvfs = self._read(pci_bus_id, "sriov_numvfs", default="0")
         if int(numvfs) > 0:
             raise errors.PermanentError(
                 f"GPU {pci_bus_id} has {numvfs} SR-IOV virtual functions enabled, so it cannot "
                 "be passed through whole; disable them (echo 0 > sriov_numvfs) first"
             )
-        self._change_driver(pci_bus_id, current, VFIO_DRIVER)
+        self._change_driver(pci_bus_id, current, driver)
+
+    def vfio_module(self, pci_bus_id: str) -> str:
+        """The VFIO module for the function: the best `vfio_pci` alias of the host's
+        modules.alias for its modalias (`core.gpu.vfio_variant`), else vfio-pci."""
+        if self._modules is None:
+            return VFIO_MODULE
+        modalias = self._read(pci_bus_id, "modalias", default="")
+        if not modalias:
+            return VFIO_MODULE
+        try:
+            device = vfio_variant.parse_modalias(modalias)
+        except ValueError:
+            log.warning("event=modalias_unreadable pci_bus_id=%s modalias=%r", pci_bus_id,
+                        modalias.strip())
+            return VFIO_MODULE
+        module = vfio_variant.best_module(
+            device, vfio_variant.vfio_aliases(self._modules.modules_alias())
+        )
+        if module != VFIO_MODULE:
+            log.info("event=vfio_variant pci_bus_id=%s module=%s", pci_bus_id, module)
+        return module
+
+    def _vfio_driver(self, module: str) -> str:
+        """The driver directory of `module`: its name, or with dashes for underscores (the
+        kernel's `vfio_pci` module drives `vfio-pci`), as upstream looks it up."""
+        for name in (module, module.replace("_", "-")):
+            if os.path.isdir(os.path.join(self._drivers_dir, name)):
+                return name
+        raise errors.PermanentError(
+            f"driver {module} is not loaded ({self._drivers_dir}/{module} does not "
+            f"exist); load it on the node: modprobe {module}"
+        )
 
     def unbind_vfio(self, pci_bus_id: str) -> None:
         """Give the function back to the nvidia driver; nothing to do when it already has it."""
@@ -286,6 +328,13 @@ class SysfsVfio:
                 "firmware and on the kernel command line (intel_iommu=on or amd_iommu=on)"
             )
         return (self._device_node(f"/dev/vfio/{group}", fix=fix),)
+
+    def iommufd_nodes(self, pci_bus_id: str) -> tuple[devices.DeviceNode, ...]:
+        """`core.ports.IommufdNodes`: the function's iommufd node (it must be bound)."""
+        cdev = self._iommufd_cdev(pci_bus_id)
+        return (self._device_node(
+            f"/dev/vfio/devices/{cdev}", fix=f"bind {pci_bus_id} to vfio-pci first"
+        ),)
 
     def _iommufd_cdev(self, pci_bus_id: str) -> str:
         vfio_dev = os.path.join(self._devices_dir, pci_bus_id, "vfio-dev")

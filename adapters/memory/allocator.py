@@ -110,6 +110,10 @@ def _attribute_value(value: Any) -> Any:
     for field in ("string", "int", "bool", "version"):
         if field in value:
             return value[field]
+    # List-valued attributes (DRAListTypeAttributes) are CEL lists.
+    for field in ("strings", "ints", "bools", "versions"):
+        if field in value:
+            return list(value[field])
     return None
 
 

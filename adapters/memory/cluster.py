@@ -23,7 +23,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any
+from typing import Any, Final
 
 from adapters.memory import _codec
 from core import errors, kinds, mergepatch, models, ports
@@ -105,15 +105,21 @@ class InMemoryCluster:
         seed: int | None = None,
         server_version: str = DEFAULT_SERVER_VERSION,
         device_taints: bool = True,
+        list_type_attributes: bool = False,
     ) -> None:
         """`device_taints`: whether the server keeps ResourceSlice `devices[].taints`, as
         kube-apiserver does with gate DRADeviceTaints (off by default in 1.34 and 1.35: it
-        drops them without a word)."""
+        drops them without a word). `list_type_attributes`: whether it keeps list-valued
+        device attributes (`ints`, `strings`, `bools`, `versions`), as kube-apiserver does
+        with its gate DRAListTypeAttributes (alpha from 1.36, off by default; before 1.36 no
+        such fields): otherwise they are dropped and the attribute, left without a value,
+        refused, as the real server refuses it."""
         if history_size < 1:
             raise ValueError("history_size must be at least 1")
         self._clock = clock
         self._server_version = server_version
         self._device_taints = device_taints
+        self._list_type_attributes = list_type_attributes
         self._uid_factory = uid_factory or (lambda: str(uuid.uuid4()))
         self._random = random.Random(seed)
         self._lock = threading.RLock()
@@ -143,6 +149,7 @@ class InMemoryCluster:
             return
         spec = obj.get("spec") or {}
         self._check_taint_effects(obj)
+        self._check_attribute_values(obj)
         if _minor_version(self._server_version) < 35:
             return
         if spec.get("devices") and spec.get("sharedCounters"):
@@ -168,18 +175,46 @@ class InMemoryCluster:
                         f"Unsupported value: {taint.get('effect')!r}: supported values: "
                         f"{', '.join(sorted(allowed))} (Kubernetes {self._server_version})")
 
+    def _check_attribute_values(self, obj: Mapping[str, Any]) -> None:
+        """Each device attribute holds exactly one value (kube-apiserver's validation)."""
+        allowed = _SCALAR_ATTRIBUTE_FIELDS + (
+            _LIST_ATTRIBUTE_FIELDS if self._lists_kept() else ()
+        )
+        for index, device in enumerate((obj.get("spec") or {}).get("devices") or ()):
+            for key, value in sorted((device.get("attributes") or {}).items()):
+                held = [f for f in allowed if isinstance(value, Mapping) and f in value]
+                if len(held) != 1:
+                    name = (obj.get("metadata") or {}).get("name")
+                    raise errors.ClusterError(
+                        f"ResourceSlice {name} is invalid: spec.devices[{index}].attributes"
+                        f"[{key}]: Invalid value: exactly one value must be specified "
+                        f"(Kubernetes {self._server_version}"
+                        f"{'' if self._lists_kept() else ', list values not kept'})")
+
+    def _lists_kept(self) -> bool:
+        return self._list_type_attributes and _minor_version(self._server_version) >= 36
+
     def _drop_disabled_fields(self, kind: str, obj: dict[str, Any]) -> None:
         """What kube-apiserver drops (in place, before its validation) for a gate it lacks:
-        ResourceSlice `devices[].taints` without DRADeviceTaints.
+        ResourceSlice `devices[].taints` without DRADeviceTaints, list-valued attributes
+        without DRAListTypeAttributes (or before 1.36, where they are unknown fields).
 
         NB: `timeAdded` is not stamped as the real server does: the tests of this tier
         compare taints exactly; the control-plane tier runs the real one."""
-        if kind != kinds.RESOURCE_SLICE.kind or self._device_taints:
+        if kind != kinds.RESOURCE_SLICE.kind:
             return
         devices = (obj.get("spec") or {}).get("devices")
         for device in devices if isinstance(devices, list) else ():
-            if isinstance(device, dict):
+            if not isinstance(device, dict):
+                continue
+            if not self._device_taints:
                 device.pop("taints", None)
+            if self._lists_kept():
+                continue
+            for value in (device.get("attributes") or {}).values():
+                for field in _LIST_ATTRIBUTE_FIELDS:
+                    if isinstance(value, dict):
+                        value.pop(field, None)
 
     # -- test and demo hooks -------------------------------------------------------------
 
@@ -673,6 +708,11 @@ class InMemoryCluster:
                 continue
             log.debug("garbage-collect kind=%s name=%s", dependent[0], self._describe(dependent))
             self._delete_locked(dependent)
+
+
+# The value fields of a ResourceSlice device attribute (`resource.k8s.io/v1`).
+_SCALAR_ATTRIBUTE_FIELDS: Final = ("string", "int", "bool", "version")
+_LIST_ATTRIBUTE_FIELDS: Final = ("strings", "ints", "bools", "versions")
 
 
 def _minor_version(version: str) -> int:

@@ -22,6 +22,7 @@ from adapters import fabricmanager
 from adapters.fs import cdi as fs_cdi
 from adapters.fs import checkpoints as fs_checkpoints
 from adapters.fs import driverroot, simulated_driverroot
+from adapters.fs import vfio as fs_vfio
 from adapters.grpc import kubelet_emulator
 from adapters.memory import allocator as memory_allocator
 from adapters.memory import cluster as memory_cluster
@@ -172,9 +173,12 @@ def node_object(name: str) -> dict[str, Any]:
             "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}}}
 
 
-def device_class_objects() -> tuple[dict[str, Any], ...]:
-    """The GPU half's DeviceClasses, as the chart installs them (gates at their defaults)."""
-    return deviceclasses.device_classes(gates.resolve_gates({}))
+def device_class_objects(
+    gate_values: models.FeatureGates | None = None,
+) -> tuple[dict[str, Any], ...]:
+    """The GPU half's DeviceClasses, as the chart installs them (gates at their defaults
+    unless given)."""
+    return deviceclasses.device_classes(gate_values or gates.resolve_gates({}))
 
 
 @dataclasses.dataclass(kw_only=True)
@@ -234,22 +238,29 @@ def start_plugin(
     *, profile: str, gpus: gpu_simulation.SimulatedGpus | None = None,
     health_events: ports.GpuHealthEvents | None = None,
     fabric: ports.FabricManager | None = None,
+    vfio: fs_vfio.SysfsVfio | None = None,
 ) -> gpu_wiring.Plugin[models.NodeFacts]:
     """Start the GPU plugin in this process for a simulated node (no registration wait);
     with gate MPSSupport it runs MPS daemons as Deployments in `cluster`; with gate DynamicMIG
     it creates and destroys MIG devices on `gpus` (the simulated NVML; a fresh one if None);
     `health_events` (gate NVMLDeviceHealthCheck) taint the devices they find sick; `fabric`
-    (gate FabricManagerPartitioning) gives the partitions the GPUs publish."""
+    (gate FabricManagerPartitioning) gives the partitions the GPUs publish; `vfio` (gate
+    PassthroughSupport) discovers and binds the passthrough functions, as `__main__` wires
+    it."""
     resolved = gates.resolve_gates(gates.parse_feature_gates(settings.feature_gates))
     if gpus is None:
         gpus = gpu_simulation.simulated_gpus(profile, node_name=settings.node_name)
     with open(files.boot_id_path, encoding="utf-8") as handle:
         boot_id = handle.read().strip()
     smi = timeslice.NvidiaSmiTimeSlicer(files.nvidia_smi)
+    discovery: ports.GpuDiscovery = gpus if vfio is None else gpu_wiring.WithVfio(gpus, vfio)
     return gpu_wiring.start_gpu_plugin(
         settings,
         cluster=cluster,
-        discovery=gpus,
+        discovery=discovery,
+        vfio=vfio,
+        vfio_nodes=None if vfio is None else (lambda: gpu_wiring.vfio_nodes(vfio)),
+        iommufd=vfio,
         files=driverroot.DriverRoot(
             files.driver_root, dev_root=files.dev_root, proc_devices=files.proc_devices
         ),
@@ -281,6 +292,8 @@ def simulated_fabric(
 def start_gpu_node(
     workdir: str, *, profile: str, node_name: str = NODE_NAME, consumable_shares: str = "",
     feature_gates: str = "",
+    cluster: memory_cluster.InMemoryCluster | None = None,
+    vfio: fs_vfio.SysfsVfio | None = None,
 ) -> GpuNode:
     """Bring up the in-memory cluster and one registered GPU plugin with its slice published
     (GPUs shared by consumable capacity when `consumable_shares` is given, e.g. "2"; the
@@ -289,6 +302,9 @@ def start_gpu_node(
     NVMLDeviceHealthCheck, the simulated health watch reads the driver root's events file
     (ready before this returns).
 
+    `cluster` (default: a fresh one) is the embedded API server to use; `vfio` (gate
+    PassthroughSupport) discovers and binds the passthrough functions.
+
     ConfigError listing the profiles for an unknown one.
     """
     if profile not in gpu_profiles():
@@ -296,16 +312,16 @@ def start_gpu_node(
             f"unknown GPU demo profile {profile!r}; GPU profiles: {', '.join(gpu_profiles())}"
         )
     root, owned = embedded.short_workdir(workdir)
-    cluster = memory_cluster.InMemoryCluster()
+    cluster = cluster or memory_cluster.InMemoryCluster()
     try:
         files = lay_out_node_files(root, profile=profile, node_name=node_name)
         settings = plugin_settings(root, node_name=node_name, profile=profile, files=files,
                                    consumable_shares=consumable_shares,
                                    feature_gates=feature_gates)
         cluster.create(kinds.NODE.kind, node_object(node_name))
-        for device_class in device_class_objects():
-            cluster.create(kinds.DEVICE_CLASS.kind, device_class)
         resolved = gates.resolve_gates(gates.parse_feature_gates(settings.feature_gates))
+        for device_class in device_class_objects(resolved):
+            cluster.create(kinds.DEVICE_CLASS.kind, device_class)
         runner = (mps_runner.MpsRunner(cluster, namespace=settings.namespace)
                   if resolved.enabled(gates.MPS_SUPPORT) else None)
         gpus = gpu_simulation.simulated_gpus(profile, node_name=node_name)
@@ -316,7 +332,7 @@ def start_gpu_node(
         fabric = simulated_fabric(gpus, files, gate_values=resolved)
         try:
             plugin = start_plugin(cluster, settings, files, profile=profile, gpus=gpus,
-                                  health_events=watch, fabric=fabric)
+                                  health_events=watch, fabric=fabric, vfio=vfio)
         except BaseException:
             if runner is not None:
                 runner.close()

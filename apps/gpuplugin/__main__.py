@@ -9,7 +9,7 @@ from collections.abc import Sequence
 
 from adapters import fabricmanager, nvml
 from adapters.fabricmanager import opening as fm_opening
-from adapters.fs import cdihook, driverroot, procfs
+from adapters.fs import cdihook, driverroot, kernel_modules, procfs
 from adapters.fs import vfio as fs_vfio
 from adapters.mps import daemons as mps_daemons
 from adapters.mps import hostdirs as mps_hostdirs
@@ -21,38 +21,35 @@ from apps.gpuplugin import settings as gpu_settings
 from apps.pluginkit import process
 from apps.shell import logs, signals
 from core import errors, gates, models, ports
-from core.gpu import devices, mps
 from core.gpu import health as gpu_health
+from core.gpu import mps
 from core.gpu import shares as gpu_shares
 
 log = logging.getLogger("gpu-kubelet-plugin")
 
 
-class _WithVfio:
-    """NVML's GPUs and MIG devices plus the VFIO functions sysfs shows (PassthroughSupport)."""
-
-    def __init__(self, gpus: ports.GpuDiscovery, vfio: fs_vfio.SysfsVfio) -> None:
-        self._gpus = gpus
-        self._vfio = vfio
-
-    def gpu_inventory(self) -> devices.GpuInventory:
-        found = self._gpus.gpu_inventory()
-        return devices.GpuInventory(
-            gpus=found.gpus, migs=found.migs, vfios=self._vfio.vfio_devices()
+def check_host_root(host_root: str) -> None:
+    """Upstream's start-up checks under PassthroughSupport: the host's root file system is
+    mounted at `host_root`, and its kernel has the IOMMU on (some IOMMU group exists)."""
+    if not os.path.isdir(host_root):
+        raise errors.ConfigError(
+            f"feature gate {gates.PASSTHROUGH_SUPPORT}=true needs the host's root file system "
+            f"at --host-root (env HOST_ROOT), but {host_root} is not a directory: mount the "
+            "host's / there (the Helm chart does under this gate)"
         )
-
-
-def _vfio_nodes(vfio: fs_vfio.SysfsVfio) -> dict[str, tuple[devices.DeviceNode, ...]]:
-    nodes: dict[str, tuple[devices.DeviceNode, ...]] = {}
-    for function in vfio.vfio_devices():
-        try:
-            nodes[function.pci_bus_id] = (
-                *vfio.api_device_nodes(), *vfio.device_nodes(function.pci_bus_id)
-            )
-        except errors.DriverError as exc:  # not bound to vfio-pci yet: the planner says so
-            log.debug("event=vfio_nodes_unknown pci_bus_id=%s error=%r", function.pci_bus_id,
-                      exc.message)
-    return nodes
+    groups = os.path.join(host_root, "sys/kernel/iommu_groups")
+    try:
+        enabled = bool(os.listdir(groups))
+    except FileNotFoundError:
+        enabled = False
+    except OSError as exc:
+        raise errors.ConfigError(f"cannot list {groups} ({exc.strerror})") from exc
+    if not enabled:
+        raise errors.ConfigError(
+            f"feature gate {gates.PASSTHROUGH_SUPPORT}=true needs the IOMMU, but the kernel "
+            f"shows no IOMMU group ({groups} is empty or missing): turn it on in firmware and "
+            "on the kernel command line (intel_iommu=on or amd_iommu=on), or turn the gate off"
+        )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -69,13 +66,16 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _gates(settings: gpu_settings.Settings) -> models.FeatureGates:
-    """The effective gates, or ConfigError: upstream's rules broken, or a feature not built."""
+    """The effective gates, or ConfigError: upstream's rules broken, a feature not built, or
+    (PassthroughSupport) no host root or IOMMU."""
     resolved = gates.resolve_gates(gates.parse_feature_gates(settings.feature_gates))
     gates.validate_gate_dependencies(resolved)
     gates.refuse_unbuilt(resolved, gates.Component.GPU_PLUGIN)
     # NB: checked here, beside the gates it needs, so a bad value stops the start at once.
     gpu_shares.parse_consumable_shares(settings.consumable_shares, gates=resolved)
     gpu_health.xid_policy(settings.additional_xids_to_ignore)
+    if resolved.enabled(gates.PASSTHROUGH_SUPPORT):
+        check_host_root(settings.host_root)
     return resolved
 
 
@@ -91,8 +91,11 @@ def _start(
     )
     vfio: fs_vfio.SysfsVfio | None = None
     if resolved_gates.enabled(gates.PASSTHROUGH_SUPPORT):
-        vfio = fs_vfio.SysfsVfio(settings.sysfs_root, settings.dev_root)
-        discovery = _WithVfio(discovery, vfio)
+        vfio = fs_vfio.SysfsVfio(
+            settings.sysfs_root, settings.dev_root,
+            modules=kernel_modules.ChrootModprobe(settings.host_root),
+        )
+        discovery = wiring.WithVfio(discovery, vfio)
     nvidia_smi = os.path.join(settings.container_driver_root, "usr/bin/nvidia-smi")
     boot_id = procfs.ProcNodeFiles(
         proc_devices_path=settings.proc_devices, boot_id_path=settings.boot_id_path
@@ -115,7 +118,8 @@ def _start(
         boot_id=boot_id,
         time_slicer=smi,
         vfio=vfio,
-        vfio_nodes=(lambda: _vfio_nodes(vfio)) if vfio is not None else None,
+        vfio_nodes=(lambda: wiring.vfio_nodes(vfio)) if vfio is not None else None,
+        iommufd=vfio,
         consumable=gpu_shares.parse_consumable_shares(
             settings.consumable_shares, gates=resolved_gates),
         compute_mode=fault_marked.MarkedComputeMode(smi),

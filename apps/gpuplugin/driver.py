@@ -67,6 +67,7 @@ def new_driver(
     mig: ports.MigPartitioner | None = None,
     fabric: ports.FabricManager | None = None,
     fabric_partitions: Sequence[fm_partitions.Partition] | None = None,
+    iommufd: ports.IommufdNodes | None = None,
 ) -> GpuPluginDriver:
     """The claim driver that prepares and unprepares `gpu.nvidia.com` claims on one node.
 
@@ -77,6 +78,7 @@ def new_driver(
     `fabric` with `fabric_partitions` (its partitions as read at start; gate
     FabricManagerPartitioning on a node with an NVSwitch fabric) activates each claim's
     partition at prepare and deactivates it at unprepare.
+    `iommufd` finds a bound function's iommufd node (VfioDeviceConfig `PreferIommuFD`).
     """
     half = GpuHalf(
         gates=gates, inventory=inventory, files=files,
@@ -96,6 +98,7 @@ def new_driver(
         cdi=ports.cdi,
         fabric=fabric if fabric_partitions is not None else None,
         fabric_partitions=fabric_partitions if fabric is not None else None,
+        iommufd=iommufd,
     )
     return claim_driver.ClaimDriver(
         half=half, ports=ports, node=node, clock=clock, metrics=metrics,
@@ -128,8 +131,10 @@ class GpuHalf:
         cdi: ports.CDIStore | None = None,
         fabric: ports.FabricManager | None = None,
         fabric_partitions: Sequence[fm_partitions.Partition] | None = None,
+        iommufd: ports.IommufdNodes | None = None,
     ) -> None:
         self._gates = gates
+        self._iommufd = iommufd
         self._discovered = inventory
         self._files = files
         self._time_slicer = time_slicer
@@ -276,6 +281,7 @@ class GpuHalf:
                 (action,), time_slicer=self._time_slicer, vfio=self._vfio,
                 compute_mode=self._compute_mode, mps_daemons=self._mps_daemons,
                 mig=self._mig, cdi=self._cdi, created=self._created, fabric=self._fabric,
+                mig=self._mig, cdi=self._cdi, created=self._created, iommufd=self._iommufd,
             )
 
     def plan_rollback(

@@ -63,6 +63,9 @@ class Settings:
     # XIDs that only inform (gate NVMLDeviceHealthCheck), beside the defaults, as given
     # (checked at start: `core.gpu.health.xid_policy`).
     additional_xids_to_ignore: str = ""
+    # Where the host's root file system is mounted (gate PassthroughSupport: vfio-pci is
+    # loaded with `chroot <host root> modprobe`, as upstream).
+    host_root: str = "/host-root"
 
     @property
     def mps_control_root(self) -> str:
@@ -96,6 +99,10 @@ COMMAND = flags.command(
                      help="where the host's /dev is seen (device nodes of GPUs and MIG devices)"),
         flags.option("--sysfs-root", env="SYSFS_ROOT", default="/sys",
                      help="where the host's /sys is seen (VFIO passthrough)"),
+        flags.option("--host-root", env="HOST_ROOT", default="/host-root",
+                     help="where the host's root file system is mounted (gate "
+                     "PassthroughSupport: vfio-pci is loaded with chroot <host root> "
+                     "modprobe; must exist then)"),
         flags.option("--nvidia-cdi-hook-path", env="NVIDIA_CDI_HOOK_PATH", default="",
                      help="absolute host path of nvidia-cdi-hook, named in the CDI specs' "
                      "hooks (empty: the image's copy, else the driver root's "
@@ -163,4 +170,5 @@ def parse(argv: Sequence[str] | None, env: Mapping[str, str]) -> Settings:
         mps_shm_tmpfs=values["mps_shm_tmpfs"],
         mps_ready_timeout_s=values["mps_ready_timeout_seconds"],
         additional_xids_to_ignore=values["additional_xids_to_ignore"],
+        host_root=values["host_root"],
     )

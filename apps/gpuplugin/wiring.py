@@ -9,10 +9,12 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 
+from adapters.fs import device_metadata as fs_device_metadata
 from adapters.fs import health_state
+from adapters.fs import vfio as fs_vfio
 from adapters.kube import slices as kube_slices
 from apps.gpuplugin import driver as gpu_driver
-from apps.gpuplugin import health_monitor
+from apps.gpuplugin import health_monitor, served_claims
 from apps.gpuplugin import settings as gpu_settings
 from apps.pluginkit import device_health as plugin_device_health
 from apps.pluginkit import driver as claim_driver
@@ -20,12 +22,13 @@ from apps.pluginkit import metrics as plugin_metrics
 from apps.pluginkit import serving
 from apps.pluginkit.serving import Plugin
 
-__all__ = ["DeviceCache", "Plugin", "start_gpu_plugin"]
+__all__ = ["DeviceCache", "Plugin", "WithVfio", "start_gpu_plugin", "vfio_nodes"]
 from core import errors, models, names, ports
 from core import gates as feature_gates
 from core.gpu import cdi as gpu_cdi
 from core.gpu import checkpoint_records, devices, fm_partitions, partitions
 from core.gpu import health as gpu_health
+from core.gpu import passthrough as gpu_passthrough
 from core.gpu import shares as gpu_shares
 from core.gpu import slices as gpu_slices
 
@@ -62,6 +65,35 @@ class DeviceCache:
         return found
 
 
+class WithVfio:
+    """NVML's GPUs and MIG devices plus the VFIO functions sysfs shows (PassthroughSupport)."""
+
+    def __init__(self, gpus: ports.GpuDiscovery, vfio: fs_vfio.SysfsVfio) -> None:
+        self._gpus = gpus
+        self._vfio = vfio
+
+    def gpu_inventory(self) -> devices.GpuInventory:
+        found = self._gpus.gpu_inventory()
+        return devices.GpuInventory(
+            gpus=found.gpus, migs=found.migs,
+            vfios=gpu_passthrough.with_parents(self._vfio.vfio_devices(), found.gpus),
+        )
+
+
+def vfio_nodes(vfio: fs_vfio.SysfsVfio) -> dict[str, tuple[devices.DeviceNode, ...]]:
+    """The vfio nodes of each function bound to vfio-pci now, by PCI address."""
+    nodes: dict[str, tuple[devices.DeviceNode, ...]] = {}
+    for function in vfio.vfio_devices():
+        try:
+            # NB: the group node alone, as upstream: the IOMMU API node only where the
+            # claim's VfioDeviceConfig asks for it (`enableAPIDevice`), spec-wide.
+            nodes[function.pci_bus_id] = vfio.device_nodes(function.pci_bus_id)
+        except errors.DriverError as exc:  # not bound to vfio-pci yet: the planner says so
+            log.debug("event=vfio_nodes_unknown pci_bus_id=%s error=%r", function.pci_bus_id,
+                      exc.message)
+    return nodes
+
+
 def start_gpu_plugin(
     settings: gpu_settings.Settings,
     *,
@@ -82,6 +114,8 @@ def start_gpu_plugin(
     health_events: ports.GpuHealthEvents | None = None,
     xid_policy: gpu_health.XidPolicy = gpu_health.DEFAULT_XID_POLICY,
     fabric: ports.FabricManager | None = None,
+    metadata: ports.DeviceMetadataStore | None = None,
+    iommufd: ports.IommufdNodes | None = None,
 ) -> Plugin[models.NodeFacts]:
     """Discover, recover state and start serving the kubelet; slices follow registration.
 
@@ -100,7 +134,12 @@ def start_gpu_plugin(
     at start: every GPU with a module id publishes its partitions (`partition<size>`), each
     prepare activates the partition its GPUs form (refusing GPUs that form none) and each
     unprepare deactivates it; before serving, active partitions no claim records are
-    deactivated.
+    deactivated. Gate PassthroughSupport: the slice leaves out the siblings of prepared GPUs and
+    passthrough functions (`core.gpu.passthrough`, read from the checkpoint at each publish)
+    and is published again after every prepare and unprepare. Gate DeviceMetadata: each
+    prepared claim gets its metadata files (`metadata`; by default under the plugin dir and
+    CDI root, `adapters.fs.device_metadata`). `iommufd` finds the iommufd node of a function
+    bound for a `PreferIommuFD` claim (the spec is written after the bind).
     """
     dynamic_mig = mig is not None and gates.enabled(feature_gates.DYNAMIC_MIG)
     if dynamic_mig and not isinstance(cluster, ports.ServerVersion):
@@ -142,7 +181,15 @@ def start_gpu_plugin(
         mig=mig if dynamic_mig else None,
         fabric=fabric if fabric_partitions is not None else None,
         fabric_partitions=fabric_partitions,
+        iommufd=iommufd,
     )
+    passthrough = gates.enabled(feature_gates.PASSTHROUGH_SUPPORT)
+    list_attributes = gates.enabled(feature_gates.DRA_LIST_TYPE_ATTRIBUTES)
+    if metadata is None and gates.enabled(feature_gates.DEVICE_METADATA):
+        metadata = fs_device_metadata.MetadataFiles(
+            driver=gpu_settings.DRIVER_NAME, plugin_dir=settings.plugin_dir,
+            cdi_root=settings.cdi_root,
+        )
     recovered = driver.recover()
     if dynamic_mig:
         found.refresh()  # NB: without the MIG devices the recovery destroyed
@@ -177,7 +224,22 @@ def start_gpu_plugin(
             effect_none.append(_effect_none_supported(cluster))
         return gpu_health.with_taints(devices, state, effect_none=effect_none[0])
 
+    def hidden(inventory: devices.GpuInventory) -> frozenset[str]:
+        if not passthrough:
+            return frozenset()
+        with checkpoint_store.locked():
+            current = driver.load_checkpoint()
+        return gpu_passthrough.hidden_siblings(
+            inventory, gpu_passthrough.held_devices(current)
+        )
+
+    publishing = threading.Lock()  # NB: the resync thread and kubelet calls both publish
+
     def publish() -> None:
+        with publishing:
+            publish_unlocked()
+
+    def publish_unlocked() -> None:
         if dynamic_mig:
             assert isinstance(cluster, ports.ServerVersion)
             layouts[:] = layouts or [_slice_layout(cluster)]
@@ -185,6 +247,13 @@ def start_gpu_plugin(
                 found.refresh(), layout=layouts[0], consumable=consumable,
                 fabric_partitions=fabric_partitions,
             )
+            if list_attributes:
+                contents = tuple(
+                    dataclasses.replace(content, devices=tuple(
+                        gpu_slices.with_list_numa_node(d) for d in content.devices
+                    ))
+                    for content in contents
+                )
             publisher.publish_built(lambda generation, node_uid: (
                 partitions.build_partitioned_slices(
                     contents, node_name=settings.node_name, generation=generation,
@@ -193,18 +262,46 @@ def start_gpu_plugin(
             ))
             health.published([d for content in contents for d in content.devices])
             return
+        inventory = found.refresh()
         devices = gpu_slices.plan_gpu_devices(
-            found.refresh(), gates=gates, consumable=consumable,
-            fabric_partitions=fabric_partitions,
+            inventory, gates=gates, consumable=consumable,
+            fabric_partitions=fabric_partitions, hidden=hidden(inventory),
         )
         publisher.publish(tainted(devices))
         health.published(devices)
 
+    resync: list[serving.SliceResync] = []  # NB: the plugin's, once serving
+
+    def publish_after_call() -> None:
+        """Publish now, so the answer the kubelet gets is never ahead of the slice; on
+        failure the resync loop publishes again."""
+        try:
+            publish()
+        except Exception:
+            for loop in resync:
+                loop.republish()
+            raise
+
+    def vfio_device(vfio: devices.VfioDeviceInfo) -> models.JSONObject:
+        built = gpu_slices.vfio_device(vfio)
+        return gpu_slices.with_list_numa_node(built) if list_attributes else built
+
+    service = served_claims.GpuPluginService(
+        driver, cluster=cluster, driver_name=gpu_settings.DRIVER_NAME,
+        plugin_dir=settings.plugin_dir, metadata=metadata,
+        attributes=lambda: served_claims.vfio_attributes(found.current(), vfio_device),
+        after_call=publish_after_call if passthrough else None,
+    )
+    def clean_stale_claims() -> None:
+        service.after_stale_cleanup(driver.clean_stale_claims())
+
     plugin = serving.serve(
         driver, settings, driver_name=gpu_settings.DRIVER_NAME, publish=publish,
         metrics=metrics, stopping=stopping, health=health,
-        check=serving.runtime_check(settings, cluster),
+        check=serving.runtime_check(settings, cluster), service=service,
+        clean=clean_stale_claims,
     )
+    resync.append(plugin.slices)
     if plugin.server.health_streams is not None:
         health.on_change = plugin.server.health_streams.notify
     if monitor is not None:

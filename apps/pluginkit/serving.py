@@ -262,18 +262,24 @@ def serve(
     stopping: threading.Event,
     health: ports.DeviceHealthSource | None = None,
     check: runtime_cdi_check.RuntimeCDICheck | None = None,
+    service: ports.KubeletPluginService | None = None,
+    clean: Callable[[], object] | None = None,
 ) -> Plugin[NodeT]:
     """Serve `driver` to the kubelet; slices follow each registration; stale entries get cleaned.
 
     Call after `driver.recover()`: the kubelet may call as soon as the socket exists.
     With `health`, the kubelet's device-health stream is served and advertised too. With
     `check`, the runtime is judged before serving, and prepares are refused while it refuses.
+    `service` (default: `driver`) is what the kubelet's calls go to: a half's wrapper of the
+    driver that does more after each call; `clean` (default: the driver's) one stale-claim
+    clean-up round.
     """
     resync = SliceResync(publish, node_name=settings.node_name)
-    service: ports.KubeletPluginService = driver
+    if service is None:
+        service = driver
     if check is not None:
         check.start(stopping)
-        service = runtime_cdi_check.RefusingWhileCDIOff(driver, check)
+        service = runtime_cdi_check.RefusingWhileCDIOff(service, check)
     server = grpc_server.PluginServer(
         service=service,
         driver_name=driver_name,
@@ -288,7 +294,7 @@ def serve(
     server.start()
     threading.Thread(target=metrics.warm_up, name="metrics-warm-up", daemon=True).start()
     cleanup = StaleClaimCleanup(
-        driver.clean_stale_claims,
+        clean or driver.clean_stale_claims,
         node_name=settings.node_name,
         interval_s=settings.stale_claim_cleanup_interval_s,
     )

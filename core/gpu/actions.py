@@ -87,18 +87,31 @@ class DestroyMigDevice:
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class WriteMigCDISpec:
-    """Write the claim's CDI spec once its MIG devices exist (`dynamic_mig.created_spec`).
+class IommufdFunction:
+    """A passthrough function given to the container by its iommufd node
+    (`/dev/vfio/devices/vfio<N>`, VfioDeviceConfig `PreferIommuFD`), which exists only once
+    the function is bound to vfio-pci: rendered after the bind (`WriteMigCDISpec`)."""
 
-    `cdi_devices` are the claim's CDI devices in spec order: rendered ones as JSON, and the
-    placements of MIG devices this prepare created, rendered from the created devices.
+    name: str
+    pci_bus_id: str
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class WriteMigCDISpec:
+    """Write the claim's CDI spec once the devices it names exist (`dynamic_mig.created_spec`).
+
+    `cdi_devices` are the claim's CDI devices in spec order: rendered ones as JSON, the
+    placements of MIG devices this prepare created, rendered from the created devices, and
+    passthrough functions given by their iommufd node, rendered once bound.
     """
 
     claim_uid: names.ClaimUID
-    cdi_devices: tuple[models.JSONObject | devices.MigPlacement, ...]
+    cdi_devices: tuple[models.JSONObject | devices.MigPlacement | IommufdFunction, ...]
     files: devices.DriverFiles
     # The IOMMU API device the spec gives ("" none).
     vfio_api: str = ""
+    # False for a claim of passthrough functions alone: no host driver files (`cdi`).
+    driver_files: bool = True
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

@@ -12,7 +12,7 @@ builds the claim's spec from what the creates returned (`actions.WriteMigCDISpec
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 
 from core import errors, models
 from core.gpu import actions, devices
@@ -46,16 +46,30 @@ def _completed_device_names(checkpoint: records.Checkpoint) -> Iterator[str]:
 def created_spec(
     action: actions.WriteMigCDISpec,
     created: Mapping[devices.MigPlacement, devices.MigDeviceInfo],
+    *,
+    iommufd_nodes: Callable[[str], Sequence[devices.DeviceNode]] | None = None,
 ) -> models.JSONObject:
     """The claim's CDI spec once its MIG devices exist: `action`'s rendered devices as they
     are, each placement as the MIG device `created` holds for it (its parent's node and its
     GPU- and compute-instance capability nodes, as for a MIG device made out of band).
+
+    A passthrough function given by iommufd gets the node `iommufd_nodes` finds for its PCI
+    address now that it is bound (TypeError where none is wired: a wiring bug).
 
     Raises PermanentError when a placement was not created by this run (or the node shows no
     capability minors for it): the prepare fails, and its unprepare destroys what it created.
     """
     listed: list[models.JSONObject] = []
     for item in action.cdi_devices:
+        if isinstance(item, actions.IommufdFunction):
+            if iommufd_nodes is None:
+                raise TypeError("an iommufd function was planned but no vfio nodes are wired")
+            nodes = iommufd_nodes(item.pci_bus_id)
+            listed.append({
+                "name": gpu_cdi.device_name(action.claim_uid, item.name),
+                "containerEdits": {"deviceNodes": [gpu_cdi.node_json(n) for n in nodes]},
+            })
+            continue
         if not isinstance(item, devices.MigPlacement):
             listed.append(item)
             continue
@@ -67,5 +81,7 @@ def created_spec(
                 "before its CDI spec; the prepare is retried by the kubelet"
             )
         listed.append(gpu_cdi.mig_device(action.claim_uid, mig, files=action.files))
-    edits = gpu_cdi.common_edits(action.files, driver_files=True, vfio_api=action.vfio_api)
+    edits = gpu_cdi.common_edits(
+        action.files, driver_files=action.driver_files, vfio_api=action.vfio_api
+    )
     return gpu_cdi.claim_spec(devices_json=listed, edits=edits)

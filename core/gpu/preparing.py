@@ -634,13 +634,14 @@ def _spec(
         and p.config.enable_api_device
     ), "")
     existing = [p.gpu or p.mig or p.vfio for p in planned if p.dynamic is None]
-    if all(p.dynamic is None for p in planned):
+    by_iommufd = _iommufd_functions(planned, vfio_nodes=vfio_nodes)
+    if all(p.dynamic is None for p in planned) and not by_iommufd:
         spec = _spec_of(
             claim_uid, existing, files=files, vfio_nodes=vfio_nodes, vfio_api=vfio_api,
             mps_edits=mps_edits,
         )
         return models.WriteCDISpec(claim_uid=claim_uid, spec=spec), vfio_api
-    if files.caps_major is None:
+    if files.caps_major is None and any(p.dynamic is not None for p in planned):
         raise errors.PermanentError(
             f"MIG device {next(p.result.device for p in planned if p.dynamic is not None)} "
             "cannot be prepared: this node did not show the nvidia-caps major (/proc/devices); "
@@ -649,13 +650,34 @@ def _spec(
     rendered = dict(_cdi_devices(
         claim_uid, existing, files=files, vfio_nodes=vfio_nodes, mps_edits=mps_edits
     ))
-    items: dict[str, models.JSONObject | devices.MigPlacement] = {}
+    items: dict[str, models.JSONObject | devices.MigPlacement | actions.IommufdFunction] = {}
     for p in planned:
         # NB: one CDI device per device, however many shares of it the claim holds.
-        items.setdefault(p.result.device, p.dynamic or rendered[p.result.device])
+        items.setdefault(
+            p.result.device,
+            p.dynamic or by_iommufd.get(p.result.device) or rendered[p.result.device],
+        )
     return actions.WriteMigCDISpec(
         claim_uid=claim_uid, cdi_devices=tuple(items.values()), files=files, vfio_api=vfio_api,
+        driver_files=any(p.vfio is None for p in planned),
     ), vfio_api
+
+
+def _iommufd_functions(
+    planned: Sequence[_Planned], *, vfio_nodes: Mapping[str, Sequence[devices.DeviceNode]] | None
+) -> dict[str, actions.IommufdFunction]:
+    """By name, the functions given by their iommufd node (`PreferIommuFD` on a host with
+    iommufd), as upstream; rendered after the bind, the node existing only then. Where
+    discovery shows no vfio nodes at all (None), none: the group path serves, as before."""
+    if vfio_nodes is None:
+        return {}
+    return {
+        p.vfio.name: actions.IommufdFunction(name=p.vfio.name, pci_bus_id=p.vfio.pci_bus_id)
+        for p in planned
+        if p.vfio is not None and p.vfio.iommu_fd_enabled
+        and isinstance(p.config, configs.VfioDeviceConfig)
+        and p.config.iommu_backend is configs.IommuBackendPolicy.PREFER_IOMMU_FD
+    }
 
 
 def _api_node(vfio: devices.VfioDeviceInfo, config: configs.VfioDeviceConfig) -> str:

@@ -64,6 +64,7 @@ def plan_gpu_devices(
     gates: models.FeatureGates,
     consumable: shares.ConsumableShares = shares.DISABLED,
     fabric_partitions: tuple[fm_partitions.Partition, ...] | None = None,
+    hidden: frozenset[str] = frozenset(),
 ) -> tuple[models.JSONObject, ...]:
     """The node's `gpu.nvidia.com` devices as `resource.k8s.io/v1` Device objects.
 
@@ -76,7 +77,9 @@ def plan_gpu_devices(
     GPUs and MIG devices shareable; VFIO functions never are. `fabric_partitions` (what
     Fabric Manager supports, None where the node has no NVSwitch fabric) adds, under gate
     FabricManagerPartitioning, the partition attributes to the devices of each GPU with a
-    module id (PermanentError where Fabric Manager's table contradicts itself).
+    module id (PermanentError where Fabric Manager's table contradicts itself). `hidden`
+    names devices not to publish (the siblings of prepared passthrough functions and GPUs,
+    `gpu.passthrough`). Under gate DRAListTypeAttributes `numaNode` is a one-element list.
     """
     fabric = fabric_attributes(inventory, gates=gates, fabric_partitions=fabric_partitions)
     # (GPU address, device name, how to build it): names are checked before anything is built,
@@ -101,7 +104,13 @@ def plan_gpu_devices(
             build = partial(vfio_device, vfio, fabric=parent_fabric)
             keyed.append((bus_id(vfio.pci_bus_id, vfio.name), vfio.name, build))
     check_names(name for _, name, _ in keyed)
-    return tuple(build() for _, _, build in sorted(keyed, key=lambda item: item[:2]))
+    built = tuple(
+        build() for _, name, build in sorted(keyed, key=lambda item: item[:2])
+        if name not in hidden
+    )
+    if gates.enabled(feature_gates.DRA_LIST_TYPE_ATTRIBUTES):
+        return tuple(with_list_numa_node(device) for device in built)
+    return built
 
 
 def build_gpu_resource_slices(
@@ -113,6 +122,7 @@ def build_gpu_resource_slices(
     node_uid: str = "",
     consumable: shares.ConsumableShares = shares.DISABLED,
     fabric_partitions: tuple[fm_partitions.Partition, ...] | None = None,
+    hidden: frozenset[str] = frozenset(),
 ) -> tuple[models.JSONObject, ...]:
     """The node's `gpu.nvidia.com` pool (pool name = node name) as ResourceSlice objects,
     owned by the Node when its `node_uid` is known.
@@ -124,11 +134,28 @@ def build_gpu_resource_slices(
         node_name=node_name,
         driver=DRIVER_NAME,
         devices=plan_gpu_devices(
-            inventory, gates=gates, consumable=consumable, fabric_partitions=fabric_partitions
+            inventory, gates=gates, consumable=consumable, fabric_partitions=fabric_partitions,
+            hidden=hidden,
         ),
         generation=generation,
         node_uid=node_uid,
     )
+
+
+def with_list_numa_node(device: models.JSONObject) -> models.JSONObject:
+    """`device` with its `numaNode` in the list form (`{"ints": [n]}`), as upstream publishes
+    it under DRAListTypeAttributes (KEP-6072's preferred form; one element until the driver
+    computes the same-socket nodes). Other attributes are unchanged.
+
+    NB: only an API server with its own DRAListTypeAttributes gate on (alpha from Kubernetes
+    1.36) keeps list values; any other drops them and refuses the slice.
+    """
+    attributes = device.get("attributes") or {}
+    scalar = attributes.get(NUMA_NODE_ATTRIBUTE)
+    if not isinstance(scalar, dict) or "int" not in scalar:
+        return device
+    listed = {**attributes, NUMA_NODE_ATTRIBUTE: {"ints": [scalar["int"]]}}
+    return {**device, "attributes": listed}
 
 
 def fabric_attributes(

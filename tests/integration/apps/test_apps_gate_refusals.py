@@ -38,7 +38,7 @@ def _error_lines(done: subprocess.CompletedProcess[str]) -> list[str]:
 @pytest.mark.parametrize(
     ("module", "gate", "binary"),
     [
-        ("apps.gpuplugin", "DRAListTypeAttributes", "gpu-kubelet-plugin"),
+        ("apps.gpuplugin", "FabricManagerPartitioning", "gpu-kubelet-plugin"),
         ("apps.kubeletplugin", "FabricManagerPartitioning", "compute-domain-kubelet-plugin"),
     ],
 )
@@ -79,4 +79,16 @@ def test_gpu_plugin_refuses_consumable_shares_it_cannot_serve(
     done = _run("apps.gpuplugin", tmp_path, gates, CONSUMABLE_SHARES=value)
     assert done.returncode == 2, done.stderr
     assert _error_lines(done) == [expected]
+    assert not (tmp_path / "plugin").exists()
+
+
+def test_gpu_plugin_with_passthrough_refuses_to_start_without_the_host_root(
+    tmp_path: pathlib.Path,
+) -> None:
+    done = _run("apps.gpuplugin", tmp_path, "PassthroughSupport=true",
+                HOST_ROOT=str(tmp_path / "no-host-root"))
+    assert done.returncode == 2, done.stderr
+    [line] = _error_lines(done)
+    assert line.startswith("error: feature gate PassthroughSupport=true needs the host's root "
+                           f"file system at --host-root (env HOST_ROOT), but {tmp_path}")
     assert not (tmp_path / "plugin").exists()

@@ -123,7 +123,8 @@ class Cluster:
     def __init__(self, mode: str, *, values: Mapping[str, Any] | None = None,
                  gpu_profile: str = DEFAULT_GPU_PROFILE,
                  kube_gates: Mapping[str, bool] | None = None,
-                 kube_apis: Mapping[str, bool] | None = None) -> None:
+                 kube_apis: Mapping[str, bool] | None = None,
+                 gpu_env: Mapping[str, str] | None = None) -> None:
         bin_dir = control_plane.binaries_dir()
         if bin_dir is None:
             if os.environ.get("CI") == "true":
@@ -144,6 +145,8 @@ class Cluster:
         self.cdi_root.mkdir(parents=True)
         self.files = NodeFiles(self.node_root / "host", NODE, gpu_profile=gpu_profile)
         self.values = merge(MODES[mode], values or {})
+        # More environment for the GPU plugin's container (e.g. a stand-in sysfs).
+        self.gpu_env = dict(gpu_env or {})
         self._ports = [free_port() for _ in range(6)]
         self.runtime: Runtime | None = None
         self.kubelet: Kubelet | None = None
@@ -297,7 +300,7 @@ class Cluster:
                      "DEV_ROOT": self.files.gpu.dev_root,
                      "PROC_DEVICES": self.files.proc_devices,
                      "BOOT_ID_PATH": self.files.boot_id,
-                     "RETRY_BUDGET_SECONDS": "5"}},
+                     "RETRY_BUDGET_SECONDS": "5", **self.gpu_env}},
             {"match": {"command0": "compute-domain-daemon"},
              "path": [str(self.files.imex_bin), *path],
              "env": {**common, "IMEXD_DIR": "{mount:/imexd}", "HOSTS_FILE": "{state}/hosts",
@@ -356,10 +359,11 @@ class Cluster:
 def started(mode: str, *, values: Mapping[str, Any] | None = None,
             gpu_profile: str = DEFAULT_GPU_PROFILE,
             kube_gates: Mapping[str, bool] | None = None,
-            kube_apis: Mapping[str, bool] | None = None) -> Iterator[Cluster]:
+            kube_apis: Mapping[str, bool] | None = None,
+            gpu_env: Mapping[str, str] | None = None) -> Iterator[Cluster]:
     """A started `Cluster` for a fixture; stopped and removed afterwards."""
     cluster = Cluster(mode, values=values, gpu_profile=gpu_profile, kube_gates=kube_gates,
-                      kube_apis=kube_apis)
+                      kube_apis=kube_apis, gpu_env=gpu_env)
     try:
         yield cluster.start()
     finally:

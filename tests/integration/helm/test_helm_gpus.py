@@ -150,8 +150,16 @@ def test_sys_is_writable_and_the_vfio_class_exists_only_under_passthrough_suppor
     gates: dict[str, Any], read_only: bool,
 ) -> None:
     values = {**GPUS_ON, "featureGates": gates}
-    assert _mounts(_gpu_container(values))["host-sys"]["readOnly"] is read_only
+    mounts = _mounts(_gpu_container(values))
+    assert mounts["host-sys"]["readOnly"] is read_only
     assert ("vfio.gpu.nvidia.com" in _device_classes(values)) is not read_only
+    # The host's / for `chroot /host-root modprobe vfio-pci` (--host-root's default), as upstream.
+    if read_only:
+        assert "host-root" not in mounts
+    else:
+        assert mounts["host-root"] == {"name": "host-root", "mountPath": "/host-root",
+                                       "mountPropagation": "HostToContainer", "readOnly": True}
+        assert _host_paths(values)["host-root"] == "/"
 
 
 def test_gpu_half_alone_renders_only_the_plugin_its_rbac_and_the_gpu_classes() -> None:

@@ -198,30 +198,33 @@ def test_allowed_combinations_pass_dependency_validation() -> None:
         gates.validate_gate_dependencies(gates.resolve_gates(explicit))
 
 
-@pytest.mark.parametrize(
-    "gate",
-    [
-        "DeviceMetadata",
-        "DRAListTypeAttributes",
-    ],
-)
-def test_gpu_plugin_refuses_a_gate_whose_feature_is_not_built(gate: str) -> None:
+def test_the_compute_domain_plugin_refuses_a_gate_whose_feature_is_not_built_there() -> None:
+    gate = "FabricManagerPartitioning"
     with pytest.raises(errors.ConfigError) as caught:
-        gates.refuse_unbuilt(gates.resolve_gates({gate: True}), gates.Component.GPU_PLUGIN)
+        gates.refuse_unbuilt(
+            gates.resolve_gates({gate: True}), gates.Component.COMPUTE_DOMAIN_PLUGIN
+        )
     message = caught.value.message
     assert message.startswith(f"feature gate {gate}=true: ")
-    assert "is not implemented yet in this driver's gpu-kubelet-plugin" in message
+    assert "is not implemented yet in this driver's compute-domain-kubelet-plugin" in message
     assert f"set {gate}=false" in message
     assert "\n" not in message
 
 
 def test_unbuilt_gate_is_refused_only_where_its_feature_lives_and_only_when_on() -> None:
-    on = gates.resolve_gates({"DeviceMetadata": True, "ContextualLogging": False})
-    gates.refuse_unbuilt(on, gates.Component.COMPUTE_DOMAIN_PLUGIN)
+    on = gates.resolve_gates({"FabricManagerPartitioning": True, "ContextualLogging": False})
     gates.refuse_unbuilt(on, gates.Component.CONTROLLER)
-    gates.refuse_unbuilt(gates.resolve_gates({"DeviceMetadata": False}), gates.Component.GPU_PLUGIN)
-    # Built: DynamicMIG starts the GPU plugin.
-    gates.refuse_unbuilt(gates.resolve_gates({"DynamicMIG": True}), gates.Component.GPU_PLUGIN)
+    gates.refuse_unbuilt(
+        gates.resolve_gates({"FabricManagerPartitioning": False}),
+        gates.Component.COMPUTE_DOMAIN_PLUGIN,
+    )
+    # Built: DynamicMIG, DeviceMetadata and DRAListTypeAttributes start the GPU plugin.
+    for built in ("DynamicMIG", "DRAListTypeAttributes"):
+        gates.refuse_unbuilt(gates.resolve_gates({built: True}), gates.Component.GPU_PLUGIN)
+    gates.refuse_unbuilt(
+        gates.resolve_gates({"DeviceMetadata": True, "PassthroughSupport": True}),
+        gates.Component.GPU_PLUGIN,
+    )
     fm = gates.resolve_gates({"FabricManagerPartitioning": True})
     gates.refuse_unbuilt(fm, gates.Component.GPU_PLUGIN)  # built: partition activation
     with pytest.raises(errors.ConfigError, match="compute-domain-kubelet-plugin"):

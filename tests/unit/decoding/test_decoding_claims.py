@@ -201,3 +201,10 @@ def test_overridden_invalid_config_is_still_reported() -> None:
     )
     with pytest.raises(errors.DecodeError, match='unknown field "bogus"'):
         decoding.config_for_request(claim, request="channel")
+
+
+def test_a_template_claim_carries_the_pods_name_for_it() -> None:
+    obj = claim_json()
+    assert decoding.resource_claim_from_k8s(obj).pod_claim_name == ""
+    obj["metadata"]["annotations"] = {"resource.kubernetes.io/pod-claim-name": "gpu"}
+    assert decoding.resource_claim_from_k8s(obj).pod_claim_name == "gpu"
