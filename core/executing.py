@@ -167,15 +167,14 @@ def execute_gpu_actions(
             case gpu_actions.WriteMigCDISpec(claim_uid=uid):
                 if cdi is None or created is None:
                     raise TypeError("a MIG CDI spec step was planned but no CDI store is wired")
-                cdi.write(uid, dynamic_mig.created_spec(action, created))
-            case gpu_actions.ActivateFabricPartition(partition_id=partition_id):
-                _fabric(fabric).activate(partition_id)
-            case gpu_actions.DeactivateFabricPartition(partition_id=partition_id):
-                _fabric(fabric).deactivate(partition_id)
                 cdi.write(uid, dynamic_mig.created_spec(
                     action, created,
                     iommufd_nodes=iommufd.iommufd_nodes if iommufd is not None else None,
                 ))
+            case gpu_actions.ActivateFabricPartition(partition_id=partition_id):
+                _fabric(fabric).activate(partition_id)
+            case gpu_actions.DeactivateFabricPartition(partition_id=partition_id):
+                _fabric(fabric).deactivate(partition_id)
             case _:
                 typing.assert_never(action)
 

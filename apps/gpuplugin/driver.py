@@ -281,7 +281,7 @@ class GpuHalf:
                 (action,), time_slicer=self._time_slicer, vfio=self._vfio,
                 compute_mode=self._compute_mode, mps_daemons=self._mps_daemons,
                 mig=self._mig, cdi=self._cdi, created=self._created, fabric=self._fabric,
-                mig=self._mig, cdi=self._cdi, created=self._created, iommufd=self._iommufd,
+                iommufd=self._iommufd,
             )
 
     def plan_rollback(

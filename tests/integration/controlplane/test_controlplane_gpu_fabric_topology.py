@@ -8,10 +8,11 @@ API server, pointed at it on loopback. A pod first takes the GPU with module id 
 partition 2); then a claim asking for 4 GPUs with `fabricTopologyConfig: {strategy: Auto,
 partitionSize: 4}` and no constraints is created: the API server has the webhook add
 `matchAttribute: gpu.nvidia.com/partition4`, and the real scheduler gives it the GPUs of
-partition 3 (modules 3, 4, 7, 8), where without the constraint it would have taken the first four free
-GPUs (modules 1, 3, 4, 5), which form no partition (the control test shows it). A Manual claim
-listing partition 7 gets a selector instead, and the two GPUs of that pair. Templates written in
-resource.k8s.io v1beta1 and v1beta2 (served for this module) get the same in their own shape.
+partition 3 (modules 3, 4, 7, 8), where without the constraint it would have taken the first
+four free GPUs (modules 1, 3, 4, 5), which form no partition (the control test shows it). A
+Manual claim listing partition 7 gets a selector instead, and the two GPUs of that pair.
+Templates written in resource.k8s.io v1beta1 and v1beta2 (served for this module) get the same
+in their own shape.
 
 NB: the GPU plugin binary publishes partition attributes once its Fabric Manager wiring is in
 (`FabricManagerPartitioning` built in the gpu-kubelet-plugin); until then this module skips,
