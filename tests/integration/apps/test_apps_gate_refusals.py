@@ -38,7 +38,6 @@ def _error_lines(done: subprocess.CompletedProcess[str]) -> list[str]:
 @pytest.mark.parametrize(
     ("module", "gate", "binary"),
     [
-        ("apps.gpuplugin", "FabricManagerPartitioning", "gpu-kubelet-plugin"),
         ("apps.kubeletplugin", "FabricManagerPartitioning", "compute-domain-kubelet-plugin"),
     ],
 )
