@@ -9,6 +9,15 @@ import click
 from apps.shell import flags
 
 
+class PodUID(flags.ValueType):
+    name = "uid"
+    what = "a pod UID (letters, digits and '-', as the downward API's metadata.uid gives it)"
+
+    def parse(self, text: str) -> Any:
+        return text if all(c.isascii() and (c.isalnum() or c == "-") for c in text) else (
+            flags.INVALID)
+
+
 class NvmlSpec(flags.ValueType):
     name = "nvml"
     what = "'real' or 'simulated:<profile>'"
@@ -52,6 +61,10 @@ def common(*, plugin_dir: str, registry_dir: str, health_port: str) -> list[clic
                      default="", help="the container runtime's CRI socket, asked whether it "
                      "applies our CDI specs (empty: /run/containerd/containerd.sock, then "
                      "/var/run/crio/crio.sock; 'none': do not check)"),
+        flags.option("--rolling-update-pod-uid", env="ROLLING_UPDATE_POD_UID", default="",
+                     type=PodUID(), help="this plugin pod's UID: name the sockets after it, so "
+                     "that a new plugin pod registers and serves beside this one during a "
+                     "rolling update (kubelet 1.33+); empty: the fixed socket names"),
         flags.verbosity(),
     ]
 

@@ -52,7 +52,7 @@ def run(
     if metrics_port:
         plugin.metrics.serve(metrics_port)
     stop.wait()
-    plugin.stop()
+    plugin.stop(grace_s=serving.DRAIN_GRACE_S)
     return 0
 
 
