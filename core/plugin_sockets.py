@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
-import os
+import posixpath
 from typing import Final
 
 REGISTRATION_SUFFIX: Final = "-reg.sock"
@@ -48,7 +48,7 @@ def registration_socket_name(driver: str, *, pod_uid: str = "", registry_dir: st
         f"{REGISTRATION_SUFFIX}",
     )
     for name in candidates:
-        if len(os.path.join(registry_dir, name)) <= UNIX_PATH_MAX:
+        if len(posixpath.join(registry_dir, name)) <= UNIX_PATH_MAX:
             return name
     return candidates[-1]
 
