@@ -53,13 +53,18 @@ def registration_socket_name(driver: str, *, pod_uid: str = "", registry_dir: st
     return candidates[-1]
 
 
-def dra_socket_name(*, pod_uid: str = "") -> str:
-    """The DRA service socket's file name in the plugin directory (deterministic).
+def dra_socket_name(*, pod_uid: str = "", plugin_dir: str = "") -> str:
+    """The DRA service socket's file name in `plugin_dir` (deterministic).
 
-    The plugin directory is the driver's own, so `dra-<uid>.sock` is unique per pod;
-    `dra.sock` without a UID.
+    The plugin directory is the driver's own, so `dra-<uid>.sock` is unique per pod
+    (`dra-<digest(uid)>.sock` when that path would not fit); `dra.sock` without a UID.
     """
-    return f"dra-{pod_uid}.sock" if pod_uid else DRA_SOCKET
+    if not pod_uid:
+        return DRA_SOCKET
+    name = f"dra-{pod_uid}.sock"
+    if len(posixpath.join(plugin_dir, name)) <= UNIX_PATH_MAX:
+        return name
+    return f"dra-{_digest(pod_uid, _UID_DIGEST_BYTES)}.sock"
 
 
 def is_dra_socket_name(name: str) -> bool:

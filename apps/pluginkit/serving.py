@@ -254,6 +254,9 @@ class ServedSettings(Protocol):
     @property
     def rolling_update_pod_uid(self) -> str: ...
 
+    @property
+    def health_host(self) -> str: ...
+
 
 def open_stores(
     settings: ServedSettings, *, cdi_file_name: Callable[[str], str] = names.cdi_spec_file_name
@@ -320,6 +323,7 @@ def serve(
         plugin_dir=settings.plugin_dir,
         registry_dir=settings.registry_dir,
         health_port=settings.health_port,
+        health_host=settings.health_host,
         # Every (re-)registration may follow a kubelet restart that wiped our slices.
         on_registered=resync.registered,
         device_health=health,

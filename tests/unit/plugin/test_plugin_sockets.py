@@ -48,6 +48,16 @@ def test_a_registration_name_too_long_for_a_socket_path_is_shortened(
         assert len(f"{registry_dir}/{name}") <= plugin_sockets.UNIX_PATH_MAX
 
 
+def test_a_dra_socket_name_too_long_for_a_socket_path_carries_a_digest_of_the_uid() -> None:
+    plugin_dir = "/" + "p" * (107 - len(f"/dra-{UID}.sock"))
+    assert plugin_sockets.dra_socket_name(pod_uid=UID, plugin_dir=plugin_dir) == (
+        f"dra-{UID}.sock")
+    longer = plugin_dir + "p"
+    name = plugin_sockets.dra_socket_name(pod_uid=UID, plugin_dir=longer)
+    assert UID not in name and plugin_sockets.is_dra_socket_name(name)
+    assert len(f"{longer}/{name}") <= plugin_sockets.UNIX_PATH_MAX
+
+
 def test_shortened_names_are_deterministic_and_differ_per_pod() -> None:
     long_dir = "/" + "r" * 80
     first = plugin_sockets.registration_socket_name(DRIVER, pod_uid=UID, registry_dir=long_dir)
