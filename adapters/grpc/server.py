@@ -358,7 +358,12 @@ class PluginServer:
         return self._health_port
 
     def start(self) -> None:
-        """Listen on all endpoints; health turns SERVING once both sockets accept calls."""
+        """Listen on all endpoints; health turns SERVING once both sockets accept calls.
+
+        With a pod UID, health turns SERVING only once the kubelet confirmed the registration:
+        a rolling update stops the old plugin pod as soon as the new one is ready, and the
+        kubelet must be sending its calls to the new one by then.
+        """
         if self._servers or self._dra_server is not None:
             raise RuntimeError("PluginServer.start() called twice")
         for directory in (self._plugin_dir, self._registry_dir):
@@ -393,7 +398,7 @@ class PluginServer:
         )
         pluginregistration_v1_pb2_grpc.add_RegistrationServicer_to_server(  # type: ignore[no-untyped-call]
             _RegistrationServicer(
-                info=info, registered=self.registered, on_registered=self._on_registered
+                info=info, registered=self.registered, on_registered=self._confirmed
             ),
             registration
         )
@@ -403,7 +408,7 @@ class PluginServer:
             self._start_health()
         registration.start()
         self._servers.append(registration)
-        if self._health_servicer is not None:
+        if self._health_servicer is not None and not self._pod_uid:
             self._health_servicer.set("", health_pb2.HealthCheckResponse.SERVING)
         log.info(
             "kubelet plugin serving driver=%s dra=%s registration=%s health_port=%s",
@@ -412,6 +417,14 @@ class PluginServer:
             self.registration_socket_path,
             self._health_port,
         )
+
+    def _confirmed(self) -> None:
+        """The kubelet confirmed the registration (again)."""
+        if self._health_servicer is not None and self._pod_uid:
+            # NB: a no-op once stop() began (the servicer's graceful shutdown).
+            self._health_servicer.set("", health_pb2.HealthCheckResponse.SERVING)
+        if self._on_registered is not None:
+            self._on_registered()
 
     def stop(self, grace: float) -> None:
         """Report NOT_SERVING, let in-flight calls finish for up to `grace` s, remove sockets.

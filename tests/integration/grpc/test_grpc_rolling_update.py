@@ -1,8 +1,9 @@
 """Two plugin pods of one driver on a node, as a rolling update runs them (per-pod sockets).
 
 Covers: servers with different pod UIDs serve side by side from the same directories, each
-registering its own DRA socket; a stopping server answers the call it is in (the drain) and
-refuses new ones while its registration socket is still there, then removes both sockets;
+registering its own DRA socket and healthy only once the kubelet registered it; a stopping
+server answers the call it is in (the drain) and refuses new ones while its registration
+socket is still there, then removes both sockets;
 `serving_sockets` finds the other pod's live socket but not a dead one; `remove_dead_sockets`
 removes a killed pod's per-pod sockets, never a live, young, fixed or other driver's one.
 """
@@ -16,8 +17,10 @@ import threading
 import time
 from collections.abc import Iterator, Mapping
 
+import grpc
 import pytest
 from grpc_fake_service import DRIVER, FakePluginService
+from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from adapters.grpc import client, server
 from core import models, names, ports
@@ -122,6 +125,29 @@ def test_a_stopping_pod_answers_its_call_in_flight_before_it_deregisters(
                                   besides=old.dra_socket_path) == (new.dra_socket_path,)
     with client.DRAClient(new.dra_socket_path, timeout_s=5) as dra:
         assert dra.prepare([_ref("u3")])[names.ClaimUID("u3")].error == ""
+
+
+def test_a_per_pod_plugin_is_healthy_only_once_the_kubelet_registered_it(
+    sock_base: pathlib.Path,
+) -> None:
+    srv = server.PluginServer(
+        service=FakePluginService(), driver_name=DRIVER,
+        plugin_dir=str(sock_base / "plugins" / DRIVER), registry_dir=str(sock_base / "registry"),
+        health_port=0, health_host="127.0.0.1", pod_uid=NEW_UID,
+    )
+    srv.start()
+    try:
+        assert srv.health_port is not None
+        with grpc.insecure_channel(f"127.0.0.1:{srv.health_port}") as channel:
+            watch = health_pb2_grpc.HealthStub(channel).Watch(
+                health_pb2.HealthCheckRequest(service=""), timeout=10)
+            # Started, sockets accepting, but the kubelet does not know it yet: the
+            # DaemonSet must not count the pod ready and stop the old one.
+            assert next(watch).status == health_pb2.HealthCheckResponse.NOT_SERVING
+            assert client.try_register(srv.registration_socket_path) is not None
+            assert next(watch).status == health_pb2.HealthCheckResponse.SERVING
+    finally:
+        srv.stop(0)
 
 
 def _dead_socket(path: pathlib.Path, *, age_s: float) -> None:
