@@ -4,13 +4,16 @@ The old and the new plugin pod share the plugin directory, the checkpoint and th
 the kubelet may send any call to either. Covers: a claim prepared by one is unprepared by the
 other; each sees what the other wrote; the old one's stop with the new one serving leaves the
 node's label and the journal to it (no compaction) and removes only its own sockets; the last
-plugin's stop removes the label and compacts, as a plain stop always did.
+plugin's stop removes the label and compacts, as a plain stop always did; both writing at
+once (the node-wide lock and the write generation) lose no claim and leave no stray CDI spec.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import os
+import pathlib
+import threading
 from collections.abc import Iterator
 
 import pytest
@@ -104,3 +107,43 @@ def test_old_and_new_plugin_share_the_claims_and_the_old_hands_over_at_its_stop(
     assert _label(env) is None
     assert os.path.getsize(journal) == 0
     assert _on_disk(env) == {b.uid: models.ClaimState.PREPARE_COMPLETED}
+
+
+def test_old_and_new_plugin_writing_at_once_lose_no_claim(env: embedded.Embedded) -> None:
+    domain = create_domain(env)
+    claims = [create_claim(env, f"c{i}", domain_id=domain) for i in range(24)]
+    old, new = _start(env, OLD_UID), _start(env, NEW_UID)
+    errors: list[str] = []
+
+    def work(plugin: Plugin, mine: list[models.ClaimRef], *, unprepare_every: int) -> None:
+        for i, ref in enumerate(mine):
+            for result in (_prepare(plugin, ref),
+                           *((_unprepare(plugin, ref),) if i % unprepare_every == 0 else ())):
+                if result.error:
+                    errors.append(f"{ref.name}: {result.error}")
+
+    # Each prepares its half of the claims and unprepares some of them, all at once; the new
+    # one also unprepares claims the old one prepared.
+    threads = [
+        threading.Thread(target=work, args=(old, claims[0::2]), kwargs={"unprepare_every": 3}),
+        threading.Thread(target=work, args=(new, claims[1::2]), kwargs={"unprepare_every": 4}),
+    ]
+    try:
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(60)
+        assert errors == []
+        expected = {ref.uid for i, ref in enumerate(claims[0::2]) if i % 3}
+        expected |= {ref.uid for i, ref in enumerate(claims[1::2]) if i % 4}
+        assert set(_on_disk(env)) == expected
+        for ref in claims[0::2][1::3]:
+            assert not _unprepare(new, ref).error
+            expected.discard(ref.uid)
+    finally:
+        old.stop(grace_s=5)
+        new.stop(grace_s=5)
+    assert set(_on_disk(env)) == expected
+    cdi_uids = {p.name.split("claim_")[1].split(".")[0]
+                for p in pathlib.Path(node(env).settings.cdi_root).glob("*claim_*")}
+    assert cdi_uids == expected
