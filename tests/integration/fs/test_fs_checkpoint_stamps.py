@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import pathlib
+from collections.abc import Callable
 
 from adapters import fs
 
@@ -24,7 +25,7 @@ def test_every_kind_of_write_changes_the_stamps_another_store_sees(
 ) -> None:
     ours, theirs = _stores(tmp_path)
     seen = [ours.stamps()]
-    writes = [
+    writes: list[Callable[[], object]] = [
         lambda: theirs.write(b"snapshot"),
         lambda: theirs.append(b"record\n"),
         lambda: theirs.truncate_journal(0),
