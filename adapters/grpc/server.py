@@ -343,9 +343,8 @@ class PluginServer:
 
     @property
     def dra_socket_path(self) -> str:
-        return os.path.join(
-            self._plugin_dir, plugin_sockets.dra_socket_name(
-            pod_uid=self._pod_uid, plugin_dir=self._plugin_dir))
+        name = plugin_sockets.dra_socket_name(pod_uid=self._pod_uid, plugin_dir=self._plugin_dir)
+        return os.path.join(self._plugin_dir, name)
 
     @property
     def registration_socket_path(self) -> str:

@@ -39,9 +39,9 @@ def common(*, plugin_dir: str, registry_dir: str, health_port: str) -> list[clic
         flags.option("--registry-dir", env="REGISTRY_DIR", default=registry_dir,
                      help="the kubelet's plugin registration directory"),
         flags.health_port(default=health_port),
-        flags.option("--health-host", env="HEALTH_HOST", default="0.0.0.0",
-                     help="the address the health port listens on (the pod's IP keeps two "
-                     "plugin pods sharing a network apart)"),
+        flags.option("--listen-address", env="LISTEN_ADDRESS", default="0.0.0.0",
+                     help="the address the health and metrics ports listen on (the pod's IP "
+                     "keeps two plugin pods sharing one network apart)"),
         flags.metrics_port(),
         flags.nvidia_driver_root(
             help="where the NVIDIA driver's files are (a mount of the host's)"),

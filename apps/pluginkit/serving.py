@@ -255,7 +255,7 @@ class ServedSettings(Protocol):
     def rolling_update_pod_uid(self) -> str: ...
 
     @property
-    def health_host(self) -> str: ...
+    def listen_address(self) -> str: ...
 
 
 def open_stores(
@@ -323,7 +323,7 @@ def serve(
         plugin_dir=settings.plugin_dir,
         registry_dir=settings.registry_dir,
         health_port=settings.health_port,
-        health_host=settings.health_host,
+        health_host=settings.listen_address,
         # Every (re-)registration may follow a kubelet restart that wiped our slices.
         on_registered=resync.registered,
         device_health=health,

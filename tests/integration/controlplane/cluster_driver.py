@@ -271,9 +271,10 @@ class Cluster:
         # NB: PYTHONPATH: the venv's console scripts import the checkout under test, not the
         # one the venv was installed from (a worktree's tier runs its own code).
         common = {"PYTHONUNBUFFERED": "1", "LOG_VERBOSITY": "4", "PYTHONPATH": str(REPO_ROOT)}
-        # Every pod's processes share this host's network: a plugin's health port on its pod's
-        # IP, so the kubelet's probes of a new plugin pod never reach the old one beside it.
-        plugin = {**common, "HEALTH_HOST": "{pod_ip}"}
+        # Every pod's processes share this host's network: a plugin's health and metrics ports
+        # on its pod's IP, so a new plugin pod beside the old one (a surging rollout) can bind
+        # them, and the kubelet's probes of the new pod never reach the old one.
+        plugin = {**common, "LISTEN_ADDRESS": "{pod_ip}"}
         return [
             {"match": {"command0": "compute-domain-controller"}, "path": path,
              "env": {**common}},

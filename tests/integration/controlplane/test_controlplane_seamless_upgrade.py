@@ -40,9 +40,8 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(540)]
 
 VALUES: dict[str, Any] = {
     "resources": {"gpus": {"enabled": True}},
-    # Both plugin pods run on this host's network here (real pods each have their own), so
-    # the second pod could not bind the metrics port: no metrics.
-    "kubeletPlugin": {"seamlessUpgrade": True, "metrics": {"enabled": False}},
+    # The default on a 1.33+ cluster; explicit, as this is what the test is about.
+    "kubeletPlugin": {"seamlessUpgrade": True},
 }
 CD_NAME = "upg"
 GPU_TEMPLATE = "one-gpu"
