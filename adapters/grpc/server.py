@@ -57,14 +57,21 @@ def registration_socket_name(driver_name: str) -> str:
     return plugin_sockets.registration_socket_name(driver_name)
 
 
-def _accepts(path: str) -> bool:
+def _is_dead(path: str) -> bool:
+    """Whether no process listens on the unix socket `path` (connection refused, or gone).
+
+    NB: anything else (a timeout under load) counts as alive: a live plugin's socket must
+    never be taken for dead.
+    """
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
         probe.settimeout(1.0)
         try:
             probe.connect(path)
+        except (ConnectionRefusedError, FileNotFoundError):
+            return True
         except OSError:
             return False
-    return True
+    return False
 
 
 def remove_dead_sockets(
@@ -93,7 +100,7 @@ def remove_dead_sockets(
             st = os.lstat(path)
         except FileNotFoundError:
             continue
-        if not stat.S_ISSOCK(st.st_mode) or now - st.st_mtime < min_age_s or _accepts(path):
+        if not stat.S_ISSOCK(st.st_mode) or now - st.st_mtime < min_age_s or not _is_dead(path):
             continue
         with contextlib.suppress(FileNotFoundError):
             os.unlink(path)
@@ -117,7 +124,7 @@ def serving_sockets(plugin_dir: str, *, besides: str) -> tuple[str, ...]:
     return tuple(
         path for path in (os.path.join(plugin_dir, name) for name in _listing(plugin_dir))
         if plugin_sockets.is_dra_socket_name(os.path.basename(path)) and path != besides
-        and _accepts(path)
+        and not _is_dead(path)
     )
 
 
