@@ -2,10 +2,13 @@
 
 `<path>` is the snapshot (replaced atomically, as today's single-file checkpoint was) and
 `<path>.journal` the records appended since (one fsync per batch), so a prepare costs one
-small append whatever the number of claims on the node. The codecs (version, checksum,
-shape, record lines) are `core.checkpoint`; this module only moves bytes and never deletes
-a file it cannot read: a corrupt checkpoint is quarantined next to the original (snapshot
-and journal both) so that a person can inspect it.
+small append whatever the number of claims on the node. Every write also counts itself in the
+lock file (`<path>.lock`, a write generation), so a process that cached what it last read
+knows for certain whether another process (a rolling update's other plugin pod) wrote since:
+file stamps alone can repeat (a reused inode, a coarse clock, the same size). The codecs
+(version, checksum, shape, record lines) are `core.checkpoint`; this module only moves bytes
+and never deletes a file it cannot read: a corrupt checkpoint is quarantined next to the
+original (snapshot and journal both) so that a person can inspect it.
 """
 
 from __future__ import annotations
@@ -33,6 +36,8 @@ QUARANTINE_INFIX = ".corrupt-"
 
 # What identifies a file's current content cheaply: (inode, size, mtime ns); None if absent.
 FileStamp = tuple[int, int, int] | None
+# The write generation in the lock file: an unsigned 64-bit little-endian count at offset 0.
+GENERATION_BYTES = 8
 
 
 class FileCheckpointStore:
@@ -53,6 +58,7 @@ class FileCheckpointStore:
         """Replace atomically and durably (temp + fsync + rename + directory fsync)."""
         self._ensure_directory()
         _atomic.write_atomically(self.path, data, mode=CHECKPOINT_FILE_MODE)
+        self.count_write()
 
     def read_journal(self) -> bytes:
         """The journal's bytes (b"" when there is none)."""
@@ -86,6 +92,7 @@ class FileCheckpointStore:
                 os.fdatasync(fd)
         finally:
             os.close(fd)
+            self.count_write()
         if created:
             _atomic.fault_point(_atomic.JOURNAL_CREATE_DIR_FSYNC)
             _atomic.fsync_directory_unmarked(os.path.dirname(self.path))
@@ -103,10 +110,36 @@ class FileCheckpointStore:
             os.fsync(fd)
         finally:
             os.close(fd)
+            self.count_write()
 
-    def stamps(self) -> tuple[FileStamp, FileStamp]:
-        """(snapshot, journal) stamps: equal stamps mean nobody else wrote them meanwhile."""
-        return _stamp(self.path), _stamp(self.journal_path)
+    def stamps(self) -> tuple[int, FileStamp, FileStamp]:
+        """(write generation, snapshot, journal) stamps: equal stamps mean nobody wrote them
+        meanwhile (call with the lock held)."""
+        return self._generation(), _stamp(self.path), _stamp(self.journal_path)
+
+    def count_write(self) -> None:
+        """Count one write in the lock file's write generation (call with the lock held).
+
+        Not synced: the count only tells live processes apart; after a reboot nothing is
+        cached. No lock file: nobody locked, so nobody cached what they read; nothing to count.
+        NB: also after a failed write, which may have changed a file.
+        """
+        try:
+            fd = os.open(self.lock_path, os.O_RDWR | os.O_CLOEXEC)
+        except FileNotFoundError:
+            return
+        try:
+            count = _generation_of(os.pread(fd, GENERATION_BYTES, 0))
+            os.pwrite(fd, ((count + 1) % 2**64).to_bytes(GENERATION_BYTES, "little"), 0)
+        finally:
+            os.close(fd)
+
+    def _generation(self) -> int:
+        try:
+            with open(self.lock_path, "rb") as lock_file:
+                return _generation_of(lock_file.read(GENERATION_BYTES))
+        except FileNotFoundError:
+            return 0
 
     def quarantine(self, *, suffix: str) -> str:
         """Rename the current file to `<path>.corrupt-<suffix>` and return that path.
@@ -134,6 +167,7 @@ class FileCheckpointStore:
                     f"cannot quarantine checkpoint {self.path}: the file does not exist"
                 ) from exc
         _atomic.fsync_directory(os.path.dirname(self.path))
+        self.count_write()
         logger.warning("checkpoint quarantined path=%s moved_to=%s", self.path, candidate)
         return candidate
 
@@ -192,6 +226,7 @@ class PredecessorFile:
         if os.path.lexists(self.journal_path) and not os.path.lexists(successor.journal_path):
             os.rename(self.journal_path, successor.journal_path)
         os.rename(self.path, successor.path)
+        successor.count_write()
         _atomic.fsync_directory(os.path.dirname(successor.path))
         logger.info("checkpoint handed over path=%s to=%s", self.path, successor.path)
 
@@ -214,6 +249,11 @@ def read_checkpoint(
         checkpoint_codec.decode(raw, codec), store.read_journal(),
         snapshot=checkpoint_codec.snapshot_id(raw),
     ).checkpoint
+
+
+def _generation_of(raw: bytes) -> int:
+    """The write generation in the lock file's first bytes (0: none counted yet)."""
+    return int.from_bytes(raw, "little") if len(raw) == GENERATION_BYTES else 0
 
 
 def _stamp(path: str) -> FileStamp:

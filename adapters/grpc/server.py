@@ -1,13 +1,15 @@
 """The kubelet-facing gRPC servers of the plugin: DRA, registration and health probes.
 
 Three servers, because the kubelet reaches them at three places:
-- `<plugin_dir>/dra.sock`: `DRAPlugin` in packages `k8s.io.kubelet.pkg.apis.dra.v1` and
-  `...v1beta1` (same servicer behind both), and, when given a device-health source, the
-  kubelet's health stream `DRAResourceHealth` in v1, v1beta1 and v1alpha1
-  (`adapters.grpc.health_stream`); streams run on the server's event loop and prepares on a pool
-  of their own (`adapters.grpc.loop_server`), so no number of streams delays a prepare;
-- `<registry_dir>/<driver>-reg.sock`: `pluginregistration.Registration`, which the kubelet's
-  plugin watcher finds, asks `GetInfo` and answers with `NotifyRegistrationStatus`;
+- `<plugin_dir>/dra.sock` (`dra-<pod UID>.sock` per pod, `core.plugin_sockets`): `DRAPlugin`
+  in packages `k8s.io.kubelet.pkg.apis.dra.v1` and `...v1beta1` (same servicer behind both),
+  and, when given a device-health source, the kubelet's health stream `DRAResourceHealth` in
+  v1, v1beta1 and v1alpha1 (`adapters.grpc.health_stream`); streams run on the server's event
+  loop and prepares on a pool of their own (`adapters.grpc.loop_server`), so no number of
+  streams delays a prepare;
+- `<registry_dir>/<driver>-reg.sock` (`<driver>-<pod UID>-reg.sock` per pod):
+  `pluginregistration.Registration`, which the kubelet's plugin watcher finds, asks `GetInfo` and
+  answers with `NotifyRegistrationStatus`;
 - TCP `<health_host>:<health_port>`: `grpc.health.v1.Health` for liveness/readiness probes.
 
 The servicers decide nothing: they translate with `_codec`, call the `KubeletPluginService` port
@@ -18,9 +20,11 @@ the kubelet's whole batch or takes the server down.
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import logging
 import os
 import pathlib
+import socket
 import stat
 import threading
 from collections.abc import Callable, Mapping
@@ -38,18 +42,90 @@ from adapters.grpc.generated import (
     pluginregistration_v1_pb2,
     pluginregistration_v1_pb2_grpc,
 )
-from core import models, names, ports
+from core import models, names, plugin_sockets, ports
 
 log = logging.getLogger(__name__)
 
-DRA_SOCKET_NAME = "dra.sock"
-REGISTRATION_SOCKET_SUFFIX = "-reg.sock"
+DRA_SOCKET_NAME = plugin_sockets.DRA_SOCKET
+REGISTRATION_SOCKET_SUFFIX = plugin_sockets.REGISTRATION_SUFFIX
 
 Results = Mapping[names.ClaimUID, models.ClaimResult]
 
 
 def registration_socket_name(driver_name: str) -> str:
-    return f"{driver_name}{REGISTRATION_SOCKET_SUFFIX}"
+    """The fixed registration socket name (no pod UID)."""
+    return plugin_sockets.registration_socket_name(driver_name)
+
+
+def _is_dead(path: str) -> bool:
+    """Whether no process listens on the unix socket `path` (connection refused, or gone).
+
+    NB: anything else (a timeout under load) counts as alive: a live plugin's socket must
+    never be taken for dead.
+    """
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+        probe.settimeout(1.0)
+        try:
+            probe.connect(path)
+        except (ConnectionRefusedError, FileNotFoundError):
+            return True
+        except OSError:
+            return False
+    return False
+
+
+def remove_dead_sockets(
+    *, plugin_dir: str, registry_dir: str, driver_name: str, now: float,
+    min_age_s: float = 60.0,
+) -> tuple[str, ...]:
+    """Remove the per-pod sockets of this driver that no process serves (a plugin pod killed
+    before it could remove them); returns their paths.
+
+    A dead registration socket would have the kubelet retry it for ever. Only sockets older
+    than `min_age_s` go, so a plugin pod starting right now is never touched; the digest-named
+    registration sockets (`dra-<digest>-reg.sock`) cannot be told apart by driver and stay.
+    """
+    prefix = f"{driver_name}-"
+    candidates = [
+        os.path.join(plugin_dir, name) for name in _listing(plugin_dir)
+        if plugin_sockets.is_dra_socket_name(name) and name != plugin_sockets.DRA_SOCKET
+    ] + [
+        os.path.join(registry_dir, name) for name in _listing(registry_dir)
+        if name.startswith(prefix) and name.endswith(REGISTRATION_SOCKET_SUFFIX)
+        and name != registration_socket_name(driver_name)
+    ]
+    removed = []
+    for path in candidates:
+        try:
+            st = os.lstat(path)
+        except FileNotFoundError:
+            continue
+        if not stat.S_ISSOCK(st.st_mode) or now - st.st_mtime < min_age_s or not _is_dead(path):
+            continue
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
+            removed.append(path)
+    return tuple(removed)
+
+
+def _listing(directory: str) -> list[str]:
+    try:
+        return sorted(os.listdir(directory))
+    except OSError:
+        return []
+
+
+def serving_sockets(plugin_dir: str, *, besides: str) -> tuple[str, ...]:
+    """The DRA sockets in `plugin_dir` other than `besides` that accept a connection now:
+    other plugin pods of the driver serving beside this one (a rolling update's successor).
+
+    A socket left by a killed plugin refuses connections and is not counted.
+    """
+    return tuple(
+        path for path in (os.path.join(plugin_dir, name) for name in _listing(plugin_dir))
+        if plugin_sockets.is_dra_socket_name(os.path.basename(path)) and path != besides
+        and not _is_dead(path)
+    )
 
 
 def remove_stale_socket(path: str) -> bool:
@@ -245,8 +321,12 @@ class PluginServer:
         on_registered: Callable[[], None] | None = None,
         device_health: ports.DeviceHealthSource | None = None,
         health_resend_s: float = health_stream.DEFAULT_RESEND_S,
+        pod_uid: str = "",
     ) -> None:
+        """With `pod_uid`, both sockets are named after the pod (`core.plugin_sockets`), so
+        a new plugin pod can register and serve beside this one (a 1.33+ kubelet)."""
         self._service = service
+        self._pod_uid = pod_uid
         self._driver_name = driver_name
         self._plugin_dir = plugin_dir
         self._registry_dir = registry_dir
@@ -270,11 +350,13 @@ class PluginServer:
 
     @property
     def dra_socket_path(self) -> str:
-        return os.path.join(self._plugin_dir, DRA_SOCKET_NAME)
+        name = plugin_sockets.dra_socket_name(pod_uid=self._pod_uid, plugin_dir=self._plugin_dir)
+        return os.path.join(self._plugin_dir, name)
 
     @property
     def registration_socket_path(self) -> str:
-        return os.path.join(self._registry_dir, registration_socket_name(self._driver_name))
+        return os.path.join(self._registry_dir, plugin_sockets.registration_socket_name(
+            self._driver_name, pod_uid=self._pod_uid, registry_dir=self._registry_dir))
 
     @property
     def health_port(self) -> int | None:
@@ -282,7 +364,12 @@ class PluginServer:
         return self._health_port
 
     def start(self) -> None:
-        """Listen on all endpoints; health turns SERVING once both sockets accept calls."""
+        """Listen on all endpoints; health turns SERVING once both sockets accept calls.
+
+        With a pod UID, health turns SERVING only once the kubelet confirmed the registration:
+        a rolling update stops the old plugin pod as soon as the new one is ready, and the
+        kubelet must be sending its calls to the new one by then.
+        """
         if self._servers or self._dra_server is not None:
             raise RuntimeError("PluginServer.start() called twice")
         for directory in (self._plugin_dir, self._registry_dir):
@@ -317,7 +404,7 @@ class PluginServer:
         )
         pluginregistration_v1_pb2_grpc.add_RegistrationServicer_to_server(  # type: ignore[no-untyped-call]
             _RegistrationServicer(
-                info=info, registered=self.registered, on_registered=self._on_registered
+                info=info, registered=self.registered, on_registered=self._confirmed
             ),
             registration
         )
@@ -327,7 +414,7 @@ class PluginServer:
             self._start_health()
         registration.start()
         self._servers.append(registration)
-        if self._health_servicer is not None:
+        if self._health_servicer is not None and not self._pod_uid:
             self._health_servicer.set("", health_pb2.HealthCheckResponse.SERVING)
         log.info(
             "kubelet plugin serving driver=%s dra=%s registration=%s health_port=%s",
@@ -337,17 +424,34 @@ class PluginServer:
             self._health_port,
         )
 
+    def _confirmed(self) -> None:
+        """The kubelet confirmed the registration (again)."""
+        if self._health_servicer is not None and self._pod_uid:
+            # NB: a no-op once stop() began (the servicer's graceful shutdown).
+            self._health_servicer.set("", health_pb2.HealthCheckResponse.SERVING)
+        if self._on_registered is not None:
+            self._on_registered()
+
     def stop(self, grace: float) -> None:
-        """Report NOT_SERVING, let in-flight calls finish for up to `grace` s, remove sockets."""
+        """Report NOT_SERVING, let in-flight calls finish for up to `grace` s, remove sockets.
+
+        The DRA server drains first, the registration goes last: the kubelet closes its
+        connection to a plugin once its registration socket is gone, which would fail the
+        calls still running. Refused new calls make the kubelet's connection to us end, so
+        it sends them to another registered plugin pod of the driver (a rolling update's
+        successor) while ours finish.
+        """
         if self._health_servicer is not None:
             self._health_servicer.enter_graceful_shutdown()
-        done = [server.stop(grace) for server in self._servers]
-        for event in done:
-            event.wait()
         if self._dra_server is not None:
             if self.health_streams is not None:
                 self.health_streams.close()
             self._dra_server.stop(grace)
+        log.info("event=plugin_drained driver=%s dra=%s", self._driver_name,
+                 self.dra_socket_path)
+        done = [server.stop(grace) for server in self._servers]
+        for event in done:
+            event.wait()
         # NB: gRPC core usually unlinks its unix sockets at shutdown; we make sure of it, so a
         # kubelet never finds a registration socket of a plugin that is gone.
         for path in (self.registration_socket_path, self.dra_socket_path):

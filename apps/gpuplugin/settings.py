@@ -46,6 +46,10 @@ class Settings:
     # runtime of the host reads.
     container_runtime_endpoint: str = "none"
     runtime_cdi_check_interval_s: float = 600.0
+    # This plugin pod's UID: per-pod socket names for rolling updates ("": the fixed names).
+    rolling_update_pod_uid: str = ""
+    # The address the health and metrics ports listen on.
+    listen_address: str = "0.0.0.0"
     # Host path of nvidia-cdi-hook for the specs' hooks; empty: found, else none (cdihook).
     nvidia_cdi_hook_path: str = ""
     # `disabled`, `memory`, `unlimited` or N, as given (checked against the gates at start:
@@ -159,6 +163,8 @@ def parse(argv: Sequence[str] | None, env: Mapping[str, str]) -> Settings:
         log_verbosity=values["log_verbosity"],
         stale_claim_cleanup_interval_s=values["stale_claim_cleanup_interval_seconds"],
         container_runtime_endpoint=values["container_runtime_endpoint"],
+        rolling_update_pod_uid=values["rolling_update_pod_uid"],
+        listen_address=values["listen_address"],
         nvidia_cdi_hook_path=values["nvidia_cdi_hook_path"],
         consumable_shares=values["consumable_shares"],
         mps_image=values["mps_image"],

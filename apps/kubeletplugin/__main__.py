@@ -26,6 +26,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     return process.run(
         lambda cluster: _start(settings, cluster),
         kubeconfig=settings.kubeconfig, metrics_port=settings.metrics_port, stop=stop, log=log,
+        listen_address=settings.listen_address,
     )
 
 

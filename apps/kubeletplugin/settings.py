@@ -42,6 +42,10 @@ class Settings:
     # runtime of the host reads.
     container_runtime_endpoint: str = "none"
     runtime_cdi_check_interval_s: float = 600.0
+    # This plugin pod's UID: per-pod socket names for rolling updates ("": the fixed names).
+    rolling_update_pod_uid: str = ""
+    # The address the health and metrics ports listen on.
+    listen_address: str = "0.0.0.0"
     # Channel isolation: slot devices this node publishes (chart imex.channels.slotsPerNode).
     channel_slots: int = 8
     # Driver-managed daemon claims (apps/kubeletplugin/daemon_claims.py): the driver root as
@@ -140,6 +144,8 @@ def parse(argv: Sequence[str] | None, env: Mapping[str, str]) -> Settings:
         log_verbosity=values["log_verbosity"],
         stale_claim_cleanup_interval_s=values["stale_claim_cleanup_interval_seconds"],
         container_runtime_endpoint=values["container_runtime_endpoint"],
+        rolling_update_pod_uid=values["rolling_update_pod_uid"],
+        listen_address=values["listen_address"],
         host_driver_root=values["host_driver_root"],
         imex_daemon_config_template=values["imex_daemon_config_template"],
         imex_mgmt_capability_path=values["imex_mgmt_capability_path"],

@@ -228,7 +228,7 @@ def start_plugin(
             interval_s=settings.clique_refresh_interval_s, fabric=fabric,
         )
         refresh.start(stopping)
-        plugin.on_stop.append(refresh.stop)
+        plugin.on_last_stop.append(refresh.stop)
     log.info(
         "event=plugin_started node=%s mode=%s isolation=%s clique=%r channel_major=%d "
         "prepared_claims=%d fabric_healthy=%s dra_socket=%s",

@@ -9,6 +9,15 @@ import click
 from apps.shell import flags
 
 
+class PodUID(flags.ValueType):
+    name = "uid"
+    what = "a pod UID (letters, digits and '-', as the downward API's metadata.uid gives it)"
+
+    def parse(self, text: str) -> Any:
+        return text if all(c.isascii() and (c.isalnum() or c == "-") for c in text) else (
+            flags.INVALID)
+
+
 class NvmlSpec(flags.ValueType):
     name = "nvml"
     what = "'real' or 'simulated:<profile>'"
@@ -30,6 +39,9 @@ def common(*, plugin_dir: str, registry_dir: str, health_port: str) -> list[clic
         flags.option("--registry-dir", env="REGISTRY_DIR", default=registry_dir,
                      help="the kubelet's plugin registration directory"),
         flags.health_port(default=health_port),
+        flags.option("--listen-address", env="LISTEN_ADDRESS", default="0.0.0.0",
+                     help="the address the health and metrics ports listen on (the pod's IP "
+                     "keeps two plugin pods sharing one network apart)"),
         flags.metrics_port(),
         flags.nvidia_driver_root(
             help="where the NVIDIA driver's files are (a mount of the host's)"),
@@ -52,6 +64,10 @@ def common(*, plugin_dir: str, registry_dir: str, health_port: str) -> list[clic
                      default="", help="the container runtime's CRI socket, asked whether it "
                      "applies our CDI specs (empty: /run/containerd/containerd.sock, then "
                      "/var/run/crio/crio.sock; 'none': do not check)"),
+        flags.option("--rolling-update-pod-uid", env="ROLLING_UPDATE_POD_UID", default="",
+                     type=PodUID(), help="this plugin pod's UID: name the sockets after it, so "
+                     "that a new plugin pod registers and serves beside this one during a "
+                     "rolling update (kubelet 1.33+); empty: the fixed socket names"),
         flags.verbosity(),
     ]
 

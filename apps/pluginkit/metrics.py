@@ -160,11 +160,11 @@ class PluginMetrics:
 
         return bytes(prometheus_client.generate_latest(self.registry))
 
-    def serve(self, port: int) -> None:
-        """Expose /metrics on all interfaces at `port` (a daemon thread)."""
+    def serve(self, port: int, *, address: str = "0.0.0.0") -> None:
+        """Expose /metrics at `address:port` (a daemon thread; all interfaces by default)."""
         import prometheus_client
 
-        prometheus_client.start_http_server(port, registry=self.registry)
+        prometheus_client.start_http_server(port, addr=address, registry=self.registry)
 
 
 class _PreparedDevicesCollector:

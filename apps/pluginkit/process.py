@@ -34,6 +34,7 @@ def run(
     metrics_port: int | None,
     stop: threading.Event,
     log: logging.Logger,
+    listen_address: str = "0.0.0.0",
 ) -> int:
     """Start the plugin, serve until `stop`, then stop it; the process's exit status.
 
@@ -50,9 +51,9 @@ def run(
         plugin.stop(grace_s=0)
         return _startup_failed(log, problem)
     if metrics_port:
-        plugin.metrics.serve(metrics_port)
+        plugin.metrics.serve(metrics_port, address=listen_address)
     stop.wait()
-    plugin.stop()
+    plugin.stop(grace_s=serving.DRAIN_GRACE_S)
     return 0
 
 

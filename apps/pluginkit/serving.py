@@ -1,12 +1,21 @@
 """What keeps a registered plugin serving: slice resync, stale-claim clean-up, a clean stop.
 
 Shared by both halves' plugins; each wires its own driver, publisher and settings into it.
+
+A rolling update (per-pod socket names, `rolling_update_pod_uid`) runs two plugin pods of a
+driver on a node for a while: the new one registers beside the old, the kubelet sends its calls
+to the newer one, and the old is stopped. Both share the plugin directory, the checkpoint and
+the CDI root; every read-modify-write of the checkpoint holds its node-wide file lock and
+re-reads what the other process wrote (`journaled_state`), so either may serve any call. The
+old one drains its calls before it deregisters (`PluginServer.stop`) and, with a successor
+serving, leaves the node's shared state to it (`Plugin.stop`).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -28,6 +37,10 @@ log = logging.getLogger(__name__)
 
 SLICE_RESYNC_PERIOD_S = 60.0
 SLICE_RETRY_S = 5.0
+# How long a stopping plugin lets in-flight kubelet calls finish: a prepare retries for up to
+# the retry budget (30 s by default); the kubelet gives up at 45 s, the pod's termination grace
+# period (30 s by default) ends in a SIGKILL.
+DRAIN_GRACE_S = 25.0
 
 
 class SliceResync:
@@ -171,17 +184,34 @@ class Plugin(Generic[NodeT]):
     cleanup: StaleClaimCleanup
     # The container-runtime CDI check (None: turned off, `--container-runtime-endpoint=none`).
     runtime_check: runtime_cdi_check.RuntimeCDICheck | None = None
-    # Run at a graceful stop, after the server stopped (a half's own clean-up: node labels).
+    # Run at a graceful stop, after the server stopped (a half's own clean-up).
     on_stop: list[Callable[[], None]] = dataclasses.field(default_factory=list)
+    # Run at a graceful stop only when no other plugin pod of the driver serves beside this
+    # one (a rolling update's successor): the undoing of what the node keeps while a plugin
+    # runs (node labels), which the successor still vouches for.
+    on_last_stop: list[Callable[[], None]] = dataclasses.field(default_factory=list)
 
     def stop(self, grace_s: float = 2.0) -> None:
+        """Drain and deregister (`PluginServer.stop`), then clean up.
+
+        With a successor serving, the node's shared state is left to it: no `on_last_stop`
+        hook runs and the checkpoint is not compacted (the successor writes it on).
+        """
         self.stopping.set()
         self.server.stop(grace_s)
-        for hook in self.on_stop:
+        successors = grpc_server.serving_sockets(
+            os.path.dirname(self.server.dra_socket_path), besides=self.server.dra_socket_path)
+        if successors:
+            log.info("event=plugin_handed_over node=%s successors=%s",
+                     self.node.node_name, ",".join(successors))
+        hooks = self.on_stop if successors else [*self.on_stop, *self.on_last_stop]
+        for hook in hooks:
             try:
                 hook()
             except Exception:  # a clean-up step must not keep the others from running
                 log.exception("event=stop_hook_failed hook=%r", hook)
+        if successors:
+            return
         try:
             self.driver.compact()
         except OSError as exc:  # the journal still holds every claim; a restart replays it
@@ -220,6 +250,12 @@ class ServedSettings(Protocol):
 
     @property
     def runtime_cdi_check_interval_s(self) -> float: ...
+
+    @property
+    def rolling_update_pod_uid(self) -> str: ...
+
+    @property
+    def listen_address(self) -> str: ...
 
 
 def open_stores(
@@ -275,6 +311,13 @@ def serve(
     clean-up round.
     """
     resync = SliceResync(publish, node_name=settings.node_name)
+    pod_uid = settings.rolling_update_pod_uid
+    if pod_uid:
+        for path in grpc_server.remove_dead_sockets(
+            plugin_dir=settings.plugin_dir, registry_dir=settings.registry_dir,
+            driver_name=driver_name, now=time.time(),
+        ):
+            log.warning("event=dead_socket_removed node=%s path=%s", settings.node_name, path)
     if service is None:
         service = driver
     if check is not None:
@@ -286,9 +329,11 @@ def serve(
         plugin_dir=settings.plugin_dir,
         registry_dir=settings.registry_dir,
         health_port=settings.health_port,
+        health_host=settings.listen_address,
         # Every (re-)registration may follow a kubelet restart that wiped our slices.
         on_registered=resync.registered,
         device_health=health,
+        pod_uid=pod_uid,
     )
     resync.start(stopping)
     server.start()

@@ -422,6 +422,31 @@ kubelet's defaults.
 "true" when the ComputeDomain plugin sets the nvidia.com/gpu.clique node label (upstream key
 kubeletPlugin.containers.computeDomains.gpuCliqueLabelEnabled, off by default as upstream).
 */}}
+{{/*
+"true" when the plugin pods update without a gap (docs/operations.md, "Upgrading the plugins"):
+kubeletPlugin.seamlessUpgrade, or when null, whether the cluster is 1.33+ (the kubelet
+registers a second plugin pod of a driver beside the first from 1.33 on).
+*/}}
+{{- define "cdd.seamlessUpgrade" -}}
+{{- $set := .Values.kubeletPlugin.seamlessUpgrade -}}
+{{- if kindIs "bool" $set -}}{{- if $set -}}true{{- end -}}
+{{- else if semverCompare ">=1.33.0-0" .Capabilities.KubeVersion.Version -}}true{{- end -}}
+{{- end -}}
+
+{{/*
+The DaemonSet's updateStrategy: kubeletPlugin.updateStrategy when set; else, updating without a
+gap, one new pod beside the old on each node (maxSurge 1, maxUnavailable 0); else RollingUpdate.
+*/}}
+{{- define "cdd.pluginUpdateStrategy" -}}
+{{- if .Values.kubeletPlugin.updateStrategy -}}
+{{- toYaml .Values.kubeletPlugin.updateStrategy -}}
+{{- else if include "cdd.seamlessUpgrade" . -}}
+{{- toYaml (dict "type" "RollingUpdate" "rollingUpdate" (dict "maxSurge" 1 "maxUnavailable" 0)) -}}
+{{- else -}}
+{{- toYaml (dict "type" "RollingUpdate") -}}
+{{- end -}}
+{{- end -}}
+
 {{- define "cdd.gpuCliqueLabel" -}}
 {{- if dig "containers" "computeDomains" "gpuCliqueLabelEnabled" false .Values.kubeletPlugin -}}true{{- end -}}
 {{- end -}}

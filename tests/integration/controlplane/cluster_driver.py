@@ -274,12 +274,16 @@ class Cluster:
         # NB: PYTHONPATH: the venv's console scripts import the checkout under test, not the
         # one the venv was installed from (a worktree's tier runs its own code).
         common = {"PYTHONUNBUFFERED": "1", "LOG_VERBOSITY": "4", "PYTHONPATH": str(REPO_ROOT)}
+        # Every pod's processes share this host's network: a plugin's health and metrics ports
+        # on its pod's IP, so a new plugin pod beside the old one (a surging rollout) can bind
+        # them, and the kubelet's probes of the new pod never reach the old one.
+        plugin = {**common, "LISTEN_ADDRESS": "{pod_ip}"}
         return [
             {"match": {"command0": "compute-domain-controller"}, "path": path,
              "env": {**common}},
             {"match": {"command0": "computedomain"}, "path": path, "env": {**common}},
             {"match": {"command0": "compute-domain-kubelet-plugin"}, "path": path,
-             "env": {**common, "NVML": f"simulated:{CD_PROFILE}",
+             "env": {**plugin, "NVML": f"simulated:{CD_PROFILE}",
                      "PROC_DEVICES": self.files.proc_devices,
                      "BOOT_ID_PATH": self.files.boot_id,
                      "RETRY_BUDGET_SECONDS": "5"}},
@@ -292,7 +296,7 @@ class Cluster:
                      "MPS_PIPE_DIRECTORY": "{mount:/driver-root/tmp/nvidia-mps}",
                      "MPS_LOG_DIRECTORY": "{mount:/driver-root/var/log/nvidia-mps}"}},
             {"match": {"command0": "gpu-kubelet-plugin"}, "path": path,
-             "env": {**common, "NVML": f"simulated:{self.files.gpu_profile}",
+             "env": {**plugin, "NVML": f"simulated:{self.files.gpu_profile}",
                      # No tmpfs: the plugin runs unprivileged here (shm a plain directory).
                      "MPS_SHM_TMPFS": "false", "MPS_READY_TIMEOUT_SECONDS": "20",
                      "NVIDIA_DRIVER_ROOT": self.files.gpu.driver_root,

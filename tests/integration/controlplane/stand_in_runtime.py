@@ -315,8 +315,8 @@ def cdi_device_names(config: Any) -> list[str]:
 RECIPE_KEYS = frozenset({"name", "match", "path", "env", "workdir"})
 MATCH_KEYS = frozenset({"command0", "arg1", "image"})
 _TEMPLATE = re.compile(r"\{(mount:[^}]*|[a-z_]+)\}")
-TEMPLATE_NAMES = frozenset({"state", "pod_name", "pod_namespace", "pod_uid", "node_ip",
-                            "api_server", "container_name", "container_id"})
+TEMPLATE_NAMES = frozenset({"state", "pod_name", "pod_namespace", "pod_uid", "pod_ip",
+                            "node_ip", "api_server", "container_name", "container_id"})
 
 
 def load_recipes(path: pathlib.Path | None) -> list[dict[str, Any]]:
@@ -905,13 +905,19 @@ class StandIn:
         _event("container started", id=container.id[:13], pod=container.pod,
                name=container.name, process="none (sleeping)")
 
+    def _sandbox_ip(self, container: Container) -> str:
+        with self._lock:
+            sandbox = self._sandboxes.get(container.sandbox_id)
+        return sandbox.ip if sandbox is not None else ""
+
     def _start_process(self, container: Container, recipe: dict[str, Any]) -> None:
         config = container.config
         meta = container.sandbox_config.metadata
         values = {
             "state": str(container.workdir), "pod_name": meta.name,
             "pod_namespace": meta.namespace, "pod_uid": meta.uid,
-            "node_ip": self.settings.node_ip, "api_server": self.settings.api_server,
+            "pod_ip": self._sandbox_ip(container), "node_ip": self.settings.node_ip,
+            "api_server": self.settings.api_server,
             "container_name": container.name, "container_id": container.id,
         }
 

@@ -78,3 +78,25 @@ def test_the_container_runtime_endpoint_is_auto_detected_unless_set(module: str)
     assert from_env.container_runtime_endpoint == "unix:///x.sock"
     from_flag = parse(["--node-name", "n", "--container-runtime-endpoint", "none"], {})
     assert from_flag.container_runtime_endpoint == "none"
+
+
+@pytest.mark.parametrize("module", ["apps.kubeletplugin.settings", "apps.gpuplugin.settings"])
+def test_the_pod_uid_for_per_pod_sockets_comes_from_the_environment_the_chart_sets(
+    module: str,
+) -> None:
+    parse = __import__(module, fromlist=["parse"]).parse
+    assert parse(["--node-name", "n"], {}).rolling_update_pod_uid == ""
+    uid = "0f4b2a5e-8c1d-4e2f-9a3b-7c6d5e4f3a2b"
+    assert parse(["--node-name", "n"], {"ROLLING_UPDATE_POD_UID": uid}).rolling_update_pod_uid \
+        == uid
+
+
+@pytest.mark.parametrize("bad", ["../x", "a/b", "uid with space", "ü"])
+def test_a_pod_uid_that_cannot_name_a_socket_is_refused(
+    bad: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exited:
+        plugin_settings.parse(["--node-name", "n"], {"ROLLING_UPDATE_POD_UID": bad})
+    assert exited.value.code == 2
+    assert "--rolling-update-pod-uid (env ROLLING_UPDATE_POD_UID) must be a pod UID" in (
+        capsys.readouterr().err)
