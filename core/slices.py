@@ -183,6 +183,52 @@ def without_taints(pool: Sequence[Mapping[str, Any]]) -> list[models.JSONObject]
     return result
 
 
+# A device's DRA binding-condition fields (KEP-5007): an API server without gate
+# DRADeviceBindingConditions (alpha, off by default, in 1.34 and 1.35) drops them all.
+BINDING_FIELDS = ("bindingConditions", "bindingFailureConditions", "bindsToNode")
+
+
+def devices_with_binding_conditions(pool: Sequence[Mapping[str, Any]]) -> tuple[str, ...]:
+    """The devices (sorted) of a pool's slices that carry binding conditions."""
+    return tuple(sorted(
+        str(device.get("name"))
+        for obj in pool
+        for device in _devices(obj)
+        if device.get("bindingConditions")
+    ))
+
+
+def dropped_binding_conditions(
+    desired: Sequence[Mapping[str, Any]], stored: Sequence[Mapping[str, Any]]
+) -> tuple[str, ...]:
+    """The devices (sorted) whose desired binding conditions the API server did not store:
+    one without gate DRADeviceBindingConditions drops them without an error."""
+    kept = set(devices_with_binding_conditions(stored))
+    stored_names = {str(d.get("name")) for obj in stored for d in _devices(obj)}
+    return tuple(name for name in devices_with_binding_conditions(desired)
+                 if name in stored_names and name not in kept)
+
+
+def without_binding_conditions(pool: Sequence[Mapping[str, Any]]) -> list[models.JSONObject]:
+    """The slices as a server without DRADeviceBindingConditions stores them."""
+    result: list[models.JSONObject] = []
+    for obj in pool:
+        spec = obj.get("spec") or {}
+        devices = spec.get("devices")
+        if not isinstance(devices, list):
+            result.append(dict(obj))
+            continue
+        bare = [{k: v for k, v in d.items() if k not in BINDING_FIELDS}
+                if isinstance(d, Mapping) else d for d in devices]
+        result.append({**obj, "spec": {**spec, "devices": bare}})
+    return result
+
+
+def _devices(obj: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    devices = (obj.get("spec") or {}).get("devices")
+    return [d for d in devices if isinstance(d, Mapping)] if isinstance(devices, list) else []
+
+
 # What a slice publishes: a desired slice without one of them (dynamic MIG's counters-only
 # slice, or a pool back to plain devices) has it removed from the existing slice.
 _CONTENT_FIELDS = ("devices", "sharedCounters")

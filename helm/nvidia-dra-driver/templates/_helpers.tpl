@@ -181,11 +181,11 @@ HostManagedIMEXDaemon wins.
 {{- end -}}
 
 {{/*
-Every known gate with upstream's default, as JSON: core/gates.py REGISTRY (upstream's thirteen
-and the Kubernetes logging gates upstream's binaries accept).
+Every known gate with upstream's default, as JSON: core/gates.py REGISTRY (upstream's thirteen,
+the Kubernetes logging gates upstream's binaries accept, and our ComputeDomainBindingConditions).
 */}}
 {{- define "cdd.gateDefaults" -}}
-{{- dict "ComputeDomainCliques" true "ConsumableShares" false "ContextualLogging" true "CrashOnNVLinkFabricErrors" true "DRAListTypeAttributes" false "DeviceMetadata" false "DynamicMIG" false "FabricManagerPartitioning" false "HostManagedIMEXDaemon" false "IMEXDaemonsWithDNSNames" true "LoggingAlphaOptions" false "LoggingBetaOptions" true "MPSSupport" false "NVMLDeviceHealthCheck" false "PassthroughSupport" false "TimeSlicingSettings" false | toJson -}}
+{{- dict "ComputeDomainBindingConditions" false "ComputeDomainCliques" true "ConsumableShares" false "ContextualLogging" true "CrashOnNVLinkFabricErrors" true "DRAListTypeAttributes" false "DeviceMetadata" false "DynamicMIG" false "FabricManagerPartitioning" false "HostManagedIMEXDaemon" false "IMEXDaemonsWithDNSNames" true "LoggingAlphaOptions" false "LoggingBetaOptions" true "MPSSupport" false "NVMLDeviceHealthCheck" false "PassthroughSupport" false "TimeSlicingSettings" false | toJson -}}
 {{- end -}}
 
 {{/*
@@ -193,7 +193,7 @@ The gates AllAlpha / AllBeta set (core/gates.py REGISTRY stages), as JSON {toggl
 ContextualLogging is beta but left out: upstream sets it explicitly before the user's gates.
 */}}
 {{- define "cdd.gateToggles" -}}
-{{- dict "AllAlpha" (list "ConsumableShares" "DRAListTypeAttributes" "DeviceMetadata" "DynamicMIG" "FabricManagerPartitioning" "HostManagedIMEXDaemon" "LoggingAlphaOptions" "MPSSupport" "NVMLDeviceHealthCheck" "PassthroughSupport" "TimeSlicingSettings") "AllBeta" (list "ComputeDomainCliques" "CrashOnNVLinkFabricErrors" "IMEXDaemonsWithDNSNames" "LoggingBetaOptions") | toJson -}}
+{{- dict "AllAlpha" (list "ComputeDomainBindingConditions" "ConsumableShares" "DRAListTypeAttributes" "DeviceMetadata" "DynamicMIG" "FabricManagerPartitioning" "HostManagedIMEXDaemon" "LoggingAlphaOptions" "MPSSupport" "NVMLDeviceHealthCheck" "PassthroughSupport" "TimeSlicingSettings") "AllBeta" (list "ComputeDomainCliques" "CrashOnNVLinkFabricErrors" "IMEXDaemonsWithDNSNames" "LoggingBetaOptions") | toJson -}}
 {{- end -}}
 
 {{/*
