@@ -141,6 +141,10 @@ class BindingWatch:
                 log.warning("event=binding_domain_read_failed node=%s error=%r",
                             self._node, str(exc))
                 return
+            if labels.get(names.COMPUTE_DOMAIN_LABEL) == claim.domain_id:
+                # NB: also a label set before a restart of this plugin: it is this watch's to
+                # release if the domain's claims all leave before a pod is bound here.
+                self._labelled.add(claim.domain_id)
             step = binding.plan_binding(
                 claim, node_name=self._node, node_labels=labels, domain=domain,
                 waited_s=now - since, timeout_s=self._timeout_s,

@@ -176,14 +176,71 @@ def test_a_label_set_for_claims_that_left_before_binding_is_released(
     assert "event=node_label_released" in caplog.text and "claims_left_unbound" in caplog.text
 
 
-def test_a_label_someone_else_set_is_never_released_by_the_rounds(
+def test_a_label_found_set_for_a_waiting_claim_is_released_when_its_claims_leave(
     cluster: memory_cluster.InMemoryCluster,
 ) -> None:
+    """As after a restart of the plugin: the label was set before, the claim still waits."""
     domain_id = make_domain(cluster)
     cluster.patch(kinds.NODE.kind, namespace="", name=NODE,
                   patch={"metadata": {"labels": {names.COMPUTE_DOMAIN_LABEL: domain_id}}})
     claim = make_claim(cluster, domain_id)
     rounds = watch(cluster, Clock())
     rounds.run_round((claim,))
+    assert node_label(cluster) == domain_id
     rounds.run_round(())
-    assert node_label(cluster) == domain_id  # a prepare set it: its unprepare releases it
+    assert node_label(cluster) is None
+
+
+def test_a_label_of_running_workloads_is_left_to_their_unprepare(
+    cluster: memory_cluster.InMemoryCluster,
+) -> None:
+    """No claim of the domain waited here (pods bound before): the rounds never touch it."""
+    domain_id = make_domain(cluster)
+    cluster.patch(kinds.NODE.kind, namespace="", name=NODE,
+                  patch={"metadata": {"labels": {names.COMPUTE_DOMAIN_LABEL: domain_id}}})
+    claim = make_claim(cluster, domain_id)
+    rounds = watch(cluster, Clock())
+    rounds.run_round((binding.ChannelClaim(**{**claim.__dict__, "waiting": False}),))
+    rounds.run_round(())
+    assert node_label(cluster) == domain_id
+
+
+def test_a_failed_label_write_is_logged_and_tried_again_next_round(
+    cluster: memory_cluster.InMemoryCluster, caplog: pytest.LogCaptureFixture,
+) -> None:
+    domain_id = make_domain(cluster)
+    claim = make_claim(cluster, domain_id)
+    rounds = watch(cluster, Clock())
+    cluster.set_conflict_injection(1)
+    with caplog.at_level("WARNING"):
+        rounds.run_round((claim,))
+    assert node_label(cluster) is None
+    assert "event=node_label_failed" in caplog.text
+    rounds.run_round((claim,))
+    assert node_label(cluster) == domain_id
+
+
+def test_a_failed_condition_write_is_logged_and_tried_again_next_round(
+    cluster: memory_cluster.InMemoryCluster, caplog: pytest.LogCaptureFixture,
+) -> None:
+    domain_id = make_domain(cluster)
+    claim = make_claim(cluster, domain_id)
+    rounds = watch(cluster, Clock())
+    rounds.run_round((claim,))
+    mark_ready(cluster)
+    cluster.set_conflict_injection(1)
+    with caplog.at_level("WARNING"):
+        rounds.run_round((claim,))
+    assert "event=binding_condition_failed" in caplog.text and "retry=next_round" in caplog.text
+    rounds.run_round((claim,))
+    assert conditions(cluster) == {binding.IMEX_DAEMON_READY: ("True", "IMEXDaemonReady")}
+
+
+def test_a_claim_gone_before_its_condition_is_written_needs_nothing(
+    cluster: memory_cluster.InMemoryCluster, caplog: pytest.LogCaptureFixture,
+) -> None:
+    claim = make_claim(cluster, "5b2f0e1c-cd09-4b7a-9d3e-000000000009")
+    cluster.delete(kinds.RESOURCE_CLAIM.kind, namespace=NAMESPACE, name="job-0-channel")
+    with caplog.at_level("WARNING"):
+        watch(cluster, Clock()).run_round((claim,))
+    assert "event=binding_condition_failed" not in caplog.text
