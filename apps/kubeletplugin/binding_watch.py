@@ -26,6 +26,7 @@ log = logging.getLogger(__name__)
 
 # How often a round runs while some claim waits (its timeout is checked then).
 _TICK_S = 1.0
+_IDLE_S = 5.0
 
 
 def _rfc3339(epoch_s: float) -> str:
@@ -105,8 +106,9 @@ class BindingWatch:
         while not stop.is_set():
             with self._cond:
                 waiting = any(c.waiting for c in self._claims.values())
+                # NB: idle, it still wakes now and then to notice `stop`.
                 self._cond.wait_for(lambda: self._dirty or stop.is_set(),
-                                    timeout=_TICK_S if waiting else None)
+                                    timeout=_TICK_S if waiting else _IDLE_S)
                 self._dirty = False
                 claims = tuple(self._claims.values())
             try:

@@ -78,10 +78,15 @@ def test_the_pod_is_bound_only_once_its_imex_daemon_is_ready(cluster: Cluster) -
     (claim,) = workloads.claims_of(cluster, pod)
     (result,) = claim["status"]["allocation"]["devices"]["results"]
     assert result["bindingConditions"] == [READY]
-    assert our_conditions(claim) == {READY: "True", "Ready": "True"}
+    # NB: the prepare writes its Ready condition in the background: it joins ours.
+    cluster.eventually(lambda: our_conditions(workloads.claims_of(cluster, pod)[0]) == {
+        READY: "True", "Ready": "True"}, what="the prepare's Ready beside the binding condition")
     events = pod_events(cluster, "bc-one-worker")
-    # NB: MissingClusterDNS: this tier's kubelet runs without cluster DNS, whatever the pod.
-    assert [e for e in events if e[0] == "Warning" and e[1] != "MissingClusterDNS"] == []
+    # NB: not ours, with the gate or without: MissingClusterDNS (this tier's kubelet runs
+    # without cluster DNS) and FailedResourceClaimCreation (the resourceclaim controller's
+    # informer had not seen the template yet; it retries).
+    harness = {"MissingClusterDNS", "FailedResourceClaimCreation"}
+    assert [e for e in events if e[0] == "Warning" and e[1] not in harness] == []
     assert "BindingConditionsPending" in [reason for _, reason, _ in events]
     assert node_label(cluster) == cd_uid
     (daemon,) = daemon_pods(cluster, cd_uid)
@@ -119,3 +124,39 @@ def test_without_the_kubernetes_feature_the_workload_runs_as_before(cluster: Clu
     assert "bindingConditions" not in result
     assert node_label(cluster) == cd_uid
     assert plugin_logs(cluster).count("event=resource_slice_binding_conditions_dropped") == 1
+
+
+@pytest.mark.skipif(kube_minor() < 36, reason="DRADeviceBindingConditions is off before 1.36")
+def test_a_claim_for_a_missing_domain_is_never_bound_to_the_node(cluster: Cluster) -> None:
+    """The plugin sets the failure condition at once; the scheduler frees the allocation and
+    tries again instead of binding a pod whose prepare could only fail."""
+    missing = "5b2f0e1c-cd09-4b7a-9d3e-000000000009"
+    workloads.create(cluster, {
+        "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+        "metadata": {"name": "orphan-ch", "namespace": WORKLOAD_NAMESPACE},
+        "spec": {"devices": {
+            "requests": [{"name": "channel", "exactly": {
+                "deviceClassName": "compute-domain-default-channel.nvidia.com"}}],
+            "config": [{"requests": ["channel"], "opaque": {
+                "driver": CD_DRIVER, "parameters": {
+                    "apiVersion": "resource.nvidia.com/v1beta1",
+                    "kind": "ComputeDomainChannelConfig", "domainID": missing}}}],
+        }},
+    })
+    workloads.create(cluster, workloads.pod(
+        "orphan", claims=[("channel", {"resourceClaimName": "orphan-ch"})]))
+
+    def refused() -> str | None:
+        for _, reason, message in pod_events(cluster, "orphan"):
+            if reason == "FailedScheduling" and "ComputeDomainNotFound" in message:
+                return message
+        return None
+
+    message = cluster.eventually(refused, what="the scheduler to give up binding the pod",
+                                 timeout_s=120)
+    assert missing in message
+    pod = workloads.read_pod(cluster, "orphan")
+    assert pod is not None and not pod["spec"].get("nodeName")
+    assert node_label(cluster) is None
+    assert "reason=ComputeDomainNotFound" in plugin_logs(cluster)
+    workloads.delete_pod(cluster, "orphan")
