@@ -10,8 +10,8 @@ from core import errors, gates, models
 
 UNKNOWN_GATE_SUFFIX = (
     ": known gates are ComputeDomainBindingConditions, ComputeDomainCliques, ConsumableShares, "
-    "ContextualLogging, CrashOnNVLinkFabricErrors, DRAListTypeAttributes, DeviceMetadata, DynamicMIG, "
-    "FabricManagerPartitioning, HostManagedIMEXDaemon, IMEXDaemonsWithDNSNames, "
+    "ContextualLogging, CrashOnNVLinkFabricErrors, DRAListTypeAttributes, DeviceMetadata, "
+    "DynamicMIG, FabricManagerPartitioning, HostManagedIMEXDaemon, IMEXDaemonsWithDNSNames, "
     "LoggingAlphaOptions, LoggingBetaOptions, MPSSupport, NVMLDeviceHealthCheck, "
     "PassthroughSupport, TimeSlicingSettings (and AllAlpha, AllBeta; HostManagedIMEX is an "
     "alias of HostManagedIMEXDaemon)"
