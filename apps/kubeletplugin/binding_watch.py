@@ -64,6 +64,9 @@ class BindingWatch:
 
     def start(self, stop: threading.Event) -> None:
         """Follow claims and work in two daemon threads until `stop` is set."""
+        log.info("event=binding_conditions_served node=%s ready_timeout_s=%g conditions=%s,%s",
+                 self._node, self._timeout_s, binding.IMEX_DAEMON_READY,
+                 binding.IMEX_DAEMON_FAILED)
         for target, name in ((self._follow, "informer-ResourceClaim"),
                              (self._work, "binding-conditions")):
             threading.Thread(target=target, args=(stop,), name=name, daemon=True).start()

@@ -92,6 +92,7 @@ def test_the_pod_is_bound_only_once_its_imex_daemon_is_ready(cluster: Cluster) -
     (daemon,) = daemon_pods(cluster, cd_uid)
     assert daemon["status"]["phase"] == "Running"
     logs = plugin_logs(cluster)
+    assert f"event=binding_conditions_served node={cluster_driver.NODE}" in logs
     assert f"event=binding_condition_set node={cluster_driver.NODE}" in logs
     assert "event=resource_slice_binding_conditions_dropped" not in logs
 
