@@ -116,7 +116,8 @@ def plan_slice_sync(
         want_spec, have_spec = want.get("spec", {}), have.get("spec", {})
         # NB: null in a merge patch removes the field.
         dropped = {f: None for f in _CONTENT_FIELDS if f not in want_spec and have_spec.get(f)}
-        if dropped or not _contains(have_spec, want_spec) or _taints_differ(have_spec, want_spec):
+        if (dropped or not _contains(have_spec, want_spec) or _taints_differ(have_spec, want_spec)
+                or _binding_differs(have_spec, want_spec)):
             patch["spec"] = {**want_spec, **dropped}
         owners = _owners(want)
         if owners and not _contains(_owners(have), owners):
@@ -252,6 +253,17 @@ def _taints_differ(have_spec: Mapping[str, Any], want_spec: Mapping[str, Any]) -
                  for t in (d.get("taints") or ()) if isinstance(t, Mapping)]
                 for d in (devices if isinstance(devices, list) else ()) if isinstance(d, Mapping)]
     return taints(have_spec) != taints(want_spec)
+
+
+def _binding_differs(have_spec: Mapping[str, Any], want_spec: Mapping[str, Any]) -> bool:
+    """Whether a device's binding-condition fields differ (conditions no longer wanted, as
+    when gate ComputeDomainBindingConditions is turned off, must go: containment alone would
+    keep them, and the scheduler would wait for conditions nobody sets)."""
+    def fields(spec: Mapping[str, Any]) -> list[tuple[Any, ...]]:
+        devices = spec.get("devices")
+        return [tuple(d.get(f) or None for f in BINDING_FIELDS)
+                for d in (devices if isinstance(devices, list) else ()) if isinstance(d, Mapping)]
+    return fields(have_spec) != fields(want_spec)
 
 
 def _contains(have: Any, want: Any) -> bool:

@@ -74,3 +74,15 @@ def test_dropped_binding_conditions_name_only_devices_stored_without_them() -> N
     assert slices.dropped_binding_conditions(
         desired, slices.without_binding_conditions(desired)) == ("channel-0",)
     assert slices.dropped_binding_conditions(desired, []) == ()  # not written yet
+
+
+def test_binding_conditions_no_longer_wanted_are_removed_from_the_pool() -> None:
+    """Gate ComputeDomainBindingConditions turned off: the channel must lose them, or the
+    scheduler would wait for conditions nobody sets any more (containment would keep them)."""
+    with_them = slices.build_resource_slices(node_name="node-1", driver=names.DRIVER_NAME,
+                                             devices=DEVICES, generation=1)
+    without = slices.without_binding_conditions(with_them)
+    (patch,) = slices.plan_slice_sync(desired=without, existing=with_them)
+    assert "bindingConditions" not in str(patch)
+    assert slices.plan_slice_sync(desired=with_them, existing=with_them) == ()
+    assert slices.plan_slice_sync(desired=without, existing=without) == ()
