@@ -26,6 +26,7 @@ log = logging.getLogger(__name__)
 
 # How often a round runs while some claim waits (its timeout is checked then).
 _TICK_S = 1.0
+# With nothing waiting: how often the worker still wakes (to notice `stop`).
 _IDLE_S = 5.0
 
 
