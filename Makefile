@@ -57,7 +57,7 @@ demo: $(STAMP)
 	$(BIN)/computedomain demo
 
 bench: $(STAMP)
-	$(BIN)/python -m bench
+	KUBE_LATEST=$(KUBE_LATEST) $(BIN)/python -m bench
 
 faults: $(STAMP)
 	$(BIN)/python -m bench.faults

@@ -13,6 +13,7 @@ import tempfile
 import time
 
 from bench import (
+    binding_conditions,
     channel_assignment,
     controller_latency,
     controller_watch,
@@ -48,6 +49,9 @@ def main() -> int:
                              "with 64 health streams open vs none")
     parser.add_argument("--only-controlplane", action="store_true",
                         help="the real control plane's figures only")
+    parser.add_argument("--only-binding", action="store_true",
+                        help="workload pod -> Running with gate ComputeDomainBindingConditions "
+                             "on vs off (real control plane, KUBE_LATEST) only")
     parser.add_argument("--quick", action="store_true", help="small sizes (smoke run)")
     parser.add_argument("--out", default="bench/results")
     args = parser.parse_args()
@@ -83,11 +87,17 @@ def main() -> int:
         print(_HEALTH_TITLE, flush=True)
         results["gpu_health"] = gpu.health(samples=samples)
         return _write(results, started, args.out)
-    if not (args.only_plugin or args.only_gpu):
+    if not (args.only_plugin or args.only_gpu or args.only_binding):
         print("real control plane: pod -> Running, CD -> workload Running, node release ...",
               flush=True)
         results["controlplane"] = controlplane.run(gpu_runs=3 if args.quick else 20,
                                                    cd_runs=3 if args.quick else 10)
+    if not (args.only_plugin or args.only_gpu or args.only_controlplane):
+        print("real control plane: workload pod -> Running, gate ComputeDomainBindingConditions "
+              "on vs off (interleaved) ...", flush=True)
+        results["binding_conditions"] = binding_conditions.run(runs=3 if args.quick else 10)
+    if args.only_binding:
+        return _write(results, started, args.out)
     if args.only_controlplane:
         return _write(results, started, args.out)
     if not args.only_plugin:

@@ -28,7 +28,7 @@ from bench import stats
 _TIER = pathlib.Path(__file__).resolve().parents[1] / "tests" / "integration"
 
 
-def _load_harness() -> tuple[Any, Any, Any]:
+def load_harness() -> tuple[Any, Any, Any]:
     for directory in ("controlplane", "realkube", "helm"):
         sys.path.insert(0, str(_TIER / directory))
     import cluster_driver
@@ -47,7 +47,7 @@ def _gpu_template(name: str) -> dict[str, Any]:
 
 def run(*, gpu_runs: int, cd_runs: int) -> dict[str, Any]:
     """All three figures on one freshly started cluster (driverManaged, GPU half on)."""
-    cluster_driver, workloads, cd_steps = _load_harness()
+    cluster_driver, workloads, cd_steps = load_harness()
     if cluster_driver.control_plane.binaries_dir() is None:
         return {"skipped": cluster_driver.control_plane.MISSING}
     values = {"resources": {"gpus": {"enabled": True}}}

@@ -66,13 +66,21 @@ def _ready_since(entry: Mapping[str, Any] | None, *, now: str) -> str:
     return now
 
 
+def _other_conditions(entry: Mapping[str, Any] | None) -> list[dict[str, Any]]:
+    """The entry's conditions besides Ready: binding conditions set before the pod was bound
+    (`core.computedomain.binding`) stay as they were."""
+    return [dict(c) for c in (entry or {}).get("conditions") or ()
+            if isinstance(c, Mapping) and c.get("type") != READY]
+
+
 def _entry(
-    status: DeviceStatus, *, driver: str, since: str, message: str
+    status: DeviceStatus, *, driver: str, since: str, message: str,
+    before: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     out: dict[str, Any] = {"driver": driver, "pool": status.pool, "device": status.device}
     if status.share_id:
         out["shareID"] = status.share_id
-    out["conditions"] = [{
+    out["conditions"] = [*_other_conditions(before), {
         "type": READY, "status": "True", "reason": CONDITION_PREPARED, "message": message,
         "lastTransitionTime": since,
     }]
@@ -90,8 +98,9 @@ def merged_devices(
 ) -> list[dict[str, Any]] | None:
     """`status.devices` with this driver's entries replaced by `ours` (none: cleared).
 
-    Other drivers' entries keep their place and content. `now` (RFC 3339) stamps a Ready
-    condition that was not Ready before. None when the result equals `current`.
+    Other drivers' entries keep their place and content, and our entries their conditions
+    other than Ready. `now` (RFC 3339) stamps a Ready condition that was not Ready before.
+    None when the result equals `current`.
     """
     others = [dict(e) for e in current if e.get("driver") != driver]
     before = {_key(e): e for e in current if e.get("driver") == driver}
@@ -99,6 +108,7 @@ def merged_devices(
         _entry(
             s, driver=driver, message=message,
             since=_ready_since(before.get((s.pool, s.device, s.share_id)), now=now),
+            before=before.get((s.pool, s.device, s.share_id)),
         )
         for s in ours
     ]

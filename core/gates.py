@@ -86,6 +86,9 @@ DYNAMIC_MIG: Final = "DynamicMIG"
 DEVICE_METADATA: Final = "DeviceMetadata"
 DRA_LIST_TYPE_ATTRIBUTES: Final = "DRAListTypeAttributes"
 CONSUMABLE_SHARES: Final = "ConsumableShares"
+# Ours, not upstream's: driver-managed channel devices carry DRA binding conditions (KEP-5007),
+# so a workload pod is bound only once its node's IMEX daemon is ready (docs/operations.md).
+COMPUTE_DOMAIN_BINDING_CONDITIONS: Final = "ComputeDomainBindingConditions"
 # Kubernetes component-base's logging gates, which upstream's binaries register beside their
 # own (ContextualLogging defaults to true there). Accepted so the same FEATURE_GATES string
 # starts ours; our logging does not change with them.
@@ -120,6 +123,7 @@ REGISTRY: Final[Mapping[str, Gate]] = {
             Gate(name=FABRIC_TOPOLOGY_SUPPORT, default=False, stage=Stage.ALPHA),
             Gate(name=DRA_LIST_TYPE_ATTRIBUTES, default=False, stage=Stage.ALPHA),
             Gate(name=CONSUMABLE_SHARES, default=False, stage=Stage.ALPHA),
+            Gate(name=COMPUTE_DOMAIN_BINDING_CONDITIONS, default=False, stage=Stage.ALPHA),
             Gate(name=CONTEXTUAL_LOGGING, default=True, stage=Stage.BETA),
             Gate(name=LOGGING_ALPHA_OPTIONS, default=False, stage=Stage.ALPHA),
             Gate(name=LOGGING_BETA_OPTIONS, default=True, stage=Stage.BETA),

@@ -116,7 +116,8 @@ def plan_slice_sync(
         want_spec, have_spec = want.get("spec", {}), have.get("spec", {})
         # NB: null in a merge patch removes the field.
         dropped = {f: None for f in _CONTENT_FIELDS if f not in want_spec and have_spec.get(f)}
-        if dropped or not _contains(have_spec, want_spec) or _taints_differ(have_spec, want_spec):
+        if (dropped or not _contains(have_spec, want_spec) or _taints_differ(have_spec, want_spec)
+                or _binding_differs(have_spec, want_spec)):
             patch["spec"] = {**want_spec, **dropped}
         owners = _owners(want)
         if owners and not _contains(_owners(have), owners):
@@ -183,6 +184,52 @@ def without_taints(pool: Sequence[Mapping[str, Any]]) -> list[models.JSONObject]
     return result
 
 
+# A device's DRA binding-condition fields (KEP-5007): an API server without gate
+# DRADeviceBindingConditions (alpha, off by default, in 1.34 and 1.35) drops them all.
+BINDING_FIELDS = ("bindingConditions", "bindingFailureConditions", "bindsToNode")
+
+
+def devices_with_binding_conditions(pool: Sequence[Mapping[str, Any]]) -> tuple[str, ...]:
+    """The devices (sorted) of a pool's slices that carry binding conditions."""
+    return tuple(sorted(
+        str(device.get("name"))
+        for obj in pool
+        for device in _devices(obj)
+        if device.get("bindingConditions")
+    ))
+
+
+def dropped_binding_conditions(
+    desired: Sequence[Mapping[str, Any]], stored: Sequence[Mapping[str, Any]]
+) -> tuple[str, ...]:
+    """The devices (sorted) whose desired binding conditions the API server did not store:
+    one without gate DRADeviceBindingConditions drops them without an error."""
+    kept = set(devices_with_binding_conditions(stored))
+    stored_names = {str(d.get("name")) for obj in stored for d in _devices(obj)}
+    return tuple(name for name in devices_with_binding_conditions(desired)
+                 if name in stored_names and name not in kept)
+
+
+def without_binding_conditions(pool: Sequence[Mapping[str, Any]]) -> list[models.JSONObject]:
+    """The slices as a server without DRADeviceBindingConditions stores them."""
+    result: list[models.JSONObject] = []
+    for obj in pool:
+        spec = obj.get("spec") or {}
+        devices = spec.get("devices")
+        if not isinstance(devices, list):
+            result.append(dict(obj))
+            continue
+        bare = [{k: v for k, v in d.items() if k not in BINDING_FIELDS}
+                if isinstance(d, Mapping) else d for d in devices]
+        result.append({**obj, "spec": {**spec, "devices": bare}})
+    return result
+
+
+def _devices(obj: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    devices = (obj.get("spec") or {}).get("devices")
+    return [d for d in devices if isinstance(d, Mapping)] if isinstance(devices, list) else []
+
+
 # What a slice publishes: a desired slice without one of them (dynamic MIG's counters-only
 # slice, or a pool back to plain devices) has it removed from the existing slice.
 _CONTENT_FIELDS = ("devices", "sharedCounters")
@@ -206,6 +253,17 @@ def _taints_differ(have_spec: Mapping[str, Any], want_spec: Mapping[str, Any]) -
                  for t in (d.get("taints") or ()) if isinstance(t, Mapping)]
                 for d in (devices if isinstance(devices, list) else ()) if isinstance(d, Mapping)]
     return taints(have_spec) != taints(want_spec)
+
+
+def _binding_differs(have_spec: Mapping[str, Any], want_spec: Mapping[str, Any]) -> bool:
+    """Whether a device's binding-condition fields differ (conditions no longer wanted, as
+    when gate ComputeDomainBindingConditions is turned off, must go: containment alone would
+    keep them, and the scheduler would wait for conditions nobody sets)."""
+    def fields(spec: Mapping[str, Any]) -> list[tuple[Any, ...]]:
+        devices = spec.get("devices")
+        return [tuple(d.get(f) or None for f in BINDING_FIELDS)
+                for d in (devices if isinstance(devices, list) else ()) if isinstance(d, Mapping)]
+    return fields(have_spec) != fields(want_spec)
 
 
 def _contains(have: Any, want: Any) -> bool:

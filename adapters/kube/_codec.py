@@ -182,28 +182,32 @@ def patch_request(
     )
 
 
-def replace_request(kind: kinds.ResourceKind, obj: Mapping[str, Any]) -> Request:
+def replace_request(
+    kind: kinds.ResourceKind, obj: Mapping[str, Any], *, subresource: str = ""
+) -> Request:
     """A PUT of the whole object as read (its resourceVersion is the precondition), encoded
     the way the `kubernetes` client does so an opaque config keeps the bytes it was created
-    with (see `BodyEncoding`)."""
+    with (see `BodyEncoding`); to `subresource` (e.g. "status") when given."""
     metadata = obj.get("metadata") or {}
     namespace = str(metadata.get("namespace") or "")
     name = str(metadata.get("name") or "")
     _require_namespace(kind, namespace, name)
     return Request(
         method="PUT",
-        path=resource_path(kind, namespace=namespace, name=name),
+        path=resource_path(kind, namespace=namespace, name=name, subresource=subresource),
         body=obj,
         body_encoding=BodyEncoding.CLIENT_DEFAULT,
     )
 
 
 def is_immutable_field_error(exc: errors.ClusterError) -> bool:
-    """True for the 422 an update gets when it would change an immutable field."""
+    """True for the 422 an update gets when it would change an immutable field (a claim's
+    `status.allocation` words it "field cannot be modified once set" from Kubernetes 1.36)."""
     return (
         isinstance(exc, APIStatusError)
         and exc.status == 422
-        and "field is immutable" in exc.message
+        and ("field is immutable" in exc.message
+             or "field cannot be modified once set" in exc.message)
     )
 
 

@@ -161,15 +161,16 @@ class KubeCluster:
         try:
             return self._api.request_json(request)
         except errors.ClusterError as exc:
-            if subresource or not _codec.is_immutable_field_error(exc):
+            if subresource not in ("", "status") or not _codec.is_immutable_field_error(exc):
                 raise
             log.info(
-                "event=patch_replaced_by_update kind=%s namespace=%s name=%s reason=%r",
-                kind, namespace, name, "opaque config bytes of an older driver",
+                "event=patch_replaced_by_update kind=%s namespace=%s name=%s subresource=%s "
+                "reason=%r", kind, namespace, name, subresource or "-",
+                "opaque config bytes a merge patch re-encodes",
             )
             return self._replace_with_patch(
                 kind, namespace=namespace, name=name, patch=patch,
-                resource_version=resource_version,
+                resource_version=resource_version, subresource=subresource,
             )
 
     def _replace_with_patch(
@@ -180,13 +181,16 @@ class KubeCluster:
         name: str,
         patch: Mapping[str, Any],
         resource_version: str,
+        subresource: str = "",
     ) -> Mapping[str, Any]:
         """GET, merge `patch` locally, PUT the object back in the bytes the client sent it in.
 
-        For objects an older driver created with the client's spaced JSON: the API server
-        compares their opaque config bytes on every update, and a merge patch re-encodes them
-        (422 "field is immutable"); a PUT of the object as read reproduces them exactly.
-        `resource_version`, when given, is checked as the patch would have (ConflictError).
+        For objects an older driver (or any client writing spaced JSON) created: the API server
+        compares their opaque config bytes on every update (a claim's allocation copies them
+        too), and a merge patch re-encodes them (422 "field is immutable"); a PUT of the object
+        as read reproduces them exactly. `subresource` "status" PUTs the status (the patch's
+        `status` merged); else the patch's `status` is left out, as the main resource ignores
+        it. `resource_version`, when given, is checked as the patch would have (ConflictError).
         """
         current = self.get(kind, namespace=namespace, name=name)
         current_version = str((current.get("metadata") or {}).get("resourceVersion") or "")
@@ -195,9 +199,12 @@ class KubeCluster:
                 f"{kind} {namespace}/{name}: the object changed since it was read "
                 f"(resourceVersion {resource_version} is now {current_version}); re-read and retry"
             )
-        updated = mergepatch.merge_patch(current, {k: v for k, v in patch.items() if k != "status"})
+        merged = patch if subresource == "status" else {
+            k: v for k, v in patch.items() if k != "status"}
+        updated = mergepatch.merge_patch(current, merged)
         updated["metadata"]["resourceVersion"] = current_version
-        return self._api.request_json(_codec.replace_request(kinds.by_kind(kind), updated))
+        return self._api.request_json(
+            _codec.replace_request(kinds.by_kind(kind), updated, subresource=subresource))
 
     def delete(self, kind: str, *, namespace: str, name: str) -> None:
         self._api.request_json(

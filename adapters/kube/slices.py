@@ -9,7 +9,10 @@ changes, so the scheduler never mixes slices of two different pool versions.
 Device taints an API server without gate DRADeviceTaints drops (silently: the default before
 Kubernetes 1.36) are reported as an error naming the gate, as upstream's slice controller
 reports a DroppedFieldsError, and left out of later writes while they stay the same: else every
-resync would rewrite the pool, with a new generation, to no effect.
+resync would rewrite the pool, with a new generation, to no effect. Binding conditions
+(KEP-5007) that a server without gate DRADeviceBindingConditions drops are handled alike: the
+pool is published without them from then on (`binding_conditions_dropped`), so claims get no
+binding conditions and prepares wait for what they need as they did before.
 """
 
 from __future__ import annotations
@@ -38,6 +41,14 @@ class SlicePublisher:
         # lacks gate DRADeviceTaints): while the desired taints are these, they are left out
         # rather than written again, with a new pool generation, at every resync.
         self._taints_dropped: dict[str, tuple[slices.TaintKey, ...]] | None = None
+        # Whether the API server dropped the binding conditions of the last write that carried
+        # them (it lacks gate DRADeviceBindingConditions): they are left out from then on.
+        self._binding_dropped = False
+
+    @property
+    def binding_conditions_dropped(self) -> bool:
+        """Whether the pool goes out without its binding conditions (the server drops them)."""
+        return self._binding_dropped
 
     def existing(self) -> tuple[Mapping[str, Any], ...]:
         """This node's slices of this driver, sorted by name."""
@@ -94,14 +105,14 @@ class SlicePublisher:
         if not wanted:
             self._taints_dropped = None
         leave_out = bool(wanted) and wanted == self._taints_dropped
-        if leave_out:
-            desired = slices.without_taints(desired)
+        binding = slices.devices_with_binding_conditions(desired)
+        if not binding:
+            self._binding_dropped = False
+        desired = self._left_out(desired, taints=leave_out)
         actions = slices.plan_slice_sync(desired=desired, existing=existing)
         if not actions:
             return
-        desired = build(generation + 1, node_uid)
-        if leave_out:
-            desired = slices.without_taints(desired)
+        desired = self._left_out(build(generation + 1, node_uid), taints=leave_out)
         actions = slices.plan_slice_sync(desired=desired, existing=existing)
         log.info(
             "publishing resource slices node=%s driver=%s generation=%d slices=%d actions=%d",
@@ -114,6 +125,35 @@ class SlicePublisher:
         executing.execute_cluster_actions(self._cluster, actions)
         if not leave_out:
             self._check_taints_stored(desired, wanted)
+        if binding and not self._binding_dropped:
+            self._check_binding_conditions_stored(desired)
+
+    def _left_out(
+        self, desired: Sequence[Mapping[str, Any]], *, taints: bool
+    ) -> Sequence[Mapping[str, Any]]:
+        """`desired` without what the server is known to drop."""
+        if taints:
+            desired = slices.without_taints(desired)
+        if self._binding_dropped:
+            desired = slices.without_binding_conditions(desired)
+        return desired
+
+    def _check_binding_conditions_stored(self, desired: Sequence[Mapping[str, Any]]) -> None:
+        """Fall back, once and with a warning, to a pool without binding conditions when the
+        server dropped them: the scheduler then binds at once and prepares wait instead."""
+        dropped = slices.dropped_binding_conditions(desired, self.existing())
+        if not dropped:
+            return
+        self._binding_dropped = True
+        log.warning(
+            "event=resource_slice_binding_conditions_dropped node=%s driver=%s devices=%s "
+            "action=publishing_without_binding_conditions hint=%r",
+            self._node_name, self._driver, ",".join(dropped),
+            "the API server stored these devices without their binding conditions: it lacks "
+            "feature gate DRADeviceBindingConditions (with DRAResourceClaimDeviceStatus; beta "
+            "and on by default from Kubernetes 1.36); pods are bound at once and their "
+            "prepares wait for the IMEX daemon, as without gate ComputeDomainBindingConditions",
+        )
 
     def _check_taints_stored(
         self, desired: Sequence[Mapping[str, Any]],

@@ -48,6 +48,9 @@ IMMUTABLE_SPEC_KINDS = frozenset({kinds.RESOURCE_CLAIM.kind, kinds.RESOURCE_CLAI
 _GENERATE_NAME_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
 _FIRST_RESOURCE_VERSION = 100
 DEFAULT_HISTORY_SIZE = 10_000
+# ResourceSlice device fields of gate DRADeviceBindingConditions (dropped here, see
+# `_drop_disabled_fields`).
+_BINDING_FIELDS = ("bindingConditions", "bindingFailureConditions", "bindsToNode")
 #: The Kubernetes version the cluster answers for (GET /version) unless told another.
 DEFAULT_SERVER_VERSION = "v1.35.0"
 
@@ -197,16 +200,28 @@ class InMemoryCluster:
     def _drop_disabled_fields(self, kind: str, obj: dict[str, Any]) -> None:
         """What kube-apiserver drops (in place, before its validation) for a gate it lacks:
         ResourceSlice `devices[].taints` without DRADeviceTaints, list-valued attributes
-        without DRAListTypeAttributes (or before 1.36, where they are unknown fields).
+        without DRAListTypeAttributes (or before 1.36, where they are unknown fields), and always
+        the binding condition fields (KEP-5007) of slices and of claims' allocation results:
+        this cluster stands in for one without gate DRADeviceBindingConditions, since its
+        scheduler does not wait for them.
 
         NB: `timeAdded` is not stamped as the real server does: the tests of this tier
         compare taints exactly; the control-plane tier runs the real one."""
+        if kind == kinds.RESOURCE_CLAIM.kind:
+            allocation = (obj.get("status") or {}).get("allocation") or {}
+            results = (allocation.get("devices") or {}).get("results")
+            for result in results if isinstance(results, list) else ():
+                if isinstance(result, dict):
+                    for field in _BINDING_FIELDS:
+                        result.pop(field, None)
         if kind != kinds.RESOURCE_SLICE.kind:
             return
         devices = (obj.get("spec") or {}).get("devices")
         for device in devices if isinstance(devices, list) else ():
             if not isinstance(device, dict):
                 continue
+            for field in _BINDING_FIELDS:
+                device.pop(field, None)
             if not self._device_taints:
                 device.pop("taints", None)
             if self._lists_kept():

@@ -43,6 +43,8 @@ class DomainCache:
         self._lock = threading.Lock()
         self._domains: dict[names.ComputeDomainUID, models.ComputeDomain] = {}
         self._synced = threading.Event()
+        # Called (from the watch thread, outside the lock) after each change it delivers.
+        self.listeners: list[collections.abc.Callable[[], None]] = []
 
     def start(self, stop: threading.Event) -> threading.Thread:
         thread = threading.Thread(
@@ -69,6 +71,8 @@ class DomainCache:
                     self._domains.pop(cd.uid, None)
                 else:
                     self._domains[cd.uid] = cd
+            for listener in self.listeners:
+                listener()
 
     def snapshot(self) -> dict[names.ComputeDomainUID, models.ComputeDomain]:
         """What the watch has delivered so far (no read-through)."""

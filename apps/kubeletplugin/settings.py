@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 from apps.pluginkit import flags as plugin_flags
 from apps.shell import flags
 from core import names
-from core.computedomain import hostimex
+from core.computedomain import binding, hostimex
 
 # The plugin's checkpoint in its plugin dir (not `checkpoint.json`: upstream's name).
 CHECKPOINT_FILE = "computedomain-plugin.checkpoint.json"
@@ -58,6 +58,9 @@ class Settings:
     # gpuCliqueLabelEnabled) and how often the clique is read again (upstream: 10 minutes).
     gpu_clique_label_enabled: bool = False
     clique_refresh_interval_s: float = 600.0
+    # Gate ComputeDomainBindingConditions: how long a claim allocated here may wait for this
+    # node's IMEX daemon before the plugin sets the binding failure condition.
+    binding_ready_timeout_s: float = binding.DEFAULT_READY_TIMEOUT_S
 
     @property
     def checkpoint_path(self) -> str:
@@ -110,6 +113,11 @@ COMMAND = flags.command(
         flags.option("--clique-refresh-interval-seconds", env="CLIQUE_REFRESH_INTERVAL_SECONDS",
                      type=flags.SECONDS, default="600",
                      help="how often the node's NVLink clique is read again"),
+        flags.option("--binding-ready-timeout-seconds", env="BINDING_READY_TIMEOUT_SECONDS",
+                     type=flags.SECONDS, default=str(int(binding.DEFAULT_READY_TIMEOUT_S)),
+                     help="gate ComputeDomainBindingConditions: how long a pod's claim waits "
+                     "for this node's IMEX daemon before the scheduler is asked to place the "
+                     "pod elsewhere"),
     ],
 )
 
@@ -151,4 +159,5 @@ def parse(argv: Sequence[str] | None, env: Mapping[str, str]) -> Settings:
         imex_mgmt_capability_path=values["imex_mgmt_capability_path"],
         gpu_clique_label_enabled=values["gpu_clique_label_enabled"],
         clique_refresh_interval_s=values["clique_refresh_interval_seconds"],
+        binding_ready_timeout_s=values["binding_ready_timeout_seconds"],
     )

@@ -13,7 +13,7 @@ import tenacity
 from adapters.kube import slices as kube_slices
 from adapters.nvml import imexctl
 from adapters.nvml import real as nvml_real
-from apps.kubeletplugin import clique_refresh, fabric_watch
+from apps.kubeletplugin import binding_watch, clique_refresh, fabric_watch
 from apps.kubeletplugin import daemon_claims as plugin_daemon_claims
 from apps.kubeletplugin import devices as plugin_devices
 from apps.kubeletplugin import domains as plugin_domains
@@ -25,7 +25,7 @@ from apps.pluginkit import metrics as plugin_metrics
 from apps.pluginkit import serving
 from apps.pluginkit.serving import Plugin
 from core import errors, models, names, ports, procdevices
-from core.computedomain import cliques, driver_version, node_facts
+from core.computedomain import binding, cliques, driver_version, node_facts
 
 log = logging.getLogger(__name__)
 
@@ -217,6 +217,11 @@ def start_plugin(
         publish=publish, metrics=metrics, stopping=stopping, health=health,
         check=serving.runtime_check(settings, cluster),
     )
+    if binding.uses_binding_conditions(config):
+        binding_watch.BindingWatch(
+            cluster, node_name=settings.node_name, domains=domains,
+            timeout_s=settings.binding_ready_timeout_s,
+        ).start(stopping)
     if plugin.server.health_streams is not None:
         health.on_change = plugin.server.health_streams.notify
     if fabric is not None:

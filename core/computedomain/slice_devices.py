@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from core import models, names
-from core.computedomain import node_facts
+from core.computedomain import binding, node_facts
 
 
 def plan_slice_devices(
@@ -16,6 +16,8 @@ def plan_slice_devices(
     selector `device.attributes['compute-domain.nvidia.com'].type` sees the plain `type` below.
     A host-managed `node` without an NVLink clique publishes nothing: every prepare there
     would fail, so offering the channel would only make the scheduler keep placing pods on it.
+    With gate ComputeDomainBindingConditions (driver-managed), the channel carries binding
+    conditions (`core.computedomain.binding`).
     """
     if config.host_managed and node is not None and not node.clique_id:
         return ()
@@ -26,7 +28,10 @@ def plan_slice_devices(
             _device(names.DEVICE_TYPE_SLOT, names.slot_device_name(index), device_id=index)
             for index in range(config.channel_slots)
         )
-    devices = [_device(names.DEVICE_TYPE_CHANNEL, names.channel_device_name(0))]
+    channel = _device(names.DEVICE_TYPE_CHANNEL, names.channel_device_name(0))
+    if binding.uses_binding_conditions(config):
+        channel = binding.with_binding_conditions(channel)
+    devices = [channel]
     if not config.host_managed:
         devices.append(_device(names.DEVICE_TYPE_DAEMON, names.daemon_device_name(0)))
     return tuple(devices)

@@ -182,10 +182,11 @@ HostManagedIMEXDaemon wins.
 
 {{/*
 Every known gate with upstream's default, as JSON: core/gates.py REGISTRY (upstream's thirteen,
-the seed's FabricTopologySupport, and the Kubernetes logging gates upstream's binaries accept).
+the seed's FabricTopologySupport, the Kubernetes logging gates upstream's binaries accept, and
+our ComputeDomainBindingConditions).
 */}}
 {{- define "cdd.gateDefaults" -}}
-{{- dict "ComputeDomainCliques" true "ConsumableShares" false "ContextualLogging" true "CrashOnNVLinkFabricErrors" true "DRAListTypeAttributes" false "DeviceMetadata" false "DynamicMIG" false "FabricManagerPartitioning" false "FabricTopologySupport" false "HostManagedIMEXDaemon" false "IMEXDaemonsWithDNSNames" true "LoggingAlphaOptions" false "LoggingBetaOptions" true "MPSSupport" false "NVMLDeviceHealthCheck" false "PassthroughSupport" false "TimeSlicingSettings" false | toJson -}}
+{{- dict "ComputeDomainBindingConditions" false "ComputeDomainCliques" true "ConsumableShares" false "ContextualLogging" true "CrashOnNVLinkFabricErrors" true "DRAListTypeAttributes" false "DeviceMetadata" false "DynamicMIG" false "FabricManagerPartitioning" false "FabricTopologySupport" false "HostManagedIMEXDaemon" false "IMEXDaemonsWithDNSNames" true "LoggingAlphaOptions" false "LoggingBetaOptions" true "MPSSupport" false "NVMLDeviceHealthCheck" false "PassthroughSupport" false "TimeSlicingSettings" false | toJson -}}
 {{- end -}}
 
 {{/*
@@ -193,7 +194,7 @@ The gates AllAlpha / AllBeta set (core/gates.py REGISTRY stages), as JSON {toggl
 ContextualLogging is beta but left out: upstream sets it explicitly before the user's gates.
 */}}
 {{- define "cdd.gateToggles" -}}
-{{- dict "AllAlpha" (list "ConsumableShares" "DRAListTypeAttributes" "DeviceMetadata" "DynamicMIG" "FabricManagerPartitioning" "FabricTopologySupport" "HostManagedIMEXDaemon" "LoggingAlphaOptions" "MPSSupport" "NVMLDeviceHealthCheck" "PassthroughSupport" "TimeSlicingSettings") "AllBeta" (list "ComputeDomainCliques" "CrashOnNVLinkFabricErrors" "IMEXDaemonsWithDNSNames" "LoggingBetaOptions") | toJson -}}
+{{- dict "AllAlpha" (list "ComputeDomainBindingConditions" "ConsumableShares" "DRAListTypeAttributes" "DeviceMetadata" "DynamicMIG" "FabricManagerPartitioning" "FabricTopologySupport" "HostManagedIMEXDaemon" "LoggingAlphaOptions" "MPSSupport" "NVMLDeviceHealthCheck" "PassthroughSupport" "TimeSlicingSettings") "AllBeta" (list "ComputeDomainCliques" "CrashOnNVLinkFabricErrors" "IMEXDaemonsWithDNSNames" "LoggingBetaOptions") | toJson -}}
 {{- end -}}
 
 {{/*

@@ -113,9 +113,8 @@ def test_the_containerfile_lists_every_entry_point() -> None:
     assert sorted(n.strip() for n in names) == sorted(scripts)
 
 
-def test_bench_only_plugin_runs_the_plugin_figures_only(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: pathlib.Path
-) -> None:
+def _record_bench_figures(monkeypatch: pytest.MonkeyPatch) -> tuple[Any, list[str]]:
+    """bench's __main__ with every figure replaced by a recorder of its name."""
     sys.path.insert(0, str(ROOT))
     import bench.__main__ as bench_main
 
@@ -128,12 +127,29 @@ def test_bench_only_plugin_runs_the_plugin_figures_only(
         return figure
 
     for module_name in ("controlplane", "gpu", "scenarios", "daemon_domain", "controller_latency",
-                        "channel_assignment", "controller_watch", "realkube_controller"):
+                        "channel_assignment", "controller_watch", "realkube_controller",
+                        "binding_conditions"):
         module = getattr(bench_main, module_name)
         for attr in dir(module):
             if not attr.startswith("_") and callable(getattr(module, attr)) and getattr(
                     getattr(module, attr), "__module__", "") == module.__name__:
                 monkeypatch.setattr(module, attr, record(f"{module_name}.{attr}"))
+    return bench_main, ran
+
+
+def test_bench_only_plugin_runs_the_plugin_figures_only(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: pathlib.Path
+) -> None:
+    bench_main, ran = _record_bench_figures(monkeypatch)
     monkeypatch.setattr(sys, "argv", ["bench", "--only-plugin", "--out", str(tmp_path)])
     assert bench_main.main() == 0
     assert ran and all(name.split(".")[0] in ("scenarios", "daemon_domain") for name in ran), ran
+
+
+def test_bench_only_binding_runs_the_binding_conditions_figure_only(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: pathlib.Path
+) -> None:
+    bench_main, ran = _record_bench_figures(monkeypatch)
+    monkeypatch.setattr(sys, "argv", ["bench", "--only-binding", "--out", str(tmp_path)])
+    assert bench_main.main() == 0
+    assert ran == ["binding_conditions.run"]

@@ -215,8 +215,13 @@ def _plugin_needs(mode: str) -> set[Need]:
     needs = {
         ("get", dra, "resourceclaims", USER_NS),  # apps/kubeletplugin/driver.py _fetch_claim
         ("get", "", "pods", USER_NS),  # driver.py _reserved_placements (reservedFor pods)
-        # apps/pluginkit/device_status_writer.py: the claim's status.devices
+        # apps/pluginkit/device_status_writer.py: the claim's status.devices, and
+        # apps/kubeletplugin/binding_watch.py: its binding conditions (a PUT where a patch
+        # would re-encode the claim's opaque config bytes)
         ("patch", dra, "resourceclaims/status", USER_NS),
+        ("update", dra, "resourceclaims/status", USER_NS),
+        ("list", dra, "resourceclaims", ""),  # binding_watch.py: claims on this node
+        ("watch", dra, "resourceclaims", ""),
         ("list", cd, "computedomains", ""),  # apps/kubeletplugin/domains.py informer
         ("watch", cd, "computedomains", ""),
         ("list", dra, "resourceslices", ""),  # adapters/kube/slices.py SlicePublisher
@@ -335,8 +340,10 @@ def test_driver_roles_grant_no_update_because_the_driver_only_patches(mode: str)
     for obj in objects:
         if obj["kind"] in ("Role", "ClusterRole") and obj["metadata"]["name"] != daemon:
             for rule in obj["rules"]:
-                # The one PUT: an older driver's ResourceClaimTemplate, whose opaque config
-                # bytes a patch would re-encode (adapters/kube/cluster.py _replace_with_patch).
-                if rule["resources"] == ["resourceclaimtemplates"]:
+                # The PUTs: an older driver's ResourceClaimTemplate, and a claim's status,
+                # whose opaque config bytes a patch would re-encode (adapters/kube/cluster.py
+                # _replace_with_patch).
+                if rule["resources"] in (["resourceclaimtemplates"],
+                                         ["resourceclaims/status"]):
                     continue
                 assert "update" not in rule["verbs"], (obj["metadata"]["name"], rule)

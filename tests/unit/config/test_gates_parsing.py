@@ -9,9 +9,9 @@ from hypothesis import strategies as st
 from core import errors, gates, models
 
 UNKNOWN_GATE_SUFFIX = (
-    ": known gates are ComputeDomainCliques, ConsumableShares, ContextualLogging, "
-    "CrashOnNVLinkFabricErrors, DRAListTypeAttributes, DeviceMetadata, DynamicMIG, "
-    "FabricManagerPartitioning, FabricTopologySupport, HostManagedIMEXDaemon, "
+    ": known gates are ComputeDomainBindingConditions, ComputeDomainCliques, ConsumableShares, "
+    "ContextualLogging, CrashOnNVLinkFabricErrors, DRAListTypeAttributes, DeviceMetadata, "
+    "DynamicMIG, FabricManagerPartitioning, FabricTopologySupport, HostManagedIMEXDaemon, "
     "IMEXDaemonsWithDNSNames, "
     "LoggingAlphaOptions, LoggingBetaOptions, MPSSupport, NVMLDeviceHealthCheck, "
     "PassthroughSupport, TimeSlicingSettings (and AllAlpha, AllBeta; HostManagedIMEX is an "
@@ -39,6 +39,8 @@ UPSTREAM_DEFAULTS = {
     "ContextualLogging": (True, "beta"),
     "LoggingAlphaOptions": (False, "alpha"),
     "LoggingBetaOptions": (True, "beta"),
+    # Ours: binding conditions on driver-managed channel devices (docs/operations.md).
+    "ComputeDomainBindingConditions": (False, "alpha"),
 }
 
 

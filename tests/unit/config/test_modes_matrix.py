@@ -238,7 +238,7 @@ def test_describe_is_one_key_value_line() -> None:
     assert "\n" not in line
     assert line.startswith(
         "mode=hostManaged isolation=none namespace=dra host_imex_check=false "
-        "feature_gates=ComputeDomainCliques=false,"
+        "feature_gates=ComputeDomainBindingConditions=false,ComputeDomainCliques=false,"
     )
     assert ",HostManagedIMEXDaemon=true,IMEXDaemonsWithDNSNames=false," in line
 

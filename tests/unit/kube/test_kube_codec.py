@@ -287,6 +287,26 @@ def test_a_replace_reproduces_the_kubernetes_clients_own_bytes_in_read_order() -
     assert request.encoded_body() == json.dumps(obj).encode()
 
 
+def test_a_replace_of_the_status_goes_to_the_status_subresource() -> None:
+    obj = {"metadata": {"name": "c", "namespace": "ns", "resourceVersion": "7"},
+           "status": {"devices": []}}
+    request = _codec.replace_request(kinds.RESOURCE_CLAIM, obj, subresource="status")
+    assert request.method == "PUT"
+    assert request.path.endswith("/namespaces/ns/resourceclaims/c/status")
+
+
+def test_a_claims_allocation_changed_counts_as_an_immutable_field_error() -> None:
+    """How Kubernetes 1.37 words a status patch that re-encoded the allocation's opaque
+    config bytes (declarative validation)."""
+    request = _codec.patch_request(kinds.RESOURCE_CLAIM, namespace="ns", name="c", patch={},
+                                   subresource="status")
+    message = ("ResourceClaim.resource.k8s.io \"c\" is invalid: [status.allocation: Invalid "
+               "value: null: field cannot be modified once set]")
+    body = json.dumps({"reason": "Invalid", "message": message})
+    error = _codec.error_from_response(request, status=422, reason="", body=body.encode())
+    assert _codec.is_immutable_field_error(error)
+
+
 def test_requests_without_a_body_encode_to_nothing() -> None:
     assert _codec.get_request(kinds.POD, namespace="ns", name="p").encoded_body() is None
 
