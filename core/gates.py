@@ -113,13 +113,7 @@ REGISTRY: Final[Mapping[str, Gate]] = {
             Gate(name=NVML_DEVICE_HEALTH_CHECK, default=False, stage=Stage.ALPHA),
             Gate(name=DYNAMIC_MIG, default=False, stage=Stage.ALPHA),
             Gate(name=DEVICE_METADATA, default=False, stage=Stage.ALPHA),
-            Gate(
-                name=FABRIC_MANAGER_PARTITIONING, default=False, stage=Stage.ALPHA,
-                # NB: built in the GPU plugin (partition attributes, activation at prepare);
-                # upstream's ComputeDomain plugin uses it to detect single-node NVLink systems.
-                unbuilt_in=frozenset({Component.COMPUTE_DOMAIN_PLUGIN}),
-                feature="single-node NVLink (NVSwitch) system handling",
-            ),
+            Gate(name=FABRIC_MANAGER_PARTITIONING, default=False, stage=Stage.ALPHA),
             Gate(name=FABRIC_TOPOLOGY_SUPPORT, default=False, stage=Stage.ALPHA),
             Gate(name=DRA_LIST_TYPE_ATTRIBUTES, default=False, stage=Stage.ALPHA),
             Gate(name=CONSUMABLE_SHARES, default=False, stage=Stage.ALPHA),

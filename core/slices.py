@@ -171,6 +171,14 @@ def dropped_taints(
 
 def without_taints(pool: Sequence[Mapping[str, Any]]) -> list[models.JSONObject]:
     """The slices as a server without DRADeviceTaints stores them: no `devices[].taints`."""
+    return _without_device_fields(pool, frozenset({"taints"}))
+
+
+def _without_device_fields(
+    pool: Sequence[Mapping[str, Any]], fields: frozenset[str]
+) -> list[models.JSONObject]:
+    """The slices with `fields` left out of every device (what a server lacking the gate of
+    those fields stores)."""
     result: list[models.JSONObject] = []
     for obj in pool:
         spec = obj.get("spec") or {}
@@ -178,7 +186,7 @@ def without_taints(pool: Sequence[Mapping[str, Any]]) -> list[models.JSONObject]
         if not isinstance(devices, list):
             result.append(dict(obj))
             continue
-        bare = [{k: v for k, v in d.items() if k != "taints"} if isinstance(d, Mapping) else d
+        bare = [{k: v for k, v in d.items() if k not in fields} if isinstance(d, Mapping) else d
                 for d in devices]
         result.append({**obj, "spec": {**spec, "devices": bare}})
     return result
@@ -212,17 +220,7 @@ def dropped_binding_conditions(
 
 def without_binding_conditions(pool: Sequence[Mapping[str, Any]]) -> list[models.JSONObject]:
     """The slices as a server without DRADeviceBindingConditions stores them."""
-    result: list[models.JSONObject] = []
-    for obj in pool:
-        spec = obj.get("spec") or {}
-        devices = spec.get("devices")
-        if not isinstance(devices, list):
-            result.append(dict(obj))
-            continue
-        bare = [{k: v for k, v in d.items() if k not in BINDING_FIELDS}
-                if isinstance(d, Mapping) else d for d in devices]
-        result.append({**obj, "spec": {**spec, "devices": bare}})
-    return result
+    return _without_device_fields(pool, frozenset(BINDING_FIELDS))
 
 
 def _devices(obj: Mapping[str, Any]) -> list[Mapping[str, Any]]:

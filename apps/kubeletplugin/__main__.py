@@ -7,6 +7,7 @@ import os
 import sys
 from collections.abc import Sequence
 
+from adapters import fabricmanager
 from adapters.fs import procfs
 from adapters.nvml import inventory as nvml_inventory
 from apps.kubeletplugin import settings as plugin_settings
@@ -53,6 +54,13 @@ def _start(
         resolved.config, inventory=inventory, node_name=settings.node_name
     )
     strict = resolved.config.gates.enabled(gates.CRASH_ON_NVLINK_FABRIC_ERRORS)
+    # Upstream's use of the gate in this plugin: on a single-node NVSwitch system, GPUs not yet
+    # registered with the fabric (no partition of theirs active) do not stop the plugin.
+    single_node_nvlink = resolved.config.gates.enabled(
+        gates.FABRIC_MANAGER_PARTITIONING
+    ) and fabricmanager.has_nvswitch_fabric(
+        proc_root=os.path.dirname(settings.proc_devices) or "/proc"
+    )
     node = wiring.read_node_facts(
         node_name=settings.node_name,
         files=procfs.ProcNodeFiles(
@@ -60,12 +68,13 @@ def _start(
         ),
         inventory=inventory,
         crash_on_fabric_errors=strict,
+        single_node_nvlink=single_node_nvlink,
     )
     return wiring.start_plugin(
         settings, config=resolved.config, cluster=cluster, node=node,
         # A node without a clique looks again at each slice resync.
         probe_clique=lambda: cliques.clique_id_from_fabric(
-            inventory.fabric_records(), strict=strict
+            inventory.fabric_records(), strict=strict, forming_ok=single_node_nvlink
         ),
         # Judged at start and at each clique refresh: a degraded fabric taints the devices.
         probe_fabric=inventory.fabric_records,

@@ -40,6 +40,7 @@ def read_node_facts(
     files: ports.NodeFiles,
     inventory: ports.DeviceInventory,
     crash_on_fabric_errors: bool = True,
+    single_node_nvlink: bool = False,
     sleep: Callable[[float], None] = time.sleep,
     probe_attempts: int = NVML_PROBE_ATTEMPTS,
 ) -> node_facts.ImexNodeFacts:
@@ -52,7 +53,9 @@ def read_node_facts(
     clique, a probe that keeps failing, or no NVML at all. With the gate off, GPUs whose
     registration is incomplete or failed are skipped (`cliques.clique_id_from_fabric`) and
     the other errors leave the node without a clique (host-managed prepares then fail
-    naming it).
+    naming it). `single_node_nvlink` (gate FabricManagerPartitioning on a node with an
+    NVSwitch fabric): GPUs whose registration is still forming are skipped either way, since
+    Fabric Manager registers them only when a partition holding them is activated.
     """
     major = procdevices.imex_channel_major(files.proc_devices())
     probe_failures = 0
@@ -67,7 +70,9 @@ def read_node_facts(
                 raise
             # A one-off timeout or crash of the probe child: try again, with backoff.
             raise errors.RetryableError(exc.message) from exc
-        return cliques.clique_id_from_fabric(records, strict=crash_on_fabric_errors)
+        return cliques.clique_id_from_fabric(
+            records, strict=crash_on_fabric_errors, forming_ok=single_node_nvlink
+        )
 
     retrying = tenacity.Retrying(
         retry=tenacity.retry_if_exception_type(errors.RetryableError),

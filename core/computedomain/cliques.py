@@ -8,7 +8,10 @@ upstream driver's kubelet plugin:
 - a GPU whose fabric is supported but not usable (registration NOT_STARTED / IN_PROGRESS, or
   COMPLETED with an error status) is a fabric error when `strict` (gate
   CrashOnNVLinkFabricErrors, on by default: the plugin refuses to start and says why) and is
-  skipped like an unsupported one otherwise (the node may end up with no clique);
+  skipped like an unsupported one otherwise (the node may end up with no clique); with
+  `forming_ok` (gate FabricManagerPartitioning on a single-node NVSwitch system, where Fabric
+  Manager registers a GPU only once a partition holding it is activated) a registration that
+  is not complete yet is skipped even when `strict`, as upstream's plugin does;
 - the GPUs that remain must name one clique; two different ones are a fabric error.
 """
 
@@ -30,13 +33,19 @@ class _Part(enum.Enum):
     MEMBER = "member"
 
 
-def clique_id_from_fabric(records: Sequence[models.FabricRecord], *, strict: bool = True) -> str:
+def clique_id_from_fabric(
+    records: Sequence[models.FabricRecord], *, strict: bool = True, forming_ok: bool = False
+) -> str:
     """`<clusterUuid>.<cliqueId>` shared by every GPU that has one, or "" when none has.
 
     Deterministic. Raises PermanentError when GPUs disagree about their clique and, when
-    `strict`, when a GPU's fabric registration is incomplete or failed.
+    `strict`, when a GPU's fabric registration failed or (unless `forming_ok`) is incomplete.
     """
     parts = {record.gpu_uuid: _part_of(record) for record in records}
+    if forming_ok:
+        parts = {
+            gpu: _Part.SKIPPED if part is _Part.FORMING else part for gpu, part in parts.items()
+        }
     if strict:
         _refuse_unusable_fabric(parts)
     by_clique: dict[str, list[str]] = {}

@@ -32,7 +32,9 @@ GPU_DRIVER = "gpu.nvidia.com"
 
 @pytest.fixture(scope="module")
 def cluster() -> Any:
-    values = {"resources": {"gpus": {"enabled": True}, "computeDomains": {"enabled": False}},
+    # Both halves: the gate reaches the ComputeDomain plugin too (one FEATURE_GATES), which
+    # starts with it as upstream's does.
+    values = {"resources": {"gpus": {"enabled": True}, "computeDomains": {"enabled": True}},
               "featureGates": {"FabricManagerPartitioning": True}}
     yield from cluster_driver.started("driverManaged", values=values, gpu_profile="hgx-h100")
 

@@ -13,10 +13,6 @@ four free GPUs (modules 1, 3, 4, 5), which form no partition (the control test s
 Manual claim listing partition 7 gets a selector instead, and the two GPUs of that pair.
 Templates written in resource.k8s.io v1beta1 and v1beta2 (served for this module) get the same
 in their own shape.
-
-NB: the GPU plugin binary publishes partition attributes once its Fabric Manager wiring is in
-(`FabricManagerPartitioning` built in the gpu-kubelet-plugin); until then this module skips,
-saying so.
 """
 
 from __future__ import annotations
@@ -39,25 +35,15 @@ from kubernetes import client
 from realkube_server import ChildProcess, free_port
 from workloads import WORKLOAD_NAMESPACE
 
-from core import gates
-
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(480)]
 
 GPU_DRIVER = "gpu.nvidia.com"
 FEATURE_GATES = {"FabricManagerPartitioning": True, "FabricTopologySupport": True}
-# The GPU half alone: the ComputeDomain plugin does not build FabricManagerPartitioning.
+# The GPU half alone: these tests need no ComputeDomain plugin.
 VALUES: dict[str, Any] = {
     "resources": {"gpus": {"enabled": True}, "computeDomains": {"enabled": False}},
     "featureGates": FEATURE_GATES,
 }
-
-if gates.Component.GPU_PLUGIN in gates.REGISTRY[gates.FABRIC_MANAGER_PARTITIONING].unbuilt_in:
-    pytest.skip(
-        "the gpu-kubelet-plugin still refuses FabricManagerPartitioning (its Fabric Manager "
-        "wiring is not built in this checkout), so no node publishes partition<N>",
-        allow_module_level=True,
-    )
-
 
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[Cluster]:

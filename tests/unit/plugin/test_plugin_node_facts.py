@@ -101,6 +101,24 @@ def test_lenient_clique_id_skips_an_unusable_gpu(
     assert cliques.clique_id_from_fabric([unusable], strict=False) == ""
 
 
+@pytest.mark.parametrize("state", [models.FabricState.NOT_STARTED, models.FabricState.IN_PROGRESS])
+def test_a_single_node_nvswitch_system_skips_gpus_still_forming_even_when_strict(
+    state: models.FabricState,
+) -> None:
+    """Gate FabricManagerPartitioning on an NVSwitch node: Fabric Manager registers a GPU only
+    once a partition holding it is active, so a forming GPU is no fabric error (upstream)."""
+    forming = _gpu(1, state=state)
+    assert cliques.clique_id_from_fabric(
+        [_gpu(0), forming], strict=True, forming_ok=True
+    ) == f"{CLUSTER_TEXT}.32766"
+    assert cliques.clique_id_from_fabric([forming], strict=True, forming_ok=True) == ""
+
+
+def test_a_failed_registration_stays_a_fabric_error_on_a_single_node_nvswitch_system() -> None:
+    with pytest.raises(errors.PermanentError, match="registration failed"):
+        cliques.clique_id_from_fabric([_gpu(0), _gpu(1, ok=False)], strict=True, forming_ok=True)
+
+
 def test_strict_is_the_default() -> None:
     with pytest.raises(errors.PermanentError):
         cliques.clique_id_from_fabric([_gpu(0, state=models.FabricState.IN_PROGRESS)])
