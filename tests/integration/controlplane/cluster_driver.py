@@ -36,6 +36,7 @@ from control_plane import ControlPlane, Kubelet, Runtime
 from kubernetes import client, dynamic
 from realkube_server import free_port, wait_for
 
+from adapters import fabricmanager
 from adapters.imex import simulated as simulated_imex
 from adapters.nvml import simulated
 from apps.cli import gpu_demo
@@ -358,6 +359,14 @@ class Cluster:
             return wait_for(checked, what=what, timeout_s=timeout_s)
         except AssertionError as exc:
             raise AssertionError(f"{exc}\n{self.logs()}") from None
+
+
+def active_fabric_partitions(cluster: Cluster) -> set[int]:
+    """The partitions the node's simulated Fabric Manager has active now (its state file)."""
+    state = fabricmanager.state_path_in(cluster.files.gpu.driver_root)
+    assert state is not None, "the GPU node has no simulated driver root"
+    fabric = fabricmanager.SimulatedFabricManager(state_path=state)
+    return {p.partition_id for p in fabric.partitions() if p.active}
 
 
 def started(mode: str, *, values: Mapping[str, Any] | None = None,

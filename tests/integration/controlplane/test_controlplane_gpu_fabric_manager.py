@@ -39,12 +39,7 @@ def cluster() -> Any:
     yield from cluster_driver.started("driverManaged", values=values, gpu_profile="hgx-h100")
 
 
-def active(cluster: Cluster) -> set[int]:
-    """The partitions the node's (simulated) Fabric Manager has active now."""
-    state = fabricmanager.state_path_in(cluster.files.gpu.driver_root)
-    assert state is not None
-    fabric = fabricmanager.SimulatedFabricManager(state_path=state)
-    return {p.partition_id for p in fabric.partitions() if p.active}
+active = cluster_driver.active_fabric_partitions
 
 
 def module_ids() -> dict[str, int]:
@@ -127,7 +122,7 @@ def test_partition_constrained_claims_run_with_their_partition_active(cluster: C
     start_pod(cluster, "p8", "all")
     workloads.running(cluster, "all")
     assert len(allocated(cluster, "all")) == 8
-    assert active(cluster) == {0}
+    assert active(cluster) == {partition_of(sorted(allocated(cluster, "all")))}
     workloads.delete_pod(cluster, "all")
     cluster.eventually(lambda: active(cluster) == set() or None,
                        what="the 8-GPU partition deactivated")

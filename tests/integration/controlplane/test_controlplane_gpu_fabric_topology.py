@@ -193,6 +193,7 @@ def test_a_fabric_topology_claim_without_constraints_gets_one_4_gpu_partition(
         "resourceClaimName": "module-2"})]))
     workloads.running(cluster, "one")
     assert allocated(read_claim(cluster, "module-2")) == [by_module[2]]
+    assert cluster_driver.active_fabric_partitions(cluster) == {9}  # module 2 alone
 
     name = "fabric-4"
     claim = workloads.create(cluster, gpu_claim(name, count=4, topology=AUTO_4))
@@ -206,11 +207,15 @@ def test_a_fabric_topology_claim_without_constraints_gets_one_4_gpu_partition(
     devices = allocated(read_claim(cluster, name))
     assert sorted(partitions[d]["gpuModuleID"] for d in devices) == [3, 4, 7, 8]
     assert {partitions[d]["partition4"] for d in devices} == {3}
+    # Prepared with its partition active (Auto on BareMetal: the driver activates it).
+    assert cluster_driver.active_fabric_partitions(cluster) == {3, 9}
 
     for pod_name in ("four", "one"):
         workloads.delete_pod(cluster, pod_name)
     for claim_name in (name, "module-2"):
         delete_claim(cluster, claim_name)
+    cluster.eventually(lambda: cluster_driver.active_fabric_partitions(cluster) == set() or None,
+                       what="both partitions deactivated")
 
 
 def test_the_same_claim_without_the_webhook_would_get_gpus_of_no_partition(
