@@ -1,14 +1,15 @@
 """Fabric Manager partitions under the real scheduler and kubelet (gate FabricManagerPartitioning).
 
 One simulated HGX H100 node (`hgx-h100`: eight GPUs on an NVSwitch board, module ids 1..8, the
-nvswitch driver's devices in its /proc), the chart with the GPU half alone (the ComputeDomain
-plugin does not build the gate) and the gate on; the plugin talks to the simulated Fabric
+nvswitch driver's devices in its /proc), the chart with both halves and the gate on (the
+ComputeDomain plugin starts with it, as upstream's); the GPU plugin talks to the simulated Fabric
 Manager, whose activations the test reads from its state file in the driver root. Run the
 module with KUBE_VERSION=v1.37.2 and v1.34.4.
 
 Covers: claims of 2, 4 and 8 GPUs constrained with `matchAttribute: gpu.nvidia.com/partition<N>`
-are allocated one partition's GPUs by the scheduler, their pods run with that partition active,
-and deleting the pods deactivates it; a claim of 3 GPUs (which form no partition) is refused at
+are allocated one partition's GPUs by the scheduler (two pairs, then both halves, side by
+side), their pods run with that partition active, and deleting a pod deactivates its partition
+and no other; a claim of 3 GPUs (which form no partition) is refused at
 prepare, with the message in the pod's events, and activates nothing.
 """
 
@@ -104,20 +105,24 @@ def test_partition_constrained_claims_run_with_their_partition_active(cluster: C
     for size in (2, 4, 8):
         workloads.create(cluster, template(f"p{size}", size, partition_size=size))
 
-    start_pod(cluster, "p2", "pair")
-    start_pod(cluster, "p4", "quad")
-    for name in ("pair", "quad"):
-        workloads.running(cluster, name)
-    pair, quad = allocated(cluster, "pair"), allocated(cluster, "quad")
-    assert len(pair) == 2 and len(quad) == 4 and not set(pair) & set(quad)
-    assert active(cluster) == {partition_of(pair), partition_of(quad)}
+    # On an HGX H100 board every 2-GPU pair spans both 4-GPU halves, so pairs run beside pairs
+    # and halves beside halves, never a pair beside a half (Fabric Manager would refuse it).
+    for size, names in ((2, ("pair-a", "pair-b")), (4, ("half-a", "half-b"))):
+        for name in names:
+            start_pod(cluster, f"p{size}", name)
+        for name in names:
+            workloads.running(cluster, name)
+        first, second = (allocated(cluster, name) for name in names)
+        assert len(first) == len(second) == size and not set(first) & set(second)
+        assert active(cluster) == {partition_of(first), partition_of(second)}
 
-    workloads.delete_pod(cluster, "pair")
-    cluster.eventually(lambda: active(cluster) == {partition_of(quad)} or None,
-                       what="the pair's partition deactivated")
-    workloads.delete_pod(cluster, "quad")
-    cluster.eventually(lambda: active(cluster) == set() or None,
-                       what="the quad's partition deactivated")
+        kept = {partition_of(second)}
+        workloads.delete_pod(cluster, names[0])
+        cluster.eventually(lambda: active(cluster) == kept or None,  # noqa: B023 - used at once
+                           what=f"{names[0]}'s partition deactivated, {names[1]}'s kept")
+        workloads.delete_pod(cluster, names[1])
+        cluster.eventually(lambda: active(cluster) == set() or None,
+                           what=f"{names[1]}'s partition deactivated")
 
     start_pod(cluster, "p8", "all")
     workloads.running(cluster, "all")

@@ -91,13 +91,14 @@ def test_the_gpu_app_reads_the_chart_env_as_the_chart_means_it() -> None:
         "featureGates": {"PassthroughSupport": True, "TimeSlicingSettings": True},
     }
     env = _env(_gpu_container(values))
-    fields = {"NODE_NAME": "node-a", "NAMESPACE": cr.NAMESPACE}
+    fields = {"NODE_NAME": "node-a", "NAMESPACE": cr.NAMESPACE, "ROLLING_UPDATE_POD_UID": "u-1"}
     plain = {name: fields.get(name, value) for name, value in env.items()}
     assert all(isinstance(value, str) for value in plain.values())
 
     parsed = gpu_settings.parse([], plain)
 
     assert (parsed.node_name, parsed.namespace) == ("node-a", cr.NAMESPACE)
+    assert parsed.rolling_update_pod_uid == "u-1"
     assert parsed.plugin_dir == "/var/lib/kubelet/plugins/gpu.nvidia.com"
     assert parsed.registry_dir == "/var/lib/kubelet/plugins_registry"
     assert (parsed.health_port, parsed.metrics_port) == (51516, 8083)

@@ -24,7 +24,7 @@ from realkube_server import Credentials, RealKube, wait_for
 
 from adapters.grpc import client as grpc_client
 from adapters.nvml import simulated
-from core import kinds, models, names, ports
+from core import kinds, models, names, plugin_sockets, ports
 
 REPO_ROOT = realkube_server.REPO_ROOT
 RELEASE = "cdd"
@@ -112,12 +112,21 @@ class PluginNode:
     root: pathlib.Path
 
     @property
+    def pod_uid(self) -> str:
+        """The UID the chart's downward API gives the plugin pod (per-pod socket names)."""
+        return f"uid-plugin-{self.name}"
+
+    @property
     def registration_socket(self) -> pathlib.Path:
-        return self.root / "registry" / names.REGISTRATION_SOCKET_NAME
+        registry = self.root / "registry"
+        return registry / plugin_sockets.registration_socket_name(
+            names.DRIVER_NAME, pod_uid=self.pod_uid, registry_dir=str(registry))
 
     @property
     def dra_socket(self) -> pathlib.Path:
-        return self.root / "plugin" / names.DRA_SOCKET_NAME
+        plugin = self.root / "plugin"
+        return plugin / plugin_sockets.dra_socket_name(
+            pod_uid=self.pod_uid, plugin_dir=str(plugin))
 
     @property
     def cdi_root(self) -> pathlib.Path:
@@ -210,7 +219,7 @@ class Driver:
         env = container_env(
             self.rendered, kind="DaemonSet", container="compute-domain-kubelet-plugin",
             field_refs={"metadata.namespace": NAMESPACE, "spec.nodeName": node.name,
-                        "metadata.uid": f"uid-plugin-{node.name}"},
+                        "metadata.uid": node.pod_uid},
         )
         node.root.mkdir(parents=True, exist_ok=True)
         devices = node.root / "devices"

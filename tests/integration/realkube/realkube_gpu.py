@@ -21,9 +21,8 @@ from realkube_driver import NAMESPACE, WORKLOAD_NAMESPACE, AppProcess, Driver
 from realkube_server import RealKube, wait_for
 
 from adapters.grpc import client as grpc_client
-from adapters.grpc import server as grpc_server
 from apps.cli import gpu_demo
-from core import kinds, models, names
+from core import kinds, models, names, plugin_sockets
 from core.gpu import cdi as gpu_cdi
 
 DRIVER = "gpu.nvidia.com"
@@ -75,12 +74,19 @@ class GpuPluginNode:
         return self.root / "cdi"
 
     @property
+    def pod_uid(self) -> str:
+        """The UID the chart's downward API gives the GPU plugin pod (per-pod socket names)."""
+        return f"uid-gpu-plugin-{self.name}"
+
+    @property
     def dra_socket(self) -> pathlib.Path:
-        return self.plugin_dir / names.DRA_SOCKET_NAME
+        return self.plugin_dir / plugin_sockets.dra_socket_name(
+            pod_uid=self.pod_uid, plugin_dir=str(self.plugin_dir))
 
     @property
     def registration_socket(self) -> pathlib.Path:
-        return self.registry_dir / grpc_server.registration_socket_name(DRIVER)
+        return self.registry_dir / plugin_sockets.registration_socket_name(
+            DRIVER, pod_uid=self.pod_uid, registry_dir=str(self.registry_dir))
 
     def cdi_file(self, claim_uid: str) -> pathlib.Path:
         return self.cdi_root / gpu_cdi.spec_file_name(claim_uid)
@@ -102,7 +108,7 @@ class GpuDriver(Driver):
         return realkube_driver.container_env(
             self.rendered, kind="DaemonSet", container=GPU_CONTAINER,
             field_refs={"metadata.namespace": NAMESPACE, "spec.nodeName": node,
-                        "metadata.uid": f"uid-gpu-plugin-{node}"},
+                        "metadata.uid": f"uid-gpu-plugin-{node}"},  # GpuPluginNode.pod_uid
         )
 
     def gpu_plugin_node(self, node: str) -> GpuPluginNode:
