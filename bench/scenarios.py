@@ -282,7 +282,9 @@ def planning_throughput(sizes: tuple[int, ...]) -> dict[str, Any]:
     def plan_all(domains: list[models.ComputeDomain]) -> int:
         planned = 0
         for cd in domains:
-            observed = controlling.observe(cd, objects={}, config=resolved.config)
+            # fresh CDs: no objects, no status conditions yet
+            observed = controlling.observe(cd, objects={}, config=resolved.config,
+                                           conditions=())
             planned += len(
                 controlling.plan_compute_domain(cd, observed=observed, config=resolved.config)
             )

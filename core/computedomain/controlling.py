@@ -226,12 +226,15 @@ def observe(
     *,
     objects: Mapping[str, JSONList] | ClusterIndex,
     config: models.DriverConfig,
-    conditions: tuple[Condition, ...] = (),
+    conditions: tuple[Condition, ...],
 ) -> Observed:
     """Pick out, from listed JSON (or an index of it), what exists for `cd`.
 
     Daemon-side objects are looked up in `config.namespace`; they are observed in every mode
     so that a CD admitted under driver-managed mode can still be cleaned up on deletion.
+    `conditions` are the CD's own (`conditions_from_k8s` of its object): required, because a
+    plan made from none never clears a stale one and so never converges with one made from
+    the real ones.
     """
     index = objects if isinstance(objects, ClusterIndex) else index_cluster(objects)
     rct_kind = kinds.RESOURCE_CLAIM_TEMPLATE.kind

@@ -191,14 +191,20 @@ class Harness:
         self, namespace: str, name: str, *, config: models.DriverConfig
     ) -> tuple[models.ClusterAction, ...]:
         cd = self.compute_domain(namespace, name)
-        raw = self.get(names.KIND_COMPUTE_DOMAIN, namespace, name)
-        if cd is None or raw is None:
+        if cd is None:
             return ()
-        observed = controlling.observe(
-            cd, objects=self.lists(), config=config,
-            conditions=controlling.conditions_from_k8s(raw),
-        )
+        observed = self.observe(cd, config=config)
         return controlling.plan_compute_domain(cd, observed=observed, config=config)
+
+    def observe(
+        self, cd: models.ComputeDomain, *, config: models.DriverConfig
+    ) -> controlling.Observed:
+        """What the controller's caches give a plan of `cd`: its objects and its own
+        status conditions, as stored now."""
+        raw = self.get(names.KIND_COMPUTE_DOMAIN, cd.meta.namespace, cd.meta.name)
+        conditions = controlling.conditions_from_k8s(raw) if raw is not None else ()
+        return controlling.observe(cd, objects=self.lists(), config=config,
+                                   conditions=conditions)
 
     def converge(
         self, cds: Iterable[tuple[str, str]], *, config: models.DriverConfig, rounds: int = 12

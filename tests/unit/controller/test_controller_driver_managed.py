@@ -130,7 +130,7 @@ def test_status_nodes_merge_daemons_across_cliques() -> None:
     state.write_clique(
         cd_uid=cd.uid, clique_id="b.7", daemons=[_daemon("n1", ready=True, clique="b.7")]
     )
-    observed = controlling.observe(cd, objects=state.lists(), config=config)
+    observed = state.observe(cd, config=config)
     status = controlling.desired_status(cd, observed=observed, config=config)
     assert status.status is models.DomainStatus.READY
     assert [(n.name, n.clique_id) for n in status.nodes] == [("n1", "b.7"), ("n2", "c1")]
@@ -229,7 +229,7 @@ def test_observe_picks_only_this_cds_objects() -> None:
     state.add_node("n2", cd_uid=other.uid)
     state.write_clique(cd_uid=other.uid, clique_id="x.1", daemons=[_daemon("n2", ready=True)])
 
-    observed = controlling.observe(cd, objects=state.lists(), config=config)
+    observed = state.observe(cd, config=config)
 
     assert observed.workload_rct is not None and observed.workload_rct.name == "cd-channel"
     assert observed.daemonset is not None
@@ -238,7 +238,9 @@ def test_observe_picks_only_this_cds_objects() -> None:
     assert [n.name for n in observed.labelled_nodes] == ["n1"]
     assert observed.cliques == ()
     index = controlling.index_cluster(state.lists())
-    assert controlling.observe(cd, objects=index, config=config) == observed
+    assert controlling.observe(
+        cd, objects=index, config=config, conditions=observed.conditions
+    ) == observed
 
 
 def test_observe_tolerates_malformed_objects() -> None:
@@ -256,7 +258,8 @@ def test_observe_tolerates_malformed_objects() -> None:
         "ResourceClaimTemplate": [{"metadata": {"name": "rct", "namespace": "team",
                                                 "finalizers": "bad"}}],
     }
-    observed = controlling.observe(cd, objects=junk, config=harness.driver_config())
+    observed = controlling.observe(cd, objects=junk, config=harness.driver_config(),
+                                   conditions=())
     assert observed.workload_rct is not None and observed.workload_rct.finalizers == ()
     assert all(c.daemons == () for c in observed.cliques)  # malformed daemons never count
     assert observed.labelled_nodes == ()

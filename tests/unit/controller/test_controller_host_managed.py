@@ -214,7 +214,7 @@ def test_planning_the_same_observation_twice_gives_the_same_actions() -> None:
     state = harness.Harness()
     config = harness.host_config()
     cd = _new_cd(state)
-    observed = controlling.observe(cd, objects=state.lists(), config=config)
+    observed = state.observe(cd, config=config)
     first = controlling.plan_compute_domain(cd, observed=observed, config=config)
     second = controlling.plan_compute_domain(cd, observed=observed, config=config)
     assert first == second and first

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 import controller_harness as harness
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from core import models, names
@@ -176,6 +176,15 @@ def test_driver_managed_histories_converge_without_leftovers(ops: list[tuple[Any
     ops=st.lists(op.filter(lambda o: o[0] != "delete_rct"), max_size=30),
     host=st.booleans(),
 )
+# Found by hypothesis: cd0 is refused (Admitted=False) while deleted cd1's RCT still holds
+# the name, then admitted; the plan must clear that condition from the CD's own status.
+@example(
+    ops=[
+        ("create", 1, "Single", 0), ("reconcile", 1, None), ("delete", 1), ("reconcile", 1, None),
+        ("create", 0, "Single", 0), ("reconcile", 0, None), ("reconcile", 1, None),
+    ],
+    host=False,
+)
 def test_plan_apply_all_then_plan_again_gives_nothing(
     ops: list[tuple[Any, ...]], host: bool
 ) -> None:
@@ -187,7 +196,7 @@ def test_plan_apply_all_then_plan_again_gives_nothing(
         cd = state.compute_domain(namespace, name)
         if cd is None or cd.meta.deleting:
             continue
-        observed = controlling.observe(cd, objects=state.lists(), config=config)
+        observed = state.observe(cd, config=config)
         actions = controlling.plan_compute_domain(cd, observed=observed, config=config)
         assert actions == controlling.plan_compute_domain(cd, observed=observed, config=config)
         assert state.apply_all(actions) == len(actions)
