@@ -56,7 +56,8 @@ def _cd(name: str, *, rct: str | None = None) -> dict[str, Any]:
     }
 
 
-def _eventually(probe: Callable[[], bool], *, what: str, timeout_s: float = 10.0) -> None:
+# NB: generous: on a loaded 2-core CI machine a reconcile round can take seconds.
+def _eventually(probe: Callable[[], bool], *, what: str, timeout_s: float = 30.0) -> None:
     deadline = time.monotonic() + timeout_s
     while not probe():
         assert time.monotonic() < deadline, f"timed out waiting for {what}"
